@@ -1,0 +1,67 @@
+package fleet
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// StartT starts a fleet for a test and stops it in t.Cleanup, which also runs when the test
+// fails or panics. It fails the test if the binaries are missing: `make test` builds them.
+func StartT(t testing.TB, opts Options) *Fleet {
+	t.Helper()
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start fleet: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := f.Stop(); err != nil {
+			t.Errorf("stop fleet: %v", err)
+		}
+	})
+	return f
+}
+
+// CPUSeconds returns the CPU time (user+system) each of the fleet's live processes has used,
+// keyed "fleet-1/kube-apiserver", "fleet-1/etcd", …, plus "self" for this process. Subtracting
+// two readings tells where the CPU went during a run.
+func (f *Fleet) CPUSeconds() map[string]float64 {
+	out := map[string]float64{"self": procCPU(os.Getpid())}
+	for _, c := range f.Clusters {
+		for name, p := range map[string]*proc{"kube-apiserver": c.APIServer, "etcd": c.Etcd, "kube-controller-manager": c.CM} {
+			if p.alive() {
+				out[c.Name+"/"+name] = procCPU(p.PID)
+			}
+		}
+	}
+	return out
+}
+
+// procCPU reads utime+stime of pid from /proc, in seconds (USER_HZ is 100 on Linux).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(s[i+1:])
+	// After the command: state(0) ppid(1) … utime(11) stime(12).
+	if len(fields) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	return (u + st) / 100
+}
