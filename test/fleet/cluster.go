@@ -35,6 +35,8 @@ type Cluster struct {
 	EtcdPort          int    `json:"etcdPort"`
 	EtcdPeerPort      int    `json:"etcdPeerPort"`
 	ControllerManager bool   `json:"controllerManager"`
+	// ExtraArgs are appended to kube-apiserver's flags.
+	ExtraArgs []string `json:"extraArgs,omitempty"`
 	// Token is the current ServiceAccount token of the revocable admin identity.
 	Token string `json:"token"`
 
@@ -172,7 +174,7 @@ func (c *Cluster) KillEtcd() error {
 
 func (c *Cluster) apiserverArgs() []string {
 	p := c.pki()
-	return []string{
+	return append([]string{
 		"--etcd-servers=" + c.EtcdURL(),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -193,7 +195,7 @@ func (c *Cluster) apiserverArgs() []string {
 		"--profiling=false",
 		"--endpoint-reconciler-type=none",
 		"--v=0",
-	}
+	}, c.ExtraArgs...)
 }
 
 // StartAPIServer starts the API server again on its recorded port and etcd, and waits for

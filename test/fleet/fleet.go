@@ -40,6 +40,8 @@ type Options struct {
 	// ControllerManager also runs kube-controller-manager per cluster, so that namespace deletion,
 	// garbage collection and Deployment → ReplicaSet behave as in a real cluster.
 	ControllerManager bool
+	// APIServerArgs are appended to every kube-apiserver's flags (a later flag wins).
+	APIServerArgs []string
 	// ReadyTimeout bounds the wait for each cluster's /readyz. Default 2 minutes.
 	ReadyTimeout time.Duration
 	// Logf receives progress lines. Default: discard.
@@ -148,6 +150,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 			Dir:               filepath.Join(dir, opts.NamePrefix+"-"+strconv.Itoa(i)),
 			BinDir:            bin,
 			ControllerManager: opts.ControllerManager,
+			ExtraArgs:         opts.APIServerArgs,
 			fleet:             f,
 		})
 	}

@@ -1,0 +1,700 @@
+package aggregate
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Index names every Aggregate answers without an index function of its own.
+const (
+	// IndexCluster's values are cluster names: ByIndex(IndexCluster, "fleet-1") lists one member.
+	IndexCluster = "cluster"
+	// IndexClusterNamespace's values are "cluster/namespace".
+	IndexClusterNamespace = "cluster-namespace"
+	// IndexNamespace is client-go's namespace index, installed on every member.
+	IndexNamespace = cache.NamespaceIndex
+)
+
+// IndexSpec is a fleet-wide index: Func runs in every member whose cluster matches one of the
+// Clusters globs (path.Match syntax; empty means every cluster), joined now or later.
+type IndexSpec struct {
+	Name     string
+	Func     cache.IndexFunc
+	Clusters []string
+}
+
+func (s IndexSpec) appliesTo(cluster string) bool {
+	if len(s.Clusters) == 0 {
+		return true
+	}
+	for _, g := range s.Clusters {
+		if ok, _ := path.Match(g, cluster); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Options configures an Aggregate.
+type Options struct {
+	// Resource names what the Aggregate holds, for logs. Required.
+	Resource string
+	// Logger receives handler panics and membership changes. Default: no-op.
+	Logger *zap.Logger
+	// SyncPollInterval is how often a joining member's sync is checked. Default 50ms.
+	SyncPollInterval time.Duration
+}
+
+// Aggregate is the fleet-wide, cluster-qualified cache of one resource type. Its read side has
+// the shape of cache.Indexer's, with Key strings for keys. It is safe for concurrent use.
+type Aggregate struct {
+	resource string
+	log      *zap.Logger
+	poll     time.Duration
+
+	mu      sync.RWMutex
+	members map[string]*member
+	indexes map[string]IndexSpec
+	regs    []*Registration
+}
+
+// New returns an empty Aggregate.
+func New(opts Options) (*Aggregate, error) {
+	if opts.Resource == "" {
+		return nil, fmt.Errorf("aggregate: Options.Resource is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.SyncPollInterval == 0 {
+		opts.SyncPollInterval = 50 * time.Millisecond
+	}
+	return &Aggregate{
+		resource: opts.Resource,
+		log:      opts.Logger.With(zap.String("resource", opts.Resource)),
+		poll:     opts.SyncPollInterval,
+		members:  map[string]*member{},
+		indexes:  map[string]IndexSpec{},
+	}, nil
+}
+
+// Resource is the name given in Options.
+func (a *Aggregate) Resource() string { return a.resource }
+
+// member is one cluster's informer as the Aggregate sees it.
+//
+// Invariant: handlers have been told exactly the state of `store` plus the events forwarded
+// since. While a replacement informer syncs (shadow), `store` is still the previous informer's
+// store, `prev` equals it, and forwarded events are judged against it so that unchanged objects
+// produce nothing; promote then deletes what the new informer never mentioned and swaps stores.
+type member struct {
+	cluster  string
+	agg      *Aggregate
+	informer cache.SharedIndexInformer
+	fwd      cache.ResourceEventHandlerRegistration
+	cancel   context.CancelFunc
+	synced   atomic.Bool
+
+	mu    sync.Mutex // serialises forwarded events, promotion, leave and handler joins
+	store cache.Indexer
+	prev  cache.Indexer       // shadow only
+	seen  map[string]struct{} // shadow only: object keys the new informer has spoken of
+	regs  []*Registration
+	gone  bool
+}
+
+// Join makes inf the member for cluster. inf may be started before or after Join. If cluster is
+// already a member, inf replaces its informer: queries keep reading the old store until inf has
+// synced, and handlers then see only what differs. The caller stops the old informer.
+func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
+	if err := ValidateClusterName(cluster); err != nil {
+		return err
+	}
+	if err := a.installIndexes(cluster, inf); err != nil {
+		return fmt.Errorf("cluster %q: %s: indexes: %w", cluster, a.resource, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{cluster: cluster, agg: a, informer: inf, cancel: cancel, store: inf.GetIndexer()}
+
+	a.mu.Lock()
+	old := a.members[cluster]
+	m.regs = slices.Clone(a.regs)
+	if old != nil {
+		old.mu.Lock()
+		old.gone = true
+		old.cancel()
+		m.prev, m.store = old.store, old.store
+		m.seen = map[string]struct{}{}
+		// Handlers keep the cluster's sync state across the swap.
+		old.mu.Unlock()
+		if old.fwd != nil {
+			_ = old.informer.RemoveEventHandler(old.fwd)
+		}
+	}
+	a.members[cluster] = m
+	a.mu.Unlock()
+
+	m.mu.Lock()
+	reg, err := inf.AddEventHandler(forwarder{m})
+	if err != nil {
+		m.mu.Unlock()
+		a.Leave(cluster)
+		return fmt.Errorf("cluster %q: %s: %w", cluster, a.resource, err)
+	}
+	m.fwd = reg
+	m.mu.Unlock()
+	go m.awaitSync(ctx, reg)
+	a.log.Debug("member joined", zap.String("cluster", cluster), zap.Bool("replace", old != nil))
+	return nil
+}
+
+// Leave removes cluster. Handlers receive a cache.DeletedFinalStateUnknown for every object it
+// held. The caller stops the informer.
+func (a *Aggregate) Leave(cluster string) {
+	a.mu.Lock()
+	m := a.members[cluster]
+	delete(a.members, cluster)
+	a.mu.Unlock()
+	if m == nil {
+		return
+	}
+	m.cancel()
+	if m.fwd != nil {
+		_ = m.informer.RemoveEventHandler(m.fwd)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gone = true
+	for _, key := range m.store.ListKeys() {
+		obj, ok, _ := m.store.GetByKey(key)
+		if !ok {
+			continue
+		}
+		m.dispatch(key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
+	}
+	for _, r := range m.regs {
+		r.leave(cluster)
+	}
+	a.log.Debug("member left", zap.String("cluster", cluster))
+}
+
+func (m *member) awaitSync(ctx context.Context, reg cache.ResourceEventHandlerRegistration) {
+	t := time.NewTicker(m.agg.poll)
+	defer t.Stop()
+	for !reg.HasSynced() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	m.promote()
+}
+
+// promote ends the shadow phase once the informer's initial list has been forwarded.
+func (m *member) promote() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gone {
+		return
+	}
+	if m.prev != nil {
+		for _, key := range m.prev.ListKeys() {
+			if _, ok := m.seen[key]; ok {
+				continue
+			}
+			if obj, ok, _ := m.prev.GetByKey(key); ok {
+				m.dispatch(key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
+			}
+		}
+	}
+	m.store, m.prev, m.seen = m.informer.GetIndexer(), nil, nil
+	m.synced.Store(true)
+	for _, r := range m.regs {
+		r.q.push(m.cluster, markerKey, event{kind: evSynced})
+	}
+}
+
+// dispatch hands ev to every handler. Callers hold m.mu, which orders events per member.
+func (m *member) dispatch(key string, ev event) {
+	for _, r := range m.regs {
+		r.q.push(m.cluster, key, ev)
+	}
+}
+
+// forwarder is the one client-go handler the Aggregate adds to each member informer.
+type forwarder struct{ m *member }
+
+func (f forwarder) OnAdd(obj any, isInInitialList bool) {
+	m := f.m
+	key, ok := objectKey(obj)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gone {
+		return
+	}
+	if m.seen != nil {
+		m.seen[key] = struct{}{}
+		if old, ok, _ := m.prev.GetByKey(key); ok {
+			if resourceVersion(old) == resourceVersion(obj) {
+				return // unchanged across the informer swap
+			}
+			m.dispatch(key, event{kind: evUpdate, old: old, obj: obj})
+			return
+		}
+	}
+	m.dispatch(key, event{kind: evAdd, obj: obj, initial: isInInitialList})
+}
+
+func (f forwarder) OnUpdate(oldObj, newObj any) {
+	m := f.m
+	key, ok := objectKey(newObj)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gone {
+		return
+	}
+	if m.seen != nil {
+		m.seen[key] = struct{}{}
+	}
+	m.dispatch(key, event{kind: evUpdate, old: oldObj, obj: newObj})
+}
+
+func (f forwarder) OnDelete(obj any) {
+	m := f.m
+	key, ok := objectKey(obj)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gone {
+		return
+	}
+	if m.seen != nil {
+		m.seen[key] = struct{}{}
+	}
+	m.dispatch(key, event{kind: evDelete, obj: obj})
+}
+
+func objectKey(obj any) (string, bool) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	return key, err == nil && key != ""
+}
+
+func resourceVersion(obj any) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return m.GetResourceVersion()
+}
+
+// AddIndex installs spec in every current member it applies to, and in every later one.
+func (a *Aggregate) AddIndex(spec IndexSpec) error {
+	if spec.Name == "" || spec.Func == nil {
+		return fmt.Errorf("index: name and function are required")
+	}
+	if spec.Name == IndexCluster || spec.Name == IndexClusterNamespace || spec.Name == IndexNamespace {
+		return fmt.Errorf("index %q: the name is built in", spec.Name)
+	}
+	for _, g := range spec.Clusters {
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("index %q: clusters: bad glob %q: %w", spec.Name, g, err)
+		}
+	}
+	a.mu.Lock()
+	if _, dup := a.indexes[spec.Name]; dup {
+		a.mu.Unlock()
+		return fmt.Errorf("index %q: already added", spec.Name)
+	}
+	a.indexes[spec.Name] = spec
+	members := a.memberList()
+	a.mu.Unlock()
+	for _, m := range members {
+		if !spec.appliesTo(m.cluster) {
+			continue
+		}
+		if err := m.informer.AddIndexers(cache.Indexers{spec.Name: spec.Func}); err != nil {
+			return fmt.Errorf("index %q: cluster %q: %w", spec.Name, m.cluster, err)
+		}
+	}
+	return nil
+}
+
+func (a *Aggregate) installIndexes(cluster string, inf cache.SharedIndexInformer) error {
+	have := inf.GetIndexer().GetIndexers()
+	if have == nil {
+		// client-go's store cannot take indexers later if it was built without a map.
+		return fmt.Errorf("informer built with nil Indexers; pass cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}")
+	}
+	want := cache.Indexers{}
+	if _, ok := have[IndexNamespace]; !ok {
+		want[IndexNamespace] = cache.MetaNamespaceIndexFunc
+	}
+	a.mu.RLock()
+	for name, spec := range a.indexes {
+		if _, ok := have[name]; !ok && spec.appliesTo(cluster) {
+			want[name] = spec.Func
+		}
+	}
+	a.mu.RUnlock()
+	if len(want) == 0 {
+		return nil
+	}
+	return inf.AddIndexers(want)
+}
+
+// memberList returns the members sorted by cluster. Callers hold a.mu.
+func (a *Aggregate) memberList() []*member {
+	ms := make([]*member, 0, len(a.members))
+	for _, m := range a.members {
+		ms = append(ms, m)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].cluster < ms[j].cluster })
+	return ms
+}
+
+func (a *Aggregate) snapshot() []*member {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.memberList()
+}
+
+func (a *Aggregate) member(cluster string) *member {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.members[cluster]
+}
+
+func (m *member) current() cache.Indexer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.store
+}
+
+// Clusters lists the member clusters, sorted.
+func (a *Aggregate) Clusters() []string {
+	ms := a.snapshot()
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.cluster
+	}
+	return out
+}
+
+// Cluster narrows the fleet to one member: an ordinary client-go Indexer with client-go keys.
+func (a *Aggregate) Cluster(name string) (cache.Indexer, bool) {
+	m := a.member(name)
+	if m == nil {
+		return nil, false
+	}
+	return m.current(), true
+}
+
+// HasSynced reports whether cluster's informer has synced and its initial list has been handed
+// to the handlers.
+func (a *Aggregate) HasSynced(cluster string) bool {
+	m := a.member(cluster)
+	return m != nil && m.synced.Load()
+}
+
+// Unsynced lists the member clusters that have not synced, sorted.
+func (a *Aggregate) Unsynced() []string {
+	var out []string
+	for _, m := range a.snapshot() {
+		if !m.synced.Load() {
+			out = append(out, m.cluster)
+		}
+	}
+	return out
+}
+
+// Get returns the object k names.
+func (a *Aggregate) Get(k Key) (any, bool, error) {
+	m := a.member(k.Cluster)
+	if m == nil {
+		return nil, false, nil
+	}
+	return m.current().GetByKey(k.ObjectKey())
+}
+
+// GetByKey returns the object a Key string names.
+func (a *Aggregate) GetByKey(key string) (any, bool, error) {
+	k, err := ParseKey(key)
+	if err != nil {
+		return nil, false, err
+	}
+	return a.Get(k)
+}
+
+// List returns every object of every member, members in cluster order.
+func (a *Aggregate) List() []any {
+	var out []any
+	for _, m := range a.snapshot() {
+		out = append(out, m.current().List()...)
+	}
+	return out
+}
+
+// ListKeys returns the Key strings of every object.
+func (a *Aggregate) ListKeys() []string {
+	var out []string
+	for _, m := range a.snapshot() {
+		for _, k := range m.current().ListKeys() {
+			out = append(out, m.cluster+Separator+k)
+		}
+	}
+	return out
+}
+
+// ByIndex returns the objects whose indexName function yields value, across the fleet.
+func (a *Aggregate) ByIndex(indexName, value string) ([]any, error) {
+	var out []any
+	err := a.eachIndexed(indexName, value, func(m *member, store cache.Indexer, idx, v string) error {
+		if idx == "" {
+			out = append(out, store.List()...)
+			return nil
+		}
+		objs, err := store.ByIndex(idx, v)
+		out = append(out, objs...)
+		return err
+	})
+	return out, err
+}
+
+// IndexKeys returns the Key strings of the objects ByIndex would return.
+func (a *Aggregate) IndexKeys(indexName, value string) ([]string, error) {
+	var out []string
+	err := a.eachIndexed(indexName, value, func(m *member, store cache.Indexer, idx, v string) error {
+		var keys []string
+		if idx == "" {
+			keys = store.ListKeys()
+		} else {
+			var err error
+			if keys, err = store.IndexKeys(idx, v); err != nil {
+				return err
+			}
+		}
+		for _, k := range keys {
+			out = append(out, m.cluster+Separator+k)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// eachIndexed resolves a fleet index lookup to per-member lookups: idx == "" means "the whole
+// member".
+func (a *Aggregate) eachIndexed(indexName, value string, f func(m *member, store cache.Indexer, idx, v string) error) error {
+	switch indexName {
+	case IndexCluster:
+		if m := a.member(value); m != nil {
+			return f(m, m.current(), "", "")
+		}
+		return nil
+	case IndexClusterNamespace:
+		cluster, ns, ok := strings.Cut(value, "/")
+		if !ok {
+			return fmt.Errorf("index %q: value %q is not cluster/namespace", indexName, value)
+		}
+		if m := a.member(cluster); m != nil {
+			return f(m, m.current(), IndexNamespace, ns)
+		}
+		return nil
+	}
+	a.mu.RLock()
+	spec, ok := a.indexes[indexName]
+	a.mu.RUnlock()
+	if !ok && indexName != IndexNamespace {
+		return fmt.Errorf("index %q does not exist", indexName)
+	}
+	for _, m := range a.snapshot() {
+		if ok && !spec.appliesTo(m.cluster) {
+			continue
+		}
+		if err := f(m, m.current(), indexName, value); err != nil {
+			return fmt.Errorf("cluster %q: %w", m.cluster, err)
+		}
+	}
+	return nil
+}
+
+// ListIndexFuncValues returns the distinct values of an index across the fleet, sorted.
+func (a *Aggregate) ListIndexFuncValues(indexName string) []string {
+	if indexName == IndexCluster {
+		return a.Clusters()
+	}
+	set := map[string]struct{}{}
+	for _, m := range a.snapshot() {
+		store := m.current()
+		if indexName == IndexClusterNamespace {
+			for _, ns := range store.ListIndexFuncValues(IndexNamespace) {
+				set[m.cluster+"/"+ns] = struct{}{}
+			}
+			continue
+		}
+		for _, v := range store.ListIndexFuncValues(indexName) {
+			set[v] = struct{}{}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for v := range set {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Item is one object with the cluster it came from.
+type Item struct {
+	Cluster string
+	Object  any
+}
+
+// Key returns the item's Key.
+func (it Item) Key() Key {
+	k, _ := KeyOf(it.Cluster, it.Object)
+	return k
+}
+
+// Query selects objects. Every set field narrows the answer.
+type Query struct {
+	// Clusters limits the answer to these members. Empty: every member.
+	Clusters []string
+	// Namespace limits the answer to one namespace.
+	Namespace string
+	// Index and Value select through an index (built-in or added).
+	Index, Value string
+	// Labels filters on labels.
+	Labels labels.Selector
+}
+
+// Result is an answer with its freshness: Unsynced lists the clusters it spans whose member had
+// not synced, so the answer may be partial or stale for them.
+type Result struct {
+	Items    []Item
+	Unsynced []string
+}
+
+// Select answers q from the members' indexes. Items come in cluster order, then in store order.
+func (a *Aggregate) Select(q Query) (Result, error) {
+	var res Result
+	ms := a.snapshot()
+	if len(q.Clusters) > 0 {
+		keep := ms[:0:0]
+		for _, m := range ms {
+			if slices.Contains(q.Clusters, m.cluster) {
+				keep = append(keep, m)
+			}
+		}
+		ms = keep
+	}
+	if q.Index != "" && q.Index != IndexCluster && q.Index != IndexClusterNamespace && q.Index != IndexNamespace {
+		a.mu.RLock()
+		_, ok := a.indexes[q.Index]
+		a.mu.RUnlock()
+		if !ok {
+			return res, fmt.Errorf("index %q does not exist", q.Index)
+		}
+	}
+	for _, m := range ms {
+		if !m.synced.Load() {
+			res.Unsynced = append(res.Unsynced, m.cluster)
+		}
+		objs, err := a.selectMember(m, q)
+		if err != nil {
+			return res, fmt.Errorf("cluster %q: %w", m.cluster, err)
+		}
+		for _, o := range objs {
+			if q.Labels != nil && !q.Labels.Empty() {
+				acc, err := meta.Accessor(o)
+				if err != nil || !q.Labels.Matches(labels.Set(acc.GetLabels())) {
+					continue
+				}
+			}
+			if q.Namespace != "" && q.Index != "" && q.Index != IndexNamespace {
+				if acc, err := meta.Accessor(o); err != nil || acc.GetNamespace() != q.Namespace {
+					continue
+				}
+			}
+			res.Items = append(res.Items, Item{Cluster: m.cluster, Object: o})
+		}
+	}
+	return res, nil
+}
+
+func (a *Aggregate) selectMember(m *member, q Query) ([]any, error) {
+	store := m.current()
+	switch q.Index {
+	case "":
+		if q.Namespace != "" {
+			return store.ByIndex(IndexNamespace, q.Namespace)
+		}
+		return store.List(), nil
+	case IndexCluster:
+		if q.Value != m.cluster {
+			return nil, nil
+		}
+		if q.Namespace != "" {
+			return store.ByIndex(IndexNamespace, q.Namespace)
+		}
+		return store.List(), nil
+	case IndexClusterNamespace:
+		cluster, ns, _ := strings.Cut(q.Value, "/")
+		if cluster != m.cluster || (q.Namespace != "" && q.Namespace != ns) {
+			return nil, nil
+		}
+		return store.ByIndex(IndexNamespace, ns)
+	case IndexNamespace:
+		if q.Namespace != "" && q.Namespace != q.Value {
+			return nil, nil
+		}
+		return store.ByIndex(IndexNamespace, q.Value)
+	}
+	a.mu.RLock()
+	spec := a.indexes[q.Index]
+	a.mu.RUnlock()
+	if !spec.appliesTo(m.cluster) {
+		return nil, nil
+	}
+	return store.ByIndex(q.Index, q.Value)
+}
+
+// WaitForSync waits until every member has synced, ctx ends, or timeout passes, whichever is
+// first, and returns the clusters still unsynced. A dead cluster therefore costs at most timeout.
+func (a *Aggregate) WaitForSync(ctx context.Context, timeout time.Duration) []string {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(a.poll)
+	defer t.Stop()
+	for {
+		missing := a.Unsynced()
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return missing
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package aggregate
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// source is a ListerWatcher over a fixed list and a fake watch, feeding a real client-go informer.
+type source struct {
+	mu    sync.Mutex
+	items []corev1.ConfigMap
+	rv    string
+	w     *watch.FakeWatcher
+	block chan struct{} // if set, List waits for it
+}
+
+func (s *source) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (s *source) lw() cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+			if s.block != nil {
+				select {
+				case <-s.block:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: s.rv}, Items: append([]corev1.ConfigMap(nil), s.items...)}, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+			return s.w, nil
+		},
+	}, s)
+}
+
+func cm(ns, name, rv string, lbl map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv, Labels: lbl}}
+}
+
+func startInformer(t *testing.T, s *source) (cache.SharedIndexInformer, context.CancelFunc) {
+	t.Helper()
+	if s.w == nil {
+		s.w = watch.NewFakeWithChanSize(2000, false)
+	}
+	if s.rv == "" {
+		s.rv = "1"
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(s.lw(), &corev1.ConfigMap{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	go inf.RunWithContext(ctx)
+	t.Cleanup(cancel)
+	return inf, cancel
+}
+
+// recorder keeps every call in order.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+	delay  time.Duration
+}
+
+func (r *recorder) add(s string) {
+	if r.delay > 0 {
+		time.Sleep(r.delay)
+	}
+	r.mu.Lock()
+	r.events = append(r.events, s)
+	r.mu.Unlock()
+}
+
+func name(obj any) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return "tombstone:" + d.Key
+	}
+	o := obj.(*corev1.ConfigMap)
+	return o.Namespace + "/" + o.Name + "@" + o.ResourceVersion
+}
+
+func (r *recorder) OnAdd(c string, obj any, initial bool) {
+	r.add(fmt.Sprintf("add %s %s initial=%v", c, name(obj), initial))
+}
+func (r *recorder) OnUpdate(c string, o, n any) { r.add(fmt.Sprintf("update %s %s", c, name(n))) }
+func (r *recorder) OnDelete(c string, obj any) { r.add(fmt.Sprintf("delete %s %s", c, name(obj))) }
+
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := append([]string(nil), r.events...)
+	return out
+}
+
+func (r *recorder) waitFor(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ev := r.snapshot(); len(ev) >= n {
+			return ev
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("want %d events, have %v", n, r.snapshot())
+	return nil
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
+}
+
+func eq(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s:\n got  %v\n want %v", what, got, want)
+	}
+}
+
+func newAgg(t *testing.T) *Aggregate {
+	a, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestJoinQueryAndHandlers(t *testing.T) {
+	a := newAgg(t)
+	rec := &recorder{}
+	reg, _ := a.AddEventHandler(rec)
+	s1 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", map[string]string{"app": "web"}), *cm("b", "y", "1", nil)}}
+	s2 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", map[string]string{"app": "db"})}}
+	i1, _ := startInformer(t, s1)
+	i2, _ := startInformer(t, s2)
+	if err := a.Join("c1", i1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Join("c2", i2); err != nil {
+		t.Fatal(err)
+	}
+	if missing := a.WaitForSync(context.Background(), 5*time.Second); missing != nil {
+		t.Fatalf("unsynced: %v", missing)
+	}
+	eq(t, "initial adds", sorted(rec.waitFor(t, 3)), []string{
+		"add c1 a/x@1 initial=true", "add c1 b/y@1 initial=true", "add c2 a/x@1 initial=true"})
+	waitTrue(t, "registration HasSynced", reg.HasSynced)
+
+	eq(t, "ListKeys", sorted(a.ListKeys()), []string{"c1|a/x", "c1|b/y", "c2|a/x"})
+	if o, ok, _ := a.GetByKey("c2|a/x"); !ok || o.(*corev1.ConfigMap).Labels["app"] != "db" {
+		t.Errorf("GetByKey c2|a/x = %v %v", o, ok)
+	}
+	keys, _ := a.IndexKeys(IndexNamespace, "a")
+	eq(t, "namespace index", sorted(keys), []string{"c1|a/x", "c2|a/x"})
+	keys, _ = a.IndexKeys(IndexCluster, "c1")
+	eq(t, "cluster index", sorted(keys), []string{"c1|a/x", "c1|b/y"})
+	keys, _ = a.IndexKeys(IndexClusterNamespace, "c1/b")
+	eq(t, "cluster-namespace index", keys, []string{"c1|b/y"})
+	eq(t, "cluster-namespace values", a.ListIndexFuncValues(IndexClusterNamespace), []string{"c1/a", "c1/b", "c2/a"})
+	if _, err := a.ByIndex("nope", "x"); err == nil {
+		t.Error("ByIndex on an unknown index: no error")
+	}
+	if err := a.AddIndex(IndexSpec{Name: "app", Func: func(obj any) ([]string, error) {
+		return []string{obj.(*corev1.ConfigMap).Labels["app"]}, nil
+	}, Clusters: []string{"c2"}}); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ = a.IndexKeys("app", "db")
+	eq(t, "custom index limited to c2", keys, []string{"c2|a/x"})
+	keys, _ = a.IndexKeys("app", "web")
+	eq(t, "custom index not in c1", keys, nil)
+
+	res, err := a.Select(Query{Labels: labels.SelectorFromSet(labels.Set{"app": "web"})})
+	if err != nil || len(res.Items) != 1 || res.Items[0].Cluster != "c1" || res.Items[0].Key().String() != "c1|a/x" {
+		t.Errorf("Select app=web: %+v %v", res, err)
+	}
+	if idx, ok := a.Cluster("c1"); !ok || len(idx.ListKeys()) != 2 {
+		t.Errorf("Cluster(c1) = %v %v", idx, ok)
+	}
+
+	// Live events keep per-object order; a handler that lags may see merged updates, but always
+	// in order and always the final state.
+	for i := 2; i <= 20; i++ {
+		s1.w.Modify(cm("a", "x", strconv.Itoa(i), nil))
+	}
+	s1.w.Delete(cm("b", "y", "21", nil))
+	waitTrue(t, "final events", func() bool {
+		ev := rec.snapshot()
+		return contains(ev, "delete c1 b/y@21") && contains(ev, "update c1 a/x@20")
+	})
+	var last int
+	for _, e := range rec.snapshot()[3:] {
+		var rv int
+		if _, err := fmt.Sscanf(e, "update c1 a/x@%d", &rv); err == nil {
+			if rv <= last {
+				t.Errorf("update out of order: %v", rec.snapshot())
+			}
+			last = rv
+		}
+	}
+}
+
+func TestLateHandlerAndLeave(t *testing.T) {
+	a := newAgg(t)
+	s1 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", nil), *cm("a", "y", "1", nil)}}
+	i1, _ := startInformer(t, s1)
+	_ = a.Join("c1", i1)
+	a.WaitForSync(context.Background(), 5*time.Second)
+	rec := &recorder{}
+	reg, _ := a.AddEventHandler(rec)
+	eq(t, "late handler", sorted(rec.waitFor(t, 2)), []string{"add c1 a/x@1 initial=true", "add c1 a/y@1 initial=true"})
+	waitTrue(t, "late HasSynced", reg.HasSynced)
+	a.Leave("c1")
+	eq(t, "leave", sorted(rec.waitFor(t, 4)[2:]), []string{"delete c1 tombstone:a/x", "delete c1 tombstone:a/y"})
+	if len(a.List()) != 0 || len(a.Clusters()) != 0 {
+		t.Errorf("after leave: %v %v", a.List(), a.Clusters())
+	}
+}
+
+// TestReplaceMemberDiffs is the rotated-credential case: a new informer for the same cluster
+// must produce only what changed.
+func TestReplaceMemberDiffs(t *testing.T) {
+	a := newAgg(t)
+	s1 := &source{items: []corev1.ConfigMap{*cm("a", "same", "1", nil), *cm("a", "changed", "1", nil), *cm("a", "gone", "1", nil)}}
+	i1, stop1 := startInformer(t, s1)
+	_ = a.Join("c1", i1)
+	rec := &recorder{}
+	_, _ = a.AddEventHandler(rec)
+	a.WaitForSync(context.Background(), 5*time.Second)
+	rec.waitFor(t, 3)
+
+	block := make(chan struct{})
+	s2 := &source{rv: "5", block: block, items: []corev1.ConfigMap{*cm("a", "same", "1", nil), *cm("a", "changed", "4", nil), *cm("a", "new", "5", nil)}}
+	i2, _ := startInformer(t, s2)
+	if err := a.Join("c1", i2); err != nil {
+		t.Fatal(err)
+	}
+	stop1()
+	// Until the new informer syncs, queries read the old store and say it is unsynced.
+	if o, ok, _ := a.GetByKey("c1|a/gone"); !ok || o == nil {
+		t.Error("old store not served during the swap")
+	}
+	if u := a.Unsynced(); len(u) != 1 {
+		t.Errorf("Unsynced during swap = %v", u)
+	}
+	close(block)
+	if missing := a.WaitForSync(context.Background(), 5*time.Second); missing != nil {
+		t.Fatal(missing)
+	}
+	got := rec.waitFor(t, 6)[3:]
+	time.Sleep(50 * time.Millisecond)
+	got = rec.snapshot()[3:]
+	eq(t, "events of the swap", sorted(got), []string{"add c1 a/new@5 initial=true", "delete c1 tombstone:a/gone", "update c1 a/changed@4"})
+	eq(t, "store after swap", sorted(a.ListKeys()), []string{"c1|a/changed", "c1|a/new", "c1|a/same"})
+}
+
+func TestPanickingAndSlowHandlers(t *testing.T) {
+	a := newAgg(t)
+	s1 := &source{}
+	i1, _ := startInformer(t, s1)
+	_ = a.Join("c1", i1)
+	a.WaitForSync(context.Background(), 5*time.Second)
+
+	bad, _ := a.AddEventHandler(HandlerFuncs{AddFunc: func(string, any, bool) { panic("boom") }})
+	slowRec := &recorder{delay: 20 * time.Millisecond}
+	slow, _ := a.AddEventHandler(slowRec)
+	fast := &recorder{}
+	_, _ = a.AddEventHandler(fast)
+
+	for i := range 50 {
+		s1.w.Add(cm("a", "o"+strconv.Itoa(i), strconv.Itoa(10+i), nil))
+	}
+	// Hammer one object: a lagging handler's backlog for it stays one event.
+	for i := range 500 {
+		s1.w.Modify(cm("a", "o0", strconv.Itoa(100+i), nil))
+	}
+	waitTrue(t, "fast handler reached the final state", func() bool { return contains(fast.snapshot(), "update c1 a/o0@599") })
+	if p := slow.Pending(); p > 50 {
+		t.Errorf("slow handler backlog %d events, want ≤ 50 (one per object)", p)
+	}
+	if len(slowRec.snapshot()) > 10 {
+		t.Errorf("slow handler delivered %d while the fast one finished: not slow?", len(slowRec.snapshot()))
+	}
+	waitTrue(t, "panics counted", func() bool { return bad.Panics() == 50 })
+	// The slow handler still ends on the final state of o0.
+	waitTrue(t, "slow handler reached the final state", func() bool { return contains(slowRec.snapshot(), "update c1 a/o0@599") })
+	if n := len(slowRec.snapshot()); n > 60 {
+		t.Errorf("slow handler had %d calls for 50 objects: pending events were not merged", n)
+	}
+	slow.Remove()
+	<-slow.Done()
+}
+
+func TestQueueFairAcrossClusters(t *testing.T) {
+	q := newQueue()
+	for i := range 1000 {
+		q.push("busy", "k"+strconv.Itoa(i), event{kind: evAdd})
+	}
+	q.push("quiet", "only", event{kind: evAdd})
+	for i := range 2 {
+		c, _, _, _ := q.pop()
+		if c == "quiet" {
+			return
+		}
+		_ = i
+	}
+	t.Fatal("the quiet cluster waited behind the busy one")
+}
+
+func TestQueueMerge(t *testing.T) {
+	for _, tc := range []struct {
+		in   []eventKind
+		want []eventKind
+	}{
+		{[]eventKind{evAdd, evUpdate, evUpdate}, []eventKind{evAdd}},
+		{[]eventKind{evAdd, evDelete}, nil},
+		{[]eventKind{evUpdate, evUpdate, evDelete}, []eventKind{evDelete}},
+		{[]eventKind{evDelete, evAdd, evUpdate}, []eventKind{evDelete, evAdd}},
+		{[]eventKind{evDelete, evAdd, evDelete}, []eventKind{evDelete}},
+	} {
+		q := newQueue()
+		for i, k := range tc.in {
+			q.push("c", "k", event{kind: k, obj: i})
+		}
+		var got []eventKind
+		if q.len() > 0 {
+			_, _, evs, _ := q.pop()
+			for _, e := range evs {
+				got = append(got, e.kind)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%v merged to %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func waitTrue(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

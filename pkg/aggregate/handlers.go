@@ -1,0 +1,184 @@
+package aggregate
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+)
+
+// Handler receives the fleet's events for one resource, with the cluster they happened in. It
+// is cache.ResourceEventHandler with a cluster argument. Calls for one handler are sequential.
+type Handler interface {
+	OnAdd(cluster string, obj any, isInInitialList bool)
+	OnUpdate(cluster string, oldObj, newObj any)
+	// OnDelete's obj may be a cache.DeletedFinalStateUnknown, as in client-go.
+	OnDelete(cluster string, obj any)
+}
+
+// HandlerFuncs adapts functions to Handler; nil functions are skipped.
+type HandlerFuncs struct {
+	AddFunc    func(cluster string, obj any, isInInitialList bool)
+	UpdateFunc func(cluster string, oldObj, newObj any)
+	DeleteFunc func(cluster string, obj any)
+}
+
+func (h HandlerFuncs) OnAdd(c string, obj any, initial bool) {
+	if h.AddFunc != nil {
+		h.AddFunc(c, obj, initial)
+	}
+}
+
+func (h HandlerFuncs) OnUpdate(c string, oldObj, newObj any) {
+	if h.UpdateFunc != nil {
+		h.UpdateFunc(c, oldObj, newObj)
+	}
+}
+
+func (h HandlerFuncs) OnDelete(c string, obj any) {
+	if h.DeleteFunc != nil {
+		h.DeleteFunc(c, obj)
+	}
+}
+
+// Registration is a handler added with AddEventHandler.
+type Registration struct {
+	agg  *Aggregate
+	h    Handler
+	q    *queue
+	done chan struct{}
+
+	mu     sync.Mutex
+	synced map[string]bool // clusters whose initial list this handler has had
+
+	panics    atomic.Int64
+	delivered atomic.Int64
+	removed   atomic.Bool
+}
+
+// AddEventHandler adds h. It first receives every object already held, as adds with
+// isInInitialList true, then live events. Its calls run on its own goroutine until Remove.
+func (a *Aggregate) AddEventHandler(h Handler) (*Registration, error) {
+	if h == nil {
+		return nil, fmt.Errorf("aggregate %s: nil handler", a.resource)
+	}
+	r := &Registration{agg: a, h: h, q: newQueue(), done: make(chan struct{}), synced: map[string]bool{}}
+	a.mu.Lock()
+	a.regs = append(a.regs, r)
+	members := a.memberList()
+	a.mu.Unlock()
+	for _, m := range members {
+		m.mu.Lock()
+		if !m.gone && !slices.Contains(m.regs, r) {
+			for _, key := range m.store.ListKeys() {
+				if obj, ok, _ := m.store.GetByKey(key); ok {
+					r.q.push(m.cluster, key, event{kind: evAdd, obj: obj, initial: true})
+				}
+			}
+			if m.synced.Load() {
+				r.q.push(m.cluster, markerKey, event{kind: evSynced})
+			}
+			m.regs = append(slices.Clone(m.regs), r)
+		}
+		m.mu.Unlock()
+	}
+	go r.run()
+	return r, nil
+}
+
+func (r *Registration) run() {
+	defer close(r.done)
+	for {
+		cluster, _, evs, ok := r.q.pop()
+		if !ok {
+			return
+		}
+		for _, ev := range evs {
+			if ev.kind == evSynced {
+				r.mu.Lock()
+				r.synced[cluster] = true
+				r.mu.Unlock()
+				continue
+			}
+			r.deliver(cluster, ev)
+		}
+	}
+}
+
+// deliver calls the handler, recovering and counting a panic so that the others go on.
+func (r *Registration) deliver(cluster string, ev event) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.panics.Add(1)
+			r.agg.log.Error("handler panicked", zap.String("cluster", cluster), zap.Any("panic", p))
+		}
+	}()
+	r.delivered.Add(1)
+	switch ev.kind {
+	case evAdd:
+		r.h.OnAdd(cluster, ev.obj, ev.initial)
+	case evUpdate:
+		r.h.OnUpdate(cluster, ev.old, ev.obj)
+	case evDelete:
+		r.h.OnDelete(cluster, ev.obj)
+	}
+}
+
+func (r *Registration) leave(cluster string) {
+	r.mu.Lock()
+	delete(r.synced, cluster)
+	r.mu.Unlock()
+}
+
+// HasSynced is true once this handler has had the initial list of every member that has
+// synced (and at least one has). Like client-go's, it never turns false again for a member
+// that stays.
+func (r *Registration) HasSynced() bool {
+	members := r.agg.snapshot()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	some := false
+	for _, m := range members {
+		if m.synced.Load() {
+			if !r.synced[m.cluster] {
+				return false
+			}
+			some = true
+		}
+	}
+	return some
+}
+
+// Pending is the number of events queued for this handler and not yet delivered. It is bounded
+// by the number of distinct objects with pending changes (twice that at most).
+func (r *Registration) Pending() int { return r.q.len() }
+
+// Panics counts handler calls that panicked.
+func (r *Registration) Panics() int64 { return r.panics.Load() }
+
+// Delivered counts handler calls made.
+func (r *Registration) Delivered() int64 { return r.delivered.Load() }
+
+// Remove stops deliveries and drops pending events. A call in flight may still be running when
+// Remove returns; Done is closed once it has returned. Remove may be called from the handler.
+func (r *Registration) Remove() {
+	if !r.removed.CompareAndSwap(false, true) {
+		return
+	}
+	a := r.agg
+	a.mu.Lock()
+	a.regs = slices.DeleteFunc(slices.Clone(a.regs), func(x *Registration) bool { return x == r })
+	members := a.memberList()
+	a.mu.Unlock()
+	for _, m := range members {
+		m.mu.Lock()
+		m.regs = slices.DeleteFunc(slices.Clone(m.regs), func(x *Registration) bool { return x == r })
+		m.mu.Unlock()
+	}
+	r.q.close()
+}
+
+// Done is closed once the handler has been removed and its last call has returned.
+func (r *Registration) Done() <-chan struct{} { return r.done }
