@@ -95,7 +95,7 @@ func (r *recorder) OnAdd(c string, obj any, initial bool) {
 	r.add(fmt.Sprintf("add %s %s initial=%v", c, name(obj), initial))
 }
 func (r *recorder) OnUpdate(c string, o, n any) { r.add(fmt.Sprintf("update %s %s", c, name(n))) }
-func (r *recorder) OnDelete(c string, obj any) { r.add(fmt.Sprintf("delete %s %s", c, name(obj))) }
+func (r *recorder) OnDelete(c string, obj any)  { r.add(fmt.Sprintf("delete %s %s", c, name(obj))) }
 
 func (r *recorder) snapshot() []string {
 	r.mu.Lock()

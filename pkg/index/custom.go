@@ -1,0 +1,191 @@
+package index
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/jsonpath"
+)
+
+// Spec declares a custom index, as the config file does. Exactly one of JSONPath and CEL is set.
+type Spec struct {
+	Name string `json:"name"`
+	// JSONPath is a kubectl-style template such as "{.spec.nodeName}" (braces optional). Every
+	// value it finds becomes an index value.
+	JSONPath string `json:"jsonPath,omitempty"`
+	// CEL is an expression over `object` (the object as JSON-like data) that yields a string, a
+	// list of strings, a bool or a number. A missing field yields no value.
+	CEL string `json:"cel,omitempty"`
+	// Clusters limits the index to clusters matching these globs. Empty: every cluster.
+	Clusters []string `json:"clusters,omitempty"`
+}
+
+// compiled caches compiled expressions: configs repeat the same expression for many resources,
+// and reloads compile them again. Bounded, as the set of expressions is user input.
+var compiled, _ = lru.New[string, cache.IndexFunc](256)
+
+// Compile validates spec and returns its index function. Errors name the field at fault.
+func Compile(spec Spec) (cache.IndexFunc, error) {
+	if spec.Name == "" {
+		return nil, fmt.Errorf("index: name is required")
+	}
+	if _, builtin := Builtins()[spec.Name]; builtin || spec.Name == Cluster || spec.Name == ClusterNamespace || spec.Name == Namespace {
+		return nil, fmt.Errorf("index %q: name: taken by a built-in index", spec.Name)
+	}
+	switch {
+	case spec.JSONPath != "" && spec.CEL != "":
+		return nil, fmt.Errorf("index %q: set jsonPath or cel, not both", spec.Name)
+	case spec.JSONPath != "":
+		if f, ok := compiled.Get("jsonpath\x00" + spec.JSONPath); ok {
+			return f, nil
+		}
+		f, err := compileJSONPath(spec.JSONPath)
+		if err != nil {
+			return nil, fmt.Errorf("index %q: jsonPath: %w", spec.Name, err)
+		}
+		compiled.Add("jsonpath\x00"+spec.JSONPath, f)
+		return f, nil
+	case spec.CEL != "":
+		if f, ok := compiled.Get("cel\x00" + spec.CEL); ok {
+			return f, nil
+		}
+		f, err := compileCEL(spec.CEL)
+		if err != nil {
+			return nil, fmt.Errorf("index %q: cel: %w", spec.Name, err)
+		}
+		compiled.Add("cel\x00"+spec.CEL, f)
+		return f, nil
+	}
+	return nil, fmt.Errorf("index %q: one of jsonPath or cel is required", spec.Name)
+}
+
+func compileJSONPath(expr string) (cache.IndexFunc, error) {
+	tmpl := strings.TrimSpace(expr)
+	if !strings.HasPrefix(tmpl, "{") {
+		tmpl = "{" + tmpl + "}"
+	}
+	parse := func() (*jsonpath.JSONPath, error) {
+		jp := jsonpath.New("index").AllowMissingKeys(true)
+		return jp, jp.Parse(tmpl)
+	}
+	if _, err := parse(); err != nil {
+		return nil, err
+	}
+	// A parsed JSONPath keeps state while it runs; index functions run concurrently for
+	// different clusters, so each run takes its own from the pool.
+	pool := sync.Pool{New: func() any { jp, _ := parse(); return jp }}
+	return func(obj any) ([]string, error) {
+		jp := pool.Get().(*jsonpath.JSONPath)
+		defer pool.Put(jp)
+		data := obj
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			data = u.Object
+		}
+		results, err := jp.FindResults(data)
+		if err != nil {
+			return nil, nil // a path that does not apply to this object indexes nothing
+		}
+		var out []string
+		for _, rs := range results {
+			for _, v := range rs {
+				out = appendValue(out, v)
+			}
+		}
+		return out, nil
+	}, nil
+}
+
+func appendValue(out []string, v reflect.Value) []string {
+	for v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return out
+		}
+		v = v.Elem()
+	}
+	switch v.Kind() {
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			out = appendValue(out, v.Index(i))
+		}
+		return out
+	case reflect.Map, reflect.Struct:
+		return out // not a scalar: nothing sensible to index
+	}
+	if v.Kind() == reflect.String && v.String() == "" {
+		return out
+	}
+	return append(out, fmt.Sprint(v.Interface()))
+}
+
+var celEnv = func() *cel.Env {
+	env, err := cel.NewEnv(cel.Variable("object", cel.DynType))
+	if err != nil {
+		panic(err) // a constant environment: fails in every test run if ever wrong
+	}
+	return env
+}()
+
+func compileCEL(expr string) (cache.IndexFunc, error) {
+	ast, iss := celEnv.Compile(expr)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	prg, err := celEnv.Program(ast)
+	if err != nil {
+		return nil, err
+	}
+	return func(obj any) ([]string, error) {
+		var data map[string]any
+		switch o := obj.(type) {
+		case *unstructured.Unstructured:
+			data = o.Object
+		case runtime.Object:
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+			if err != nil {
+				return nil, err
+			}
+			data = m
+		default:
+			return nil, fmt.Errorf("cel index: %T is not a Kubernetes object", obj)
+		}
+		val, _, err := prg.Eval(map[string]any{"object": data})
+		if err != nil {
+			return nil, nil // missing fields and the like: nothing to index
+		}
+		return celValues(val), nil
+	}, nil
+}
+
+func celValues(v ref.Val) []string {
+	switch v.Type() {
+	case types.StringType:
+		if s := v.Value().(string); s != "" {
+			return []string{s}
+		}
+		return nil
+	case types.NullType:
+		return nil
+	case types.ListType:
+		native, err := v.ConvertToNative(reflect.TypeOf([]any{}))
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for _, e := range native.([]any) {
+			if e != nil && fmt.Sprint(e) != "" {
+				out = append(out, fmt.Sprint(e))
+			}
+		}
+		return out
+	}
+	return []string{fmt.Sprint(v.Value())}
+}
