@@ -106,6 +106,7 @@ type member struct {
 	fwd      cache.ResourceEventHandlerRegistration
 	cancel   context.CancelFunc
 	synced   atomic.Bool
+	degraded atomic.Bool // set by the owner (SetDegraded) while the cluster is failing
 
 	mu    sync.Mutex // serialises forwarded events, promotion, leave and handler joins
 	store cache.Indexer
@@ -385,6 +386,20 @@ func (a *Aggregate) member(cluster string) *member {
 	return a.members[cluster]
 }
 
+// fresh reports whether the member's answers are current: synced, informer running, and not
+// marked degraded.
+func (m *member) fresh() bool {
+	return m.synced.Load() && !m.degraded.Load() && !m.informer.IsStopped()
+}
+
+// SetDegraded marks cluster's member as failing (true) or healthy again (false). While degraded,
+// the member still answers from its last state, and every answer lists it as unsynced.
+func (a *Aggregate) SetDegraded(cluster string, degraded bool) {
+	if m := a.member(cluster); m != nil {
+		m.degraded.Store(degraded)
+	}
+}
+
 func (m *member) current() cache.Indexer {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -410,18 +425,19 @@ func (a *Aggregate) Cluster(name string) (cache.Indexer, bool) {
 	return m.current(), true
 }
 
-// HasSynced reports whether cluster's informer has synced and its initial list has been handed
-// to the handlers.
+// HasSynced reports whether cluster's member is fresh: its informer has synced and runs, its
+// initial list has been handed to the handlers, and it is not marked degraded.
 func (a *Aggregate) HasSynced(cluster string) bool {
 	m := a.member(cluster)
-	return m != nil && m.synced.Load()
+	return m != nil && m.fresh()
 }
 
-// Unsynced lists the member clusters that have not synced, sorted.
+// Unsynced lists the member clusters whose answers may be partial or stale: not synced yet,
+// informer stopped, or marked degraded. Sorted.
 func (a *Aggregate) Unsynced() []string {
 	var out []string
 	for _, m := range a.snapshot() {
-		if !m.synced.Load() {
+		if !m.fresh() {
 			out = append(out, m.cluster)
 		}
 	}
@@ -588,8 +604,8 @@ type Query struct {
 	Labels labels.Selector
 }
 
-// Result is an answer with its freshness: Unsynced lists the clusters it spans whose member had
-// not synced, so the answer may be partial or stale for them.
+// Result is an answer with its freshness: Unsynced lists the clusters it spans whose member was
+// not fresh (see Unsynced), so the answer may be partial or stale for them.
 type Result struct {
 	Items    []Item
 	Unsynced []string
@@ -617,7 +633,7 @@ func (a *Aggregate) Select(q Query) (Result, error) {
 		}
 	}
 	for _, m := range ms {
-		if !m.synced.Load() {
+		if !m.fresh() {
 			res.Unsynced = append(res.Unsynced, m.cluster)
 		}
 		objs, err := a.selectMember(m, q)

@@ -1,0 +1,14 @@
+// Package clusterset turns a source of clusters (kubeconfig contexts) into running client-go
+// stacks, one Reflector → FIFO → Indexer (a cache.SharedIndexInformer) per cluster × resource,
+// and feeds them into one aggregate.Aggregate per resource.
+//
+// A Registry owns the lifecycle: Start(ctx) engages every cluster its Source yields, resolves
+// the configured resources through each cluster's own discovery, and keeps per cluster and per
+// resource a Status (Pending, Syncing, Synced, Degraded, Failed, NotServed) with the last error
+// in plain words. When the source changes, clusters are engaged, disengaged (their goroutines
+// end and their objects leave the aggregate as deletes) or, when their server or credentials
+// change, restarted with new stacks that the aggregate swaps in without duplicate adds.
+//
+// Invariants: a cluster's failure stays in that cluster's status and goroutines; no query waits
+// on a cluster; credentials never appear in errors or logs.
+package clusterset

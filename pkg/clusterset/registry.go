@@ -1,0 +1,296 @@
+package clusterset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+)
+
+// Version is reported in the user agent, multicache/<Version>.
+var Version = "v0.1.0-dev"
+
+// Options configures a Registry.
+type Options struct {
+	// Source yields the clusters. Required.
+	Source Source
+	// Resources to cache in every cluster. At least one.
+	Resources []ResourceSpec
+	// Logger. Default: no-op.
+	Logger *zap.Logger
+	// QPS and Burst limit each cluster's client. Defaults 50 and 100.
+	QPS   float32
+	Burst int
+	// UserAgent. Default "multicache/<Version>".
+	UserAgent string
+	// DiscoveryInterval is how often resources a cluster does not serve are looked up again
+	// (a CRD installed later). Default 30s.
+	DiscoveryInterval time.Duration
+	// RetryMax caps the backoff between failed discovery attempts. Default 30s.
+	RetryMax time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.Source == nil {
+		return errors.New("clusterset: Options.Source is required")
+	}
+	if len(o.Resources) == 0 {
+		return errors.New("clusterset: Options.Resources: at least one resource is required")
+	}
+	seen := map[string]bool{}
+	for i, r := range o.Resources {
+		if err := r.validate(i); err != nil {
+			return err
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("resources[%d].name: %q listed twice", i, r.Name)
+		}
+		seen[r.Name] = true
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.QPS == 0 {
+		o.QPS = 50
+	}
+	if o.Burst == 0 {
+		o.Burst = 100
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = "multicache/" + Version
+	}
+	if o.DiscoveryInterval == 0 {
+		o.DiscoveryInterval = 30 * time.Second
+	}
+	if o.RetryMax == 0 {
+		o.RetryMax = 30 * time.Second
+	}
+	return nil
+}
+
+// Registry runs the fleet: one cluster runner per cluster the Source yields, one Aggregate per
+// resource.
+type Registry struct {
+	opts  Options
+	log   *zap.Logger
+	aggs  map[string]*aggregate.Aggregate
+	board statusBoard
+
+	mu       sync.Mutex
+	clusters map[string]*runner
+	loadErr  string
+	started  bool
+}
+
+// New validates opts and builds the aggregates. Nothing runs until Start.
+func New(opts Options) (*Registry, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, clusters: map[string]*runner{}}
+	for _, spec := range opts.Resources {
+		agg, err := aggregate.New(aggregate.Options{Resource: spec.Name, Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		for _, ix := range spec.Indexes {
+			if err := agg.AddIndex(ix); err != nil {
+				return nil, fmt.Errorf("resource %q: %w", spec.Name, err)
+			}
+		}
+		r.aggs[spec.Name] = agg
+	}
+	return r, nil
+}
+
+// Aggregate returns the fleet-wide cache of a configured resource, by the name it was configured
+// with.
+func (r *Registry) Aggregate(resource string) (*aggregate.Aggregate, bool) {
+	a, ok := r.aggs[resource]
+	return a, ok
+}
+
+// Resources lists the configured resource names in configuration order.
+func (r *Registry) Resources() []string {
+	out := make([]string, len(r.opts.Resources))
+	for i, s := range r.opts.Resources {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// Start runs until ctx ends: it loads the source, engages its clusters and follows its changes.
+// On return every cluster's goroutines have ended. It fails only if called twice; a bad or
+// unreachable cluster is reported in its status instead.
+func (r *Registry) Start(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("clusterset: Registry already started")
+	}
+	r.started = true
+	r.mu.Unlock()
+	changes := r.opts.Source.Changes(ctx)
+	r.reload(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			r.stopAll()
+			return nil
+		case <-changes:
+			r.reload(ctx)
+		}
+	}
+}
+
+// reload applies the source's current clusters: engage new ones, disengage removed ones and
+// restart changed ones.
+func (r *Registry) reload(ctx context.Context) {
+	cfgs, err := r.opts.Source.Load()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.loadErr = err.Error()
+		r.log.Error("cluster source", zap.Error(err))
+		if cfgs == nil {
+			return // nothing usable: keep what runs
+		}
+	} else {
+		r.loadErr = ""
+	}
+	want := map[string]ClusterConfig{}
+	for _, c := range cfgs {
+		want[c.Name] = c
+	}
+	for name, run := range r.clusters {
+		if _, ok := want[name]; !ok {
+			r.log.Info("disengaging cluster", zap.String("cluster", name))
+			run.stop()
+			for _, agg := range r.aggs {
+				agg.Leave(name)
+			}
+			delete(r.clusters, name)
+			r.board.publish(StatusChange{Cluster: name, From: Synced, To: "Removed"})
+		}
+	}
+	for _, c := range cfgs {
+		old := r.clusters[c.Name]
+		if old != nil && old.cfg.Fingerprint == c.Fingerprint {
+			continue
+		}
+		if old != nil {
+			r.log.Info("restarting cluster: server or credentials changed", zap.String("cluster", c.Name))
+		} else {
+			r.log.Info("engaging cluster", zap.String("cluster", c.Name), zap.String("origin", c.Origin))
+		}
+		run := newRunner(r, c)
+		if old != nil {
+			run.restarts = old.restarts + 1
+		}
+		r.clusters[c.Name] = run
+		// The new stacks replace the old ones in the aggregates; the old informers stop now and
+		// their stores keep answering until the new ones have synced.
+		go run.run(ctx)
+		if old != nil {
+			old.stop()
+		}
+	}
+}
+
+func (r *Registry) stopAll() {
+	r.mu.Lock()
+	runs := make([]*runner, 0, len(r.clusters))
+	for _, run := range r.clusters {
+		runs = append(runs, run)
+	}
+	r.mu.Unlock()
+	for _, run := range runs {
+		run.stop()
+	}
+}
+
+// Clusters lists the engaged cluster names, sorted.
+func (r *Registry) Clusters() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.clusters))
+	for n := range r.clusters {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Status returns every engaged cluster's status, sorted by name.
+func (r *Registry) Status() []ClusterStatus {
+	r.mu.Lock()
+	runs := make([]*runner, 0, len(r.clusters))
+	for _, run := range r.clusters {
+		runs = append(runs, run)
+	}
+	r.mu.Unlock()
+	out := make([]ClusterStatus, 0, len(runs))
+	for _, run := range runs {
+		out = append(out, run.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ClusterStatus returns one cluster's status.
+func (r *Registry) ClusterStatus(name string) (ClusterStatus, bool) {
+	r.mu.Lock()
+	run := r.clusters[name]
+	r.mu.Unlock()
+	if run == nil {
+		return ClusterStatus{}, false
+	}
+	return run.status(), true
+}
+
+// SourceError is the last error loading the source ("" when the last load was clean).
+func (r *Registry) SourceError() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loadErr
+}
+
+// Subscribe returns state changes as they happen, buffered up to buf; a subscriber that falls
+// further behind misses changes (Status always has the current state). Call the function to stop.
+func (r *Registry) Subscribe(buf int) (<-chan StatusChange, func()) {
+	return r.board.subscribe(buf)
+}
+
+// WaitForSync waits until every engaged cluster has synced every resource it serves, or until
+// timeout, and returns "cluster/resource" for each that had not. A dead cluster thus costs at
+// most timeout, and the caller learns which ones are missing.
+func (r *Registry) WaitForSync(ctx context.Context, timeout time.Duration) []string {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		var missing []string
+		for _, cs := range r.Status() {
+			for _, rs := range cs.Resources {
+				if rs.State != Synced && rs.State != NotServed {
+					missing = append(missing, cs.Name+"/"+rs.Resource)
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return missing
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package clusterset
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+)
+
+// Mode is how a resource's objects are decoded and stored.
+type Mode string
+
+const (
+	// ModeAuto decodes built-in kinds as typed objects (protobuf on the wire) and everything else
+	// (CRDs) as unstructured. The default.
+	ModeAuto Mode = ""
+	// ModeTyped requires a kind client-go's scheme knows; others fail with a clear status.
+	ModeTyped Mode = "typed"
+	// ModeUnstructured decodes into unstructured maps through the dynamic client.
+	ModeUnstructured Mode = "unstructured"
+	// ModeMetadata stores only metadata (metav1.PartialObjectMetadata): names, labels,
+	// annotations, owners. By far the lightest.
+	ModeMetadata Mode = "metadata"
+)
+
+// ResourceSpec is one resource to cache in every cluster.
+type ResourceSpec struct {
+	// Name is what the user typed: plural ("pods"), singular, kind ("Pod"), short name ("po"),
+	// "resource.group" ("deployments.apps"), or "group/version/resource" ("apps/v1/deployments",
+	// "v1/pods" for the core group). Each cluster resolves it through its own discovery.
+	Name string
+	// Namespace limits the watch to one namespace (ignored for cluster-scoped resources).
+	Namespace string
+	// LabelSelector and FieldSelector are passed to LIST and WATCH, as tweakListOptions would.
+	LabelSelector string
+	FieldSelector string
+	// Mode chooses the decoding. Default ModeAuto.
+	Mode Mode
+	// Transform adjusts objects before they are stored. Default: DefaultTransform.
+	Transform TransformOptions
+	// Indexes are added to this resource's aggregate, in every cluster they apply to.
+	Indexes []aggregate.IndexSpec
+}
+
+func (r ResourceSpec) validate(i int) error {
+	field := func(f string) string { return fmt.Sprintf("resources[%d].%s", i, f) }
+	if strings.TrimSpace(r.Name) == "" {
+		return fmt.Errorf("%s: required", field("name"))
+	}
+	if _, err := parseResourceName(r.Name); err != nil {
+		return fmt.Errorf("%s: %w", field("name"), err)
+	}
+	if _, err := labels.Parse(r.LabelSelector); err != nil {
+		return fmt.Errorf("%s: %w", field("labelSelector"), err)
+	}
+	if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
+		return fmt.Errorf("%s: %w", field("fieldSelector"), err)
+	}
+	switch r.Mode {
+	case ModeAuto, ModeTyped, ModeUnstructured, ModeMetadata:
+	default:
+		return fmt.Errorf("%s: %q is not one of typed, unstructured, metadata", field("mode"), r.Mode)
+	}
+	seen := map[string]bool{}
+	for j, ix := range r.Indexes {
+		if ix.Name == "" || ix.Func == nil {
+			return fmt.Errorf("%s[%d]: name and function are required", field("indexes"), j)
+		}
+		if seen[ix.Name] {
+			return fmt.Errorf("%s[%d]: duplicate index %q", field("indexes"), j, ix.Name)
+		}
+		seen[ix.Name] = true
+	}
+	return nil
+}
+
+func (r ResourceSpec) tweak(o *metav1.ListOptions) {
+	if r.LabelSelector != "" {
+		o.LabelSelector = r.LabelSelector
+	}
+	if r.FieldSelector != "" {
+		o.FieldSelector = r.FieldSelector
+	}
+}
+
+// parseResourceName turns the user's name into what discovery resolves: a GroupVersionResource
+// whose empty fields are to be filled in.
+func parseResourceName(name string) (schema.GroupVersionResource, error) {
+	n := strings.TrimSpace(name)
+	if strings.ContainsAny(n, " \t") {
+		return schema.GroupVersionResource{}, fmt.Errorf("%q: spaces are not allowed", name)
+	}
+	parts := strings.Split(n, "/")
+	for _, p := range parts {
+		if p == "" {
+			return schema.GroupVersionResource{}, fmt.Errorf("%q: empty segment", name)
+		}
+	}
+	switch len(parts) {
+	case 1:
+		gr := schema.ParseGroupResource(n)
+		return schema.GroupVersionResource{Group: gr.Group, Resource: strings.ToLower(gr.Resource)}, nil
+	case 2: // version/resource in the core group
+		return schema.GroupVersionResource{Version: parts[0], Resource: strings.ToLower(parts[1])}, nil
+	case 3:
+		return schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: strings.ToLower(parts[2])}, nil
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("%q: want name, resource.group or group/version/resource", name)
+}
+
+// TransformOptions configures the transform applied before objects are stored. The zero value
+// is the default: drop managedFields and the last-applied-configuration annotation.
+type TransformOptions struct {
+	// KeepManagedFields keeps metadata.managedFields (often 25–30% of an object).
+	KeepManagedFields bool
+	// KeepLastApplied keeps the kubectl.kubernetes.io/last-applied-configuration annotation,
+	// a full copy of the object as last applied.
+	KeepLastApplied bool
+	// Func, if set, runs after the built-in steps. It must be idempotent and may mutate in place.
+	Func cache.TransformFunc
+}

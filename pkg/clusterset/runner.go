@@ -1,0 +1,216 @@
+package clusterset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// runner is one engaged cluster: its discovery and its stacks, all under one context.
+type runner struct {
+	reg *Registry
+	cfg ClusterConfig
+	log *zap.Logger
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	stacks []*stack // in Options.Resources order
+	err    string   // cluster-level error (discovery)
+	state  State
+
+	restarts int // set before run, read-only after
+}
+
+func newRunner(reg *Registry, cfg ClusterConfig) *runner {
+	r := &runner{reg: reg, cfg: cfg, log: reg.log.With(zap.String("cluster", cfg.Name)), done: make(chan struct{}), state: Pending}
+	for _, spec := range reg.opts.Resources {
+		s := newStack(cfg.Name, spec, &reg.board, r.log)
+		agg := reg.aggs[spec.Name]
+		s.onState = func(st State) { agg.SetDegraded(cfg.Name, st == Degraded || st == Failed) }
+		r.stacks = append(r.stacks, s)
+	}
+	return r
+}
+
+func (r *runner) stop() {
+	r.mu.Lock()
+	cancel := r.cancel
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-r.done
+	}
+}
+
+func (r *runner) restConfig() *rest.Config {
+	c := rest.CopyConfig(r.cfg.Config)
+	c.QPS, c.Burst = r.reg.opts.QPS, r.reg.opts.Burst
+	c.UserAgent = r.reg.opts.UserAgent
+	return c
+}
+
+// run resolves the resources through discovery, starts a stack for each served one, and keeps
+// looking for the unserved ones until ctx ends.
+func (r *runner) run(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	r.mu.Lock()
+	r.cancel = cancel
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		close(r.done)
+	}()
+	cfg := r.restConfig()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		r.setErr(fmt.Errorf("discovery client: %w", err))
+		return
+	}
+	cached := memory.NewMemCacheClient(dc)
+	mapper := restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, func(string) {})
+	r.setState(Syncing, "")
+
+	pending := append([]*stack(nil), r.stacks...)
+	backoff := time.Second
+	for {
+		var next []*stack
+		var discoveryErr error
+		for _, s := range pending {
+			res, err := resolve(mapper, s.spec.Name)
+			switch {
+			case err == nil:
+				inf, mode, berr := s.build(cfg, res)
+				if berr != nil {
+					s.set(Failed, berr.Error())
+					continue
+				}
+				if jerr := r.reg.aggs[s.spec.Name].Join(r.cfg.Name, inf); jerr != nil {
+					s.set(Failed, jerr.Error())
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s.run(ctx, inf, res.gvr, mode)
+				}()
+			case meta.IsNoMatchError(err):
+				s.set(NotServed, "not served: no resource "+s.spec.Name+" in this cluster's discovery")
+				next = append(next, s)
+			default:
+				discoveryErr = err
+				s.set(Failed, describe(err))
+				next = append(next, s)
+			}
+		}
+		pending = next
+		wait := r.reg.opts.DiscoveryInterval
+		if discoveryErr != nil {
+			r.setErr(discoveryErr)
+			wait = backoff
+			backoff = min(2*backoff, r.reg.opts.RetryMax)
+		} else {
+			r.setErr(nil)
+			backoff = time.Second
+		}
+		if len(pending) == 0 {
+			<-ctx.Done()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		cached.Invalidate()
+		mapper.(interface{ Reset() }).Reset()
+	}
+}
+
+// resolve maps the user's resource name to one GVR, its kind and scope, through discovery.
+func resolve(mapper meta.RESTMapper, name string) (resolved, error) {
+	want, err := parseResourceName(name)
+	if err != nil {
+		return resolved{}, err
+	}
+	gvr, err := mapper.ResourceFor(want)
+	if err != nil {
+		var amb *meta.AmbiguousResourceError
+		if errors.As(err, &amb) && len(amb.MatchingResources) > 0 {
+			gvr = amb.MatchingResources[0]
+		} else {
+			return resolved{}, err
+		}
+	}
+	gvk, err := mapper.KindFor(gvr)
+	if err != nil {
+		return resolved{}, err
+	}
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return resolved{}, err
+	}
+	return resolved{gvr: gvr, gvk: gvk, namespaced: m.Scope.Name() == meta.RESTScopeNameNamespace}, nil
+}
+
+func (r *runner) setErr(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.err = ""
+		return
+	}
+	r.err = describe(err)
+	r.log.Warn("discovery failed", zap.String("error", r.err))
+}
+
+func (r *runner) setState(st State, errText string) {
+	r.mu.Lock()
+	from := r.state
+	r.state, r.err = st, errText
+	r.mu.Unlock()
+	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from, To: st, Error: errText})
+}
+
+func (r *runner) status() ClusterStatus {
+	r.mu.Lock()
+	cs := ClusterStatus{Name: r.cfg.Name, Origin: r.cfg.Origin, Error: r.err, Restarts: r.restarts}
+	stacks := r.stacks
+	r.mu.Unlock()
+	worst := Synced
+	var errs []string
+	for _, s := range stacks {
+		st := s.status()
+		cs.Resources = append(cs.Resources, st)
+		if severity[st.State] > severity[worst] {
+			worst = st.State
+		}
+		if st.State == Synced && (cs.LastSync.IsZero() || st.LastSync.Before(cs.LastSync)) {
+			cs.LastSync = st.LastSync
+		}
+		if st.Error != "" && st.State != NotServed {
+			errs = append(errs, st.Resource+": "+st.Error)
+		}
+	}
+	cs.State = worst
+	if cs.Error == "" && len(errs) > 0 {
+		cs.Error = strings.Join(errs, "; ")
+	}
+	if cs.Error != "" && worst == Synced {
+		cs.State = Degraded
+	}
+	return cs
+}

@@ -1,0 +1,253 @@
+package clusterset
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// stack is one cluster × resource: a client-go SharedIndexInformer (Reflector → FIFO →
+// Indexer) and the status derived from it.
+type stack struct {
+	cluster string
+	spec    ResourceSpec
+	board   *statusBoard
+	log     *zap.Logger
+	onState func(State) // tells the aggregate about degradation
+
+	mu       sync.Mutex
+	st       ResourceStatus
+	informer cache.SharedIndexInformer
+	errRV    string // LastSyncResourceVersion when the last error was recorded
+	hasErr   bool
+}
+
+func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {
+	return &stack{
+		cluster: cluster, spec: spec, board: board,
+		log: log.With(zap.String("resource", spec.Name)),
+		st:  ResourceStatus{Resource: spec.Name, State: Pending},
+	}
+}
+
+func (s *stack) status() ResourceStatus {
+	s.mu.Lock()
+	st := s.st
+	inf := s.informer
+	s.mu.Unlock()
+	if inf != nil {
+		st.Objects = len(inf.GetStore().ListKeys())
+	}
+	return st
+}
+
+// setState changes state and error together and publishes the change. Callers hold s.mu.
+func (s *stack) setStateLocked(to State, errText string) {
+	from := s.st.State
+	s.st.State, s.st.Error = to, errText
+	if from != to {
+		s.board.publish(StatusChange{Cluster: s.cluster, Resource: s.spec.Name, From: from, To: to, Error: errText})
+		s.log.Info("resource state", zap.String("from", string(from)), zap.String("to", string(to)), zap.String("error", errText))
+		if s.onState != nil {
+			s.onState(to)
+		}
+	}
+}
+
+func (s *stack) set(to State, errText string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setStateLocked(to, errText)
+}
+
+// resolved is what discovery said about the resource in this cluster.
+type resolved struct {
+	gvr        schema.GroupVersionResource
+	gvk        schema.GroupVersionKind
+	namespaced bool
+}
+
+// build creates the informer for r with the decoding spec.Mode asks for.
+func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, Mode, error) {
+	mode := s.spec.Mode
+	if mode == ModeAuto {
+		mode = ModeUnstructured
+		if scheme.Scheme.Recognizes(r.gvk) {
+			mode = ModeTyped
+		}
+	}
+	ns := ""
+	if r.namespaced {
+		ns = s.spec.Namespace
+	}
+	var lw cache.ListerWatcher
+	var example runtime.Object
+	switch mode {
+	case ModeTyped:
+		if !scheme.Scheme.Recognizes(r.gvk) {
+			return nil, mode, fmt.Errorf("mode typed: kind %s is not a built-in kind; use unstructured or metadata", r.gvk)
+		}
+		obj, err := scheme.Scheme.New(r.gvk)
+		if err != nil {
+			return nil, mode, err
+		}
+		example = obj
+		rc, err := typedClient(cfg, r.gvk.GroupVersion())
+		if err != nil {
+			return nil, mode, err
+		}
+		lw = cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				s.spec.tweak(&o)
+				return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				s.spec.tweak(&o)
+				o.Watch = true
+				return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Watch(ctx)
+			},
+		}, rc)
+	case ModeUnstructured:
+		dc, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return nil, mode, err
+		}
+		ri := dc.Resource(r.gvr).Namespace(ns)
+		example = &unstructured.Unstructured{}
+		lw = cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				s.spec.tweak(&o)
+				return ri.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				s.spec.tweak(&o)
+				return ri.Watch(ctx, o)
+			},
+		}, dc)
+	case ModeMetadata:
+		mc, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return nil, mode, err
+		}
+		ri := mc.Resource(r.gvr).Namespace(ns)
+		example = &metav1.PartialObjectMetadata{}
+		lw = cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				s.spec.tweak(&o)
+				return ri.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				s.spec.tweak(&o)
+				return ri.Watch(ctx, o)
+			},
+		}, mc)
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{
+		Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		ObjectDescription: s.cluster + "/" + r.gvr.String(),
+	})
+	if err := inf.SetTransform(newTransform(s.spec.Transform)); err != nil {
+		return nil, mode, err
+	}
+	if err := inf.SetWatchErrorHandlerWithContext(s.onWatchError); err != nil {
+		return nil, mode, err
+	}
+	return inf, mode, nil
+}
+
+// typedClient is a REST client for one group version that decodes into client-go's typed
+// objects and speaks protobuf, as generated clientsets do.
+func typedClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	if gv.Group == "" {
+		c.APIPath = "/api"
+	}
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return rest.RESTClientFor(c)
+}
+
+// onWatchError is the reflector's error hook: every call is a failed list or watch that the
+// reflector will retry.
+func (s *stack) onWatchError(ctx context.Context, r *cache.Reflector, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.WatchRestarts++
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return // routine: the reflector relists
+	}
+	s.hasErr = true
+	if s.informer != nil {
+		s.errRV = s.informer.LastSyncResourceVersion()
+	}
+	text := describe(err)
+	switch {
+	case s.st.State == Synced || s.st.State == Degraded:
+		s.setStateLocked(Degraded, text)
+	default:
+		s.setStateLocked(Failed, text)
+	}
+}
+
+// run starts the informer and follows its sync and recovery until ctx ends.
+func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, gvr schema.GroupVersionResource, mode Mode) {
+	s.mu.Lock()
+	s.informer = inf
+	s.st.GVR, s.st.Mode = gvr.String(), mode
+	if s.st.State == Pending || s.st.State == NotServed {
+		s.setStateLocked(Syncing, "")
+	}
+	s.mu.Unlock()
+	go inf.RunWithContext(ctx)
+	start := time.Now()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !inf.HasSynced() {
+			continue
+		}
+		s.mu.Lock()
+		rv := inf.LastSyncResourceVersion()
+		switch {
+		case s.st.State == Syncing || (s.st.State == Failed && !s.hasErr):
+			s.st.LastSync = time.Now()
+			s.setStateLocked(Synced, "")
+			s.log.Info("synced", zap.Duration("took", time.Since(start)), zap.Int("objects", len(inf.GetStore().ListKeys())))
+		case s.hasErr && rv != s.errRV:
+			// The reflector listed or watched successfully since the error.
+			s.hasErr = false
+			s.st.LastSync = time.Now()
+			s.setStateLocked(Synced, "")
+		case s.hasErr && s.st.State == Failed:
+			// Synced from the store's point of view but the error stands: wait for progress.
+		case !s.hasErr && s.st.State == Synced:
+			s.st.LastSync = time.Now()
+		}
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,169 @@
+package clusterset
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+)
+
+// State is where a cluster or a resource stands.
+type State string
+
+const (
+	// Pending: known, not started.
+	Pending State = "Pending"
+	// Syncing: started, initial list not complete.
+	Syncing State = "Syncing"
+	// Synced: the cache holds what the server lists and follows its watch.
+	Synced State = "Synced"
+	// Degraded: was synced, now failing (the cache serves its last state, which may be stale).
+	Degraded State = "Degraded"
+	// Failed: never synced, and failing; Error says why.
+	Failed State = "Failed"
+	// NotServed: the cluster does not serve this resource (a CRD it lacks). Fails nothing.
+	NotServed State = "NotServed"
+)
+
+// severity orders states for the cluster summary; NotServed counts as fine.
+var severity = map[State]int{Synced: 0, NotServed: 0, Pending: 1, Syncing: 2, Degraded: 3, Failed: 4}
+
+// ResourceStatus is one cluster × resource.
+type ResourceStatus struct {
+	Resource string // as configured
+	GVR      string // as resolved in this cluster, "" until resolved
+	Mode     Mode   // the decoding in use
+	State    State
+	Error    string    // the last error, in words; empty when healthy
+	LastSync time.Time // the last time the cache was known in step with the server
+	Objects  int
+	// WatchRestarts counts list/watch failures the reflector recovered from or is retrying.
+	WatchRestarts int64
+}
+
+// ClusterStatus is one cluster and its resources.
+type ClusterStatus struct {
+	Name     string
+	Origin   string
+	State    State
+	Error    string
+	LastSync time.Time // the oldest LastSync of its synced resources
+	// Restarts counts how often the cluster's stacks were rebuilt because its server or
+	// credentials changed in the source.
+	Restarts  int
+	Resources []ResourceStatus
+}
+
+// StatusChange notifies that a cluster's or a resource's state changed. Resource is empty for
+// cluster-level changes.
+type StatusChange struct {
+	Cluster, Resource string
+	From, To          State
+	Error             string
+}
+
+// describe turns an error into words a user understands. It never includes credentials:
+// API errors carry none, and URLs are reduced to scheme and host.
+func describe(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ue *url.Error
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return "unauthorized (401): the credentials were rejected"
+	case apierrors.IsForbidden(err):
+		return "forbidden (403): " + apiMessage(err)
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return "not served (404): the server does not serve this resource"
+	case apierrors.IsResourceExpired(err), apierrors.IsGone(err):
+		return "resourceVersion expired (410): relisting"
+	case apierrors.IsTooManyRequests(err):
+		return "throttled (429): " + apiMessage(err)
+	case errors.As(err, &ue):
+		host := ue.URL
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			host = u.Scheme + "://" + u.Host
+		}
+		var ne net.Error
+		if errors.As(ue.Err, &ne) && ne.Timeout() {
+			return "unreachable: " + host + ": timed out"
+		}
+		return "unreachable: " + host + ": " + rootCause(ue.Err)
+	}
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return fmt.Sprintf("server error (%d): %s", se.Status().Code, apiMessage(err))
+	}
+	return rootCause(err)
+}
+
+func apiMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Message
+	}
+	return err.Error()
+}
+
+func rootCause(err error) string {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			break
+		}
+		err = u
+	}
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i > 0 && strings.Contains(s, "dial tcp") {
+		return strings.TrimSpace(s[i+2:])
+	}
+	return s
+}
+
+// statusBoard holds every status and fans out changes.
+type statusBoard struct {
+	mu   sync.Mutex
+	subs map[chan StatusChange]struct{}
+	// dropped counts notifications a slow subscriber missed.
+	dropped int64
+}
+
+func (b *statusBoard) publish(c StatusChange) {
+	if c.From == c.To {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for ch := range b.subs {
+		select {
+		case ch <- c:
+		default:
+			b.dropped++
+		}
+	}
+}
+
+func (b *statusBoard) subscribe(buf int) (<-chan StatusChange, func()) {
+	ch := make(chan StatusChange, buf)
+	b.mu.Lock()
+	if b.subs == nil {
+		b.subs = map[chan StatusChange]struct{}{}
+	}
+	b.subs[ch] = struct{}{}
+	b.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			b.mu.Lock()
+			delete(b.subs, ch)
+			b.mu.Unlock()
+		})
+	}
+}

@@ -1,0 +1,39 @@
+package clusterset
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+)
+
+// LastAppliedAnnotation is the annotation kubectl apply writes.
+const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// newTransform returns the informer transform for opts. It runs once per object, before the
+// object is stored, on an object no one else holds yet, so mutating in place is safe. It is
+// idempotent.
+func newTransform(opts TransformOptions) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			return obj, nil
+		}
+		if m, err := meta.Accessor(obj); err == nil {
+			if !opts.KeepManagedFields && m.GetManagedFields() != nil {
+				m.SetManagedFields(nil)
+			}
+			if !opts.KeepLastApplied {
+				if a := m.GetAnnotations(); a != nil {
+					if _, ok := a[LastAppliedAnnotation]; ok {
+						delete(a, LastAppliedAnnotation)
+						if len(a) == 0 {
+							m.SetAnnotations(nil)
+						}
+					}
+				}
+			}
+		}
+		if opts.Func != nil {
+			return opts.Func(obj)
+		}
+		return obj, nil
+	}
+}

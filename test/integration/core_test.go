@@ -1,0 +1,553 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/index"
+	"github.com/multicache/multicache/test/fleet"
+)
+
+// truth is what one API server lists: key → uid/resourceVersion.
+type truth map[string]string
+
+func groundTruth(ctx context.Context, t *testing.T, f *fleet.Fleet, gvr schema.GroupVersionResource, clusters ...string) truth {
+	t.Helper()
+	out := truth{}
+	for _, name := range clusters {
+		c, _ := f.Cluster(name)
+		mc, err := metadata.NewForConfig(c.AdminConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := mc.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("%s: list %s: %v", name, gvr, err)
+		}
+		for _, o := range list.Items {
+			k := aggregate.Key{Cluster: name, Namespace: o.Namespace, Name: o.Name}
+			out[k.String()] = string(o.UID) + "/" + o.ResourceVersion
+		}
+	}
+	return out
+}
+
+func cached(agg *aggregate.Aggregate) truth {
+	out := truth{}
+	for _, key := range agg.ListKeys() {
+		obj, _, _ := agg.GetByKey(key)
+		m, _ := meta.Accessor(obj)
+		out[key] = string(m.GetUID()) + "/" + m.GetResourceVersion()
+	}
+	return out
+}
+
+func diff(want, got truth) []string {
+	var d []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			d = append(d, "missing "+k)
+		} else if g != v {
+			d = append(d, fmt.Sprintf("stale %s: cache %s, server %s", k, g, v))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, "extra "+k)
+		}
+	}
+	sort.Strings(d)
+	return d
+}
+
+// converge waits until the aggregate equals ground truth, and fails with the differences if it
+// never does.
+func converge(ctx context.Context, t *testing.T, f *fleet.Fleet, agg *aggregate.Aggregate, gvr schema.GroupVersionResource, clusters ...string) {
+	t.Helper()
+	var d []string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		d = diff(groundTruth(ctx, t, f, gvr, clusters...), cached(agg))
+		if len(d) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(d) > 20 {
+		d = append(d[:20], fmt.Sprintf("… %d more", len(d)-20))
+	}
+	t.Fatalf("%s: cache diverged from the API servers:\n%s", gvr.Resource, strings.Join(d, "\n"))
+}
+
+// finalStates records, per object, the last state a handler saw.
+type finalStates struct {
+	mu     sync.Mutex
+	state  map[string]string // key → uid/rv, deleted keys absent
+	adds   map[string]int
+	errors []string
+}
+
+func newFinalStates() *finalStates {
+	return &finalStates{state: map[string]string{}, adds: map[string]int{}}
+}
+
+func (s *finalStates) key(cluster string, obj any) string {
+	k, err := aggregate.KeyOf(cluster, obj)
+	if err != nil {
+		s.errors = append(s.errors, err.Error())
+	}
+	return k.String()
+}
+
+func rvOf(obj any) (string, string) {
+	m, _ := meta.Accessor(obj)
+	return string(m.GetUID()), m.GetResourceVersion()
+}
+
+func (s *finalStates) OnAdd(cluster string, obj any, _ bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.key(cluster, obj)
+	if _, dup := s.state[k]; dup {
+		s.errors = append(s.errors, "add of a key already present: "+k)
+	}
+	uid, rv := rvOf(obj)
+	s.state[k] = uid + "/" + rv
+	s.adds[k]++
+}
+
+func (s *finalStates) OnUpdate(cluster string, oldObj, newObj any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.key(cluster, newObj)
+	prev, ok := s.state[k]
+	if !ok {
+		s.errors = append(s.errors, "update of an unknown key: "+k)
+	}
+	uid, rv := rvOf(newObj)
+	if ok && prev == uid+"/"+rv && uid != "" {
+		// client-go's relist after a 410 can deliver the same state as an update; allowed.
+	}
+	if ok && strings.SplitN(prev, "/", 2)[0] == uid && olderRV(rv, strings.SplitN(prev, "/", 2)[1]) {
+		s.errors = append(s.errors, fmt.Sprintf("update went backwards for %s: %s after %s", k, rv, prev))
+	}
+	s.state[k] = uid + "/" + rv
+}
+
+func (s *finalStates) OnDelete(cluster string, obj any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.key(cluster, obj)
+	if _, ok := s.state[k]; !ok {
+		s.errors = append(s.errors, "delete of an unknown key: "+k)
+	}
+	delete(s.state, k)
+}
+
+func olderRV(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+func (s *finalStates) snapshot() (truth, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := truth{}
+	for k, v := range s.state {
+		out[k] = v
+	}
+	return out, append([]string(nil), s.errors...)
+}
+
+// writeKubeconfig writes the fleet's kubeconfig limited to contexts, plus extra contexts.
+func writeKubeconfig(t *testing.T, f *fleet.Fleet, path string, contexts []string, extra func(*clientcmdapi.Config)) {
+	t.Helper()
+	full, err := clientcmd.LoadFromFile(f.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := clientcmdapi.NewConfig()
+	for _, c := range contexts {
+		out.Contexts[c] = full.Contexts[c]
+		out.Clusters[c] = full.Clusters[c]
+		out.AuthInfos[c] = full.AuthInfos[c]
+	}
+	if extra != nil {
+		extra(out)
+	}
+	b, err := clientcmd.Write(*out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	podsGVR    = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	cmGVR      = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	nodesGVR   = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	deployGVR  = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	nsGVR      = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	widgetsGVR = fleet.WidgetGVR
+)
+
+func TestCoreOnLocalFleet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := fleet.StartT(t, fleet.Options{Clusters: 3})
+	loader, err := fleet.NewLoader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loader.Seed(ctx, fleet.Spec{Namespaces: 3, Nodes: 5, PodsPerNamespace: 60, ConfigMapsPerNamespace: 20,
+		DeploymentsPerNamespace: 3, WidgetsPerNamespace: 10, CRDClusters: []string{"fleet-1", "fleet-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Different objects in each cluster: extra ConfigMaps named after the cluster.
+	for i, name := range f.Names() {
+		cs, _ := f.Clientset(name)
+		for j := range (i + 1) * 7 {
+			_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("only-%s-%d", name, j), Labels: map[string]string{"only": name}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	writeKubeconfig(t, f, kubeconfig, f.Names(), nil)
+	src, err := clusterset.NewKubeconfig(clusterset.KubeconfigOptions{Paths: []string{kubeconfig}, Include: []string{"fleet-*", "broken"}, PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeJSONPath, err := index.Compile(index.Spec{Name: "jp-node", JSONPath: "{.spec.nodeName}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	teamCEL, err := index.Compile(index.Spec{Name: "cel-team", CEL: "object.metadata.labels['team']"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podIndexes := []aggregate.IndexSpec{
+		{Name: index.Label, Func: index.ByLabel}, {Name: index.NodeName, Func: index.ByNodeName},
+		{Name: index.Image, Func: index.ByImage}, {Name: index.Owner, Func: index.ByOwner},
+		{Name: "jp-node", Func: nodeJSONPath}, {Name: "cel-team", Func: teamCEL},
+		{Name: "cel-team-f1", Func: teamCEL, Clusters: []string{"fleet-1"}},
+	}
+	reg, err := clusterset.New(clusterset.Options{
+		Source: src,
+		Logger: zaptest.NewLogger(t),
+		Resources: []clusterset.ResourceSpec{
+			{Name: "pods", Indexes: podIndexes},
+			{Name: "cm"},
+			{Name: "Node", Indexes: []aggregate.IndexSpec{{Name: index.Label, Func: index.ByLabel}}},
+			{Name: "deployments.apps"},
+			{Name: "namespaces", Mode: clusterset.ModeMetadata},
+			{Name: "widgets"},
+		},
+		DiscoveryInterval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, _ := reg.Aggregate("pods")
+	cms, _ := reg.Aggregate("cm")
+	handlerSeen := newFinalStates()
+	hreg, err := cms.AddEventHandler(handlerSeen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regCtx, stopReg := context.WithCancel(ctx)
+	regDone := make(chan struct{})
+	go func() { _ = reg.Start(regCtx); close(regDone) }()
+	defer func() { stopReg(); <-regDone }()
+
+	if missing := reg.WaitForSync(ctx, 2*time.Minute); missing != nil {
+		t.Fatalf("not synced: %v\n%+v", missing, reg.Status())
+	}
+	all := f.Names()
+	t.Run("aggregate equals the union of the API servers", func(t *testing.T) {
+		for res, gvr := range map[string]schema.GroupVersionResource{"pods": podsGVR, "cm": cmGVR, "Node": nodesGVR, "deployments.apps": deployGVR, "namespaces": nsGVR} {
+			agg, _ := reg.Aggregate(res)
+			converge(ctx, t, f, agg, gvr, all...)
+		}
+		widgets, _ := reg.Aggregate("widgets")
+		converge(ctx, t, f, widgets, widgetsGVR, "fleet-1", "fleet-2")
+	})
+
+	t.Run("decoding modes", func(t *testing.T) {
+		o, _, _ := pods.GetByKey("fleet-2|load-0/pod-1")
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			t.Fatalf("pods are %T, want typed *v1.Pod", o)
+		}
+		if p.ManagedFields != nil {
+			t.Error("managedFields kept by the default transform")
+		}
+		nss, _ := reg.Aggregate("namespaces")
+		if o, _, _ := nss.GetByKey("fleet-1|load-0"); o == nil {
+			t.Error("namespace missing")
+		} else if _, ok := o.(*metav1.PartialObjectMetadata); !ok {
+			t.Errorf("namespaces are %T, want metadata-only", o)
+		}
+		widgets, _ := reg.Aggregate("widgets")
+		if keys := widgets.ListKeys(); len(keys) == 0 {
+			t.Error("no widgets")
+		} else if o, _, _ := widgets.GetByKey(keys[0]); fmt.Sprintf("%T", o) != "*unstructured.Unstructured" {
+			t.Errorf("widgets are %T, want unstructured", o)
+		}
+	})
+
+	t.Run("CRD not served in fleet-3 fails nothing", func(t *testing.T) {
+		cs, _ := reg.ClusterStatus("fleet-3")
+		if cs.State != clusterset.Synced {
+			t.Errorf("fleet-3 state %s (%s)", cs.State, cs.Error)
+		}
+		for _, r := range cs.Resources {
+			if r.Resource == "widgets" && (r.State != clusterset.NotServed || !strings.Contains(r.Error, "not served")) {
+				t.Errorf("fleet-3 widgets: %+v", r)
+			}
+		}
+	})
+
+	t.Run("indexes answer as brute force over ground truth", func(t *testing.T) {
+		// Ground truth: every pod, decoded, from every API server.
+		type gp struct {
+			cluster string
+			pod     corev1.Pod
+		}
+		var truthPods []gp
+		for _, name := range all {
+			cs, _ := f.Clientset(name)
+			list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range list.Items {
+				truthPods = append(truthPods, gp{name, p})
+			}
+		}
+		brute := func(pred func(gp) bool) []string {
+			var out []string
+			for _, p := range truthPods {
+				if pred(p) {
+					out = append(out, aggregate.Key{Cluster: p.cluster, Namespace: p.pod.Namespace, Name: p.pod.Name}.String())
+				}
+			}
+			sort.Strings(out)
+			return out
+		}
+		hasImage := func(p corev1.Pod, img string) bool {
+			for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+				if c.Image == img {
+					return true
+				}
+			}
+			return false
+		}
+		for _, tc := range []struct {
+			index, value string
+			pred         func(gp) bool
+		}{
+			{aggregate.IndexCluster, "fleet-2", func(p gp) bool { return p.cluster == "fleet-2" }},
+			{aggregate.IndexNamespace, "load-1", func(p gp) bool { return p.pod.Namespace == "load-1" }},
+			{aggregate.IndexClusterNamespace, "fleet-3/load-2", func(p gp) bool { return p.cluster == "fleet-3" && p.pod.Namespace == "load-2" }},
+			{index.Label, "app=app-3", func(p gp) bool { return p.pod.Labels["app"] == "app-3" }},
+			{index.Label, "tier", func(p gp) bool { _, ok := p.pod.Labels["tier"]; return ok }},
+			{index.NodeName, "node-2", func(p gp) bool { return p.pod.Spec.NodeName == "node-2" }},
+			{index.Image, "busybox:1.37", func(p gp) bool { return hasImage(p.pod, "busybox:1.37") }},
+			{index.Image, "nginx:1.27.3", func(p gp) bool { return hasImage(p.pod, "nginx:1.27.3") }},
+			{"jp-node", "node-4", func(p gp) bool { return p.pod.Spec.NodeName == "node-4" }},
+			{"cel-team", "team-2", func(p gp) bool { return p.pod.Labels["team"] == "team-2" }},
+			{"cel-team-f1", "team-2", func(p gp) bool { return p.cluster == "fleet-1" && p.pod.Labels["team"] == "team-2" }},
+		} {
+			got, err := pods.IndexKeys(tc.index, tc.value)
+			if err != nil {
+				t.Fatalf("%s=%s: %v", tc.index, tc.value, err)
+			}
+			sort.Strings(got)
+			want := brute(tc.pred)
+			if len(want) == 0 {
+				t.Fatalf("%s=%s: ground truth is empty, the test proves nothing", tc.index, tc.value)
+			}
+			if d := diff(toTruth(want), toTruth(got)); len(d) > 0 {
+				t.Errorf("%s=%s: %d differences: %v", tc.index, tc.value, len(d), d[:min(5, len(d))])
+			}
+		}
+		sel, _ := labels.Parse("tier=cache,team in (team-1,team-3)")
+		res, err := pods.Select(aggregate.Query{Clusters: []string{"fleet-1", "fleet-3"}, Namespace: "load-0", Labels: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, it := range res.Items {
+			got = append(got, it.Key().String())
+		}
+		sort.Strings(got)
+		want := brute(func(p gp) bool {
+			return (p.cluster == "fleet-1" || p.cluster == "fleet-3") && p.pod.Namespace == "load-0" && sel.Matches(labels.Set(p.pod.Labels))
+		})
+		if fmt.Sprint(got) != fmt.Sprint(want) || len(want) == 0 || len(res.Unsynced) != 0 {
+			t.Errorf("Select: got %v (unsynced %v), want %v", got, res.Unsynced, want)
+		}
+		if idx, ok := pods.Cluster("fleet-1"); !ok {
+			t.Error("Cluster(fleet-1) missing")
+		} else if keys, _ := idx.IndexKeys(cache.NamespaceIndex, "load-0"); len(keys) != 60 {
+			t.Errorf("Cluster(fleet-1) namespace load-0 has %d pods, want 60", len(keys))
+		}
+	})
+
+	t.Run("handlers see one final state per object under churn", func(t *testing.T) {
+		if !hreg.HasSynced() {
+			waitFor(t, "handler HasSynced", hreg.HasSynced)
+		}
+		res, err := loader.Churn(ctx, fleet.ChurnSpec{Rate: 300, Duration: 5 * time.Second, Namespace: "churn"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("churn: %d creates, %d updates, %d deletes, %d errors", res.Creates, res.Updates, res.Deletes, res.Errors)
+		converge(ctx, t, f, cms, cmGVR, all...)
+		want := groundTruth(ctx, t, f, cmGVR, all...)
+		var d []string
+		waitFor(t, "handler converged", func() bool {
+			got, _ := handlerSeen.snapshot()
+			d = diff(want, got)
+			return len(d) == 0
+		})
+		if _, errs := handlerSeen.snapshot(); len(errs) > 0 {
+			t.Errorf("handler saw inconsistent events: %v", errs[:min(10, len(errs))])
+		}
+	})
+
+	t.Run("bad credential fails one cluster only", func(t *testing.T) {
+		writeKubeconfig(t, f, kubeconfig, all, func(c *clientcmdapi.Config) {
+			c.Clusters["broken"] = c.Clusters["fleet-1"].DeepCopy()
+			c.AuthInfos["broken"] = &clientcmdapi.AuthInfo{Token: "not-a-valid-token"}
+			c.Contexts["broken"] = &clientcmdapi.Context{Cluster: "broken", AuthInfo: "broken"}
+		})
+		waitFor(t, "broken cluster Failed", func() bool {
+			cs, ok := reg.ClusterStatus("broken")
+			return ok && cs.State == clusterset.Failed && strings.Contains(cs.Error, "401")
+		})
+		cs, _ := reg.ClusterStatus("broken")
+		t.Logf("broken: %s: %s", cs.State, cs.Error)
+		if strings.Contains(cs.Error, "not-a-valid-token") {
+			t.Error("the token appears in the status")
+		}
+		for _, name := range all {
+			if s, _ := reg.ClusterStatus(name); s.State != clusterset.Synced {
+				t.Errorf("%s is %s (%s) while broken fails", name, s.State, s.Error)
+			}
+		}
+		converge(ctx, t, f, pods, podsGVR, all...)
+	})
+
+	t.Run("kubeconfig edits make clusters leave and join", func(t *testing.T) {
+		writeKubeconfig(t, f, kubeconfig, []string{"fleet-1", "fleet-2"}, nil)
+		waitFor(t, "fleet-3 gone", func() bool { return fmt.Sprint(reg.Clusters()) == "[fleet-1 fleet-2]" })
+		converge(ctx, t, f, pods, podsGVR, "fleet-1", "fleet-2")
+		waitFor(t, "handler saw fleet-3's deletes", func() bool {
+			got, _ := handlerSeen.snapshot()
+			for k := range got {
+				if strings.HasPrefix(k, "fleet-3|") {
+					return false
+				}
+			}
+			return true
+		})
+		writeKubeconfig(t, f, kubeconfig, all, nil)
+		waitFor(t, "fleet-3 back", func() bool { return len(reg.Clusters()) == 3 })
+		if missing := reg.WaitForSync(ctx, time.Minute); missing != nil {
+			t.Fatalf("after rejoin: %v", missing)
+		}
+		converge(ctx, t, f, pods, podsGVR, all...)
+		want := groundTruth(ctx, t, f, cmGVR, all...)
+		waitFor(t, "handler saw fleet-3's adds", func() bool {
+			got, _ := handlerSeen.snapshot()
+			return len(diff(want, got)) == 0
+		})
+	})
+
+	t.Run("rotated token restarts the cluster without duplicate adds", func(t *testing.T) {
+		c, _ := f.Cluster("fleet-2")
+		if err := c.Restore(ctx); err != nil { // a new token for the same identity
+			t.Fatal(err)
+		}
+		addsBefore := map[string]int{}
+		handlerSeen.mu.Lock()
+		for k, n := range handlerSeen.adds {
+			addsBefore[k] = n
+		}
+		handlerSeen.mu.Unlock()
+		writeKubeconfig(t, f, kubeconfig, all, nil)
+		time.Sleep(time.Second) // the source polls every 200ms; the restart follows
+		if missing := reg.WaitForSync(ctx, time.Minute); missing != nil {
+			t.Fatalf("after rotation: %v", missing)
+		}
+		converge(ctx, t, f, cms, cmGVR, all...)
+		if cs, _ := reg.ClusterStatus("fleet-2"); cs.Restarts != 1 {
+			t.Errorf("fleet-2 restarts = %d, want 1: the rotation did not rebuild the stacks", cs.Restarts)
+		}
+		if cs, _ := reg.ClusterStatus("fleet-1"); cs.Restarts != 0 {
+			t.Errorf("fleet-1 restarts = %d, want 0", cs.Restarts)
+		}
+		handlerSeen.mu.Lock()
+		for k, n := range handlerSeen.adds {
+			if strings.HasPrefix(k, "fleet-2|") && n != addsBefore[k] {
+				t.Errorf("%s added again after the token rotation", k)
+			}
+		}
+		handlerSeen.mu.Unlock()
+		if _, errs := handlerSeen.snapshot(); len(errs) > 0 {
+			t.Errorf("handler saw inconsistent events: %v", errs[:min(10, len(errs))])
+		}
+	})
+}
+
+func toTruth(keys []string) truth {
+	out := truth{}
+	for _, k := range keys {
+		out[k] = ""
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after 60s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
