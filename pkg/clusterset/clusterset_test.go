@@ -1,0 +1,191 @@
+package clusterset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+)
+
+func writeConfig(t *testing.T, path string, contexts map[string]string) {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	for ctx, server := range contexts {
+		cfg.Clusters[ctx] = &clientcmdapi.Cluster{Server: server}
+		cfg.AuthInfos[ctx] = &clientcmdapi.AuthInfo{Token: "secret-" + ctx}
+		cfg.Contexts[ctx] = &clientcmdapi.Context{Cluster: ctx, AuthInfo: ctx}
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(cs []ClusterConfig) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestKubeconfigSelectRenameValidate(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	writeConfig(t, a, map[string]string{"prod-eu": "https://1.example:6443", "prod-us": "https://2.example:6443", "dev": "https://3.example:6443"})
+	writeConfig(t, b, map[string]string{"arn:aws:eks:us-east-1:1:cluster/x": "https://4.example:6443", "staging": "https://5.example:6443"})
+
+	src, err := NewKubeconfig(KubeconfigOptions{Paths: []string{a, b}, Exclude: []string{"prod-us"}, Rename: map[string]string{"dev": "development"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := src.Load()
+	if got := names(got); got != "development,prod-eu,staging" {
+		t.Errorf("clusters = %s", got)
+	}
+	if err == nil || !strings.Contains(err.Error(), `context "arn:aws:eks:us-east-1:1:cluster/x"`) || !strings.Contains(err.Error(), "rename") {
+		t.Errorf("invalid context name: error %v", err)
+	}
+	for _, c := range got {
+		if strings.Contains(c.Fingerprint, "secret") || c.Fingerprint == "" {
+			t.Errorf("fingerprint %q", c.Fingerprint)
+		}
+	}
+
+	src, _ = NewKubeconfig(KubeconfigOptions{Paths: []string{a}, Include: []string{"prod-*"}, Rename: map[string]string{"prod-us": "prod-eu"}})
+	got, err = src.Load()
+	if names(got) != "prod-eu" || err == nil || !strings.Contains(err.Error(), "already used") {
+		t.Errorf("duplicate name: %s, %v", names(got), err)
+	}
+
+	if _, err := NewKubeconfig(KubeconfigOptions{Include: []string{"[x"}}); err == nil || !strings.Contains(err.Error(), "include") {
+		t.Errorf("bad glob: %v", err)
+	}
+	src, _ = NewKubeconfig(KubeconfigOptions{Paths: []string{filepath.Join(dir, "missing")}})
+	if _, err := src.Load(); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestKubeconfigFingerprintAndChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config")
+	writeConfig(t, path, map[string]string{"one": "https://1.example:6443", "two": "https://2.example:6443"})
+	src, _ := NewKubeconfig(KubeconfigOptions{Paths: []string{path}, PollInterval: 10 * time.Millisecond})
+	before, _ := src.Load()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := src.Changes(ctx)
+
+	cfg, _ := clientcmd.LoadFromFile(path)
+	cfg.AuthInfos["two"].Token = "rotated"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change notification")
+	}
+	after, _ := src.Load()
+	if before[0].Fingerprint != after[0].Fingerprint {
+		t.Error("fingerprint of an unchanged context changed")
+	}
+	if before[1].Fingerprint == after[1].Fingerprint {
+		t.Error("fingerprint did not change with the token")
+	}
+}
+
+func TestParseResourceName(t *testing.T) {
+	for in, want := range map[string]schema.GroupVersionResource{
+		"pods":                {Resource: "pods"},
+		"Pod":                 {Resource: "pod"},
+		"po":                  {Resource: "po"},
+		"deployments.apps":    {Group: "apps", Resource: "deployments"},
+		"apps/v1/deployments": {Group: "apps", Version: "v1", Resource: "deployments"},
+		"v1/pods":             {Version: "v1", Resource: "pods"},
+	} {
+		got, err := parseResourceName(in)
+		if err != nil || got != want {
+			t.Errorf("%q = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"a//b", "a/b/c/d", "po ds", "/pods"} {
+		if _, err := parseResourceName(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestOptionsErrorsNameTheField(t *testing.T) {
+	src := Static{}
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Resources: []ResourceSpec{{Name: "pods"}}}, "Source is required"},
+		{Options{Source: src}, "at least one resource"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: ""}}}, "resources[0].name"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods"}, {Name: "pods"}}}, "resources[1].name"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", LabelSelector: "a in (b"}}}, "resources[0].labelSelector"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", FieldSelector: "a"}}}, "resources[0].fieldSelector"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Mode: "fast"}}}, "resources[0].mode"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Indexes: []aggregate.IndexSpec{{Name: "x"}}}}}, "resources[0].indexes[0]"},
+	} {
+		_, err := New(tc.opts)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want it to name %q", err, tc.want)
+		}
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{apierrors.NewUnauthorized("x"), "unauthorized (401)"},
+		{apierrors.NewForbidden(gr, "", errors.New("no")), "forbidden (403)"},
+		{apierrors.NewNotFound(gr, ""), "not served (404)"},
+		{&url.Error{Op: "Get", URL: "https://127.0.0.1:1/api?token=secret", Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}, "unreachable: https://127.0.0.1:1: connection refused"},
+		{fmt.Errorf("wrapped: %w", apierrors.NewInternalError(errors.New("boom"))), "server error (500)"},
+	} {
+		got := describe(tc.err)
+		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, "secret") {
+			t.Errorf("describe(%v) = %q, want prefix %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestTransform(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name:          "p",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		Annotations:   map[string]string{LastAppliedAnnotation: "{}", "keep": "me"},
+	}}
+	tf := newTransform(TransformOptions{})
+	out, _ := tf(pod)
+	out, _ = tf(out) // idempotent
+	p := out.(*corev1.Pod)
+	if p.ManagedFields != nil || p.Annotations[LastAppliedAnnotation] != "" || p.Annotations["keep"] != "me" {
+		t.Errorf("default transform: %+v", p.ObjectMeta)
+	}
+	pod2 := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{}}, Annotations: map[string]string{LastAppliedAnnotation: "{}"}}}
+	out, _ = newTransform(TransformOptions{KeepManagedFields: true, KeepLastApplied: true})(pod2)
+	if p := out.(*corev1.Pod); len(p.ManagedFields) != 1 || p.Annotations[LastAppliedAnnotation] != "{}" {
+		t.Errorf("keep-all transform: %+v", p.ObjectMeta)
+	}
+}
+
