@@ -188,4 +188,3 @@ func TestTransform(t *testing.T) {
 		t.Errorf("keep-all transform: %+v", p.ObjectMeta)
 	}
 }
-
