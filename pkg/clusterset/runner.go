@@ -91,6 +91,9 @@ func (r *runner) run(parent context.Context) {
 		var discoveryErr error
 		for _, s := range pending {
 			res, err := resolve(mapper, s.spec.Name)
+			if err == nil {
+				res.aliases = aliases(cached, res)
+			}
 			switch {
 			case err == nil:
 				inf, mode, berr := s.build(cfg, res)
@@ -105,7 +108,7 @@ func (r *runner) run(parent context.Context) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					s.run(ctx, inf, res.gvr, mode)
+					s.run(ctx, inf, res, mode)
 				}()
 			case meta.IsNoMatchError(err):
 				s.set(NotServed, "not served: no resource "+s.spec.Name+" in this cluster's discovery")
@@ -138,6 +141,28 @@ func (r *runner) run(parent context.Context) {
 		cached.Invalidate()
 		mapper.(interface{ Reset() }).Reset()
 	}
+}
+
+// aliases lists the names a user may give the resource: plural, singular, kind, short names,
+// and plural.group.
+func aliases(dc discovery.DiscoveryInterface, r resolved) []string {
+	out := []string{r.gvr.Resource, strings.ToLower(r.gvk.Kind), r.gvk.Kind}
+	if r.gvr.Group != "" {
+		out = append(out, r.gvr.Resource+"."+r.gvr.Group)
+	}
+	list, err := dc.ServerResourcesForGroupVersion(r.gvr.GroupVersion().String())
+	if err != nil {
+		return out
+	}
+	for _, ar := range list.APIResources {
+		if ar.Name == r.gvr.Resource {
+			if ar.SingularName != "" {
+				out = append(out, ar.SingularName)
+			}
+			out = append(out, ar.ShortNames...)
+		}
+	}
+	return out
 }
 
 // resolve maps the user's resource name to one GVR, its kind and scope, through discovery.

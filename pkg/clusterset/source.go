@@ -160,8 +160,8 @@ func (k *Kubeconfig) Load() ([]ClusterConfig, error) {
 // Changes polls the files' contents every PollInterval.
 func (k *Kubeconfig) Changes(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
+	last := k.digest() // taken now: a change made after Changes returns is always reported
 	go func() {
-		last := k.digest()
 		t := time.NewTicker(k.opts.PollInterval)
 		defer t.Stop()
 		for {

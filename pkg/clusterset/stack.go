@@ -79,6 +79,7 @@ type resolved struct {
 	gvr        schema.GroupVersionResource
 	gvk        schema.GroupVersionKind
 	namespaced bool
+	aliases    []string
 }
 
 // build creates the informer for r with the decoding spec.Mode asks for.
@@ -210,10 +211,12 @@ func (s *stack) onWatchError(ctx context.Context, r *cache.Reflector, err error)
 }
 
 // run starts the informer and follows its sync and recovery until ctx ends.
-func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, gvr schema.GroupVersionResource, mode Mode) {
+func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolved, mode Mode) {
 	s.mu.Lock()
 	s.informer = inf
-	s.st.GVR, s.st.Mode = gvr.String(), mode
+	s.st.GVR, s.st.Mode = r.gvr.String(), mode
+	s.st.Group, s.st.Version, s.st.Kind = r.gvk.Group, r.gvk.Version, r.gvk.Kind
+	s.st.Namespaced, s.st.Aliases = r.namespaced, r.aliases
 	if s.st.State == Pending || s.st.State == NotServed {
 		s.setStateLocked(Syncing, "")
 	}

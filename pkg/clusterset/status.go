@@ -39,10 +39,15 @@ type ResourceStatus struct {
 	Resource string // as configured
 	GVR      string // as resolved in this cluster, "" until resolved
 	Mode     Mode   // the decoding in use
-	State    State
-	Error    string    // the last error, in words; empty when healthy
-	LastSync time.Time // the last time the cache was known in step with the server
-	Objects  int
+	// Group, Version, Kind, Namespaced and Aliases (plural, singular, kind, short names) come
+	// from this cluster's discovery once resolved.
+	Group, Version, Kind string
+	Namespaced           bool
+	Aliases              []string
+	State                State
+	Error                string    // the last error, in words; empty when healthy
+	LastSync             time.Time // the last time the cache was known in step with the server
+	Objects              int
 	// WatchRestarts counts list/watch failures the reflector recovered from or is retrying.
 	WatchRestarts int64
 }

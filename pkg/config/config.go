@@ -1,0 +1,355 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/index"
+)
+
+// Config is the whole file. See configs/multicache.yaml for a commented example.
+type Config struct {
+	Kubeconfig Kubeconfig    `json:"kubeconfig"`
+	Resources  []Resource    `json:"resources"`
+	Indexes    []Index       `json:"indexes,omitempty"`
+	Server     Server        `json:"server"`
+	Logging    Logging       `json:"logging"`
+	Readiness  Readiness     `json:"readiness"`
+	Secrets    SecretsPolicy `json:"secrets"`
+	// QPS and Burst per cluster client.
+	QPS   float32 `json:"qps,omitempty"`
+	Burst int     `json:"burst,omitempty"`
+}
+
+// Kubeconfig selects the clusters.
+type Kubeconfig struct {
+	// Paths are merged like $KUBECONFIG. Empty: $KUBECONFIG, else ~/.kube/config.
+	Paths   []string          `json:"paths,omitempty"`
+	Include []string          `json:"include,omitempty"`
+	Exclude []string          `json:"exclude,omitempty"`
+	Rename  map[string]string `json:"rename,omitempty"`
+	// PollInterval for changes on disk. Default 2s.
+	PollInterval Duration `json:"pollInterval,omitempty"`
+}
+
+// Resource is one resource to cache.
+type Resource struct {
+	Name          string `json:"name"`
+	Namespace     string `json:"namespace,omitempty"`
+	LabelSelector string `json:"labelSelector,omitempty"`
+	FieldSelector string `json:"fieldSelector,omitempty"`
+	// Mode: "" (typed for built-ins, unstructured for CRDs), typed, unstructured, metadata.
+	Mode      string    `json:"mode,omitempty"`
+	Transform Transform `json:"transform,omitempty"`
+	// Indexes names built-in indexes to install: label, owner, owner-uid, pod-node, image.
+	Indexes []string `json:"indexes,omitempty"`
+}
+
+// Transform mirrors clusterset.TransformOptions.
+type Transform struct {
+	KeepManagedFields bool `json:"keepManagedFields,omitempty"`
+	KeepLastApplied   bool `json:"keepLastApplied,omitempty"`
+}
+
+// Index is a custom index.
+type Index struct {
+	Name     string `json:"name"`
+	JSONPath string `json:"jsonPath,omitempty"`
+	CEL      string `json:"cel,omitempty"`
+	// Resources it applies to (names as in resources[].name). Required.
+	Resources []string `json:"resources"`
+	// Clusters globs; empty: all.
+	Clusters []string `json:"clusters,omitempty"`
+}
+
+// Server is the HTTP API.
+type Server struct {
+	// Listen address. Default 127.0.0.1:8080.
+	Listen string `json:"listen,omitempty"`
+	TLS    *TLS   `json:"tls,omitempty"`
+	Auth   *Auth  `json:"auth,omitempty"`
+	// AllowInsecure permits listening beyond loopback without auth.
+	AllowInsecure bool `json:"allowInsecure,omitempty"`
+	// MaxPageSize caps `limit`. Default 1000.
+	MaxPageSize int `json:"maxPageSize,omitempty"`
+	// RequestTimeout bounds non-watch requests. Default 30s.
+	RequestTimeout Duration `json:"requestTimeout,omitempty"`
+	// WatchBuffer is how many recent events per resource a watch can resume from. Default 100000.
+	WatchBuffer int `json:"watchBuffer,omitempty"`
+	// BookmarkInterval between BOOKMARK events on a watch. Default 5s.
+	BookmarkInterval Duration `json:"bookmarkInterval,omitempty"`
+}
+
+// TLS files.
+type TLS struct {
+	CertFile string `json:"certFile"`
+	KeyFile  string `json:"keyFile"`
+}
+
+// Auth is bearer-token auth: the token file holds one token per line.
+type Auth struct {
+	TokenFile string `json:"tokenFile"`
+}
+
+// Logging settings.
+type Logging struct {
+	// Format: json (default) or console.
+	Format string `json:"format,omitempty"`
+	// Level: debug, info (default), warn, error.
+	Level string `json:"level,omitempty"`
+}
+
+// Readiness policy for /readyz.
+type Readiness struct {
+	// DeadClusterTimeout: a cluster that cannot sync holds readiness back at most this long
+	// after start. Default 2m.
+	DeadClusterTimeout Duration `json:"deadClusterTimeout,omitempty"`
+}
+
+// SecretsPolicy: Secrets are only watched if listed in resources; their data is redacted
+// unless AllowData.
+type SecretsPolicy struct {
+	AllowData bool `json:"allowData,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON parses "1m30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// Load reads, strictly decodes, defaults and validates a config file.
+func Load(file string) (*Config, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", file, err)
+	}
+	return c, nil
+}
+
+// Parse decodes YAML strictly (unknown fields are errors), applies defaults and validates.
+func Parse(b []byte) (*Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return nil, err
+	}
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Default fills unset fields.
+func (c *Config) Default() {
+	if c.Server.Listen == "" {
+		c.Server.Listen = "127.0.0.1:8080"
+	}
+	if c.Server.MaxPageSize == 0 {
+		c.Server.MaxPageSize = 1000
+	}
+	if c.Server.RequestTimeout.Duration == 0 {
+		c.Server.RequestTimeout.Duration = 30 * time.Second
+	}
+	if c.Server.WatchBuffer == 0 {
+		c.Server.WatchBuffer = 100000
+	}
+	if c.Server.BookmarkInterval.Duration == 0 {
+		c.Server.BookmarkInterval.Duration = 5 * time.Second
+	}
+	if c.Logging.Format == "" {
+		c.Logging.Format = "json"
+	}
+	if c.Logging.Level == "" {
+		c.Logging.Level = "info"
+	}
+	if c.Readiness.DeadClusterTimeout.Duration == 0 {
+		c.Readiness.DeadClusterTimeout.Duration = 2 * time.Minute
+	}
+	if c.Kubeconfig.PollInterval.Duration == 0 {
+		c.Kubeconfig.PollInterval.Duration = 2 * time.Second
+	}
+}
+
+var builtinIndex = map[string]bool{index.Label: true, index.Owner: true, index.OwnerUID: true, index.NodeName: true, index.Image: true}
+
+// Validate checks every field and returns all problems, each naming its field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	for i, g := range c.Kubeconfig.Include {
+		if _, err := path.Match(g, ""); err != nil {
+			bad(fmt.Sprintf("kubeconfig.include[%d]", i), "bad glob %q", g)
+		}
+	}
+	for i, g := range c.Kubeconfig.Exclude {
+		if _, err := path.Match(g, ""); err != nil {
+			bad(fmt.Sprintf("kubeconfig.exclude[%d]", i), "bad glob %q", g)
+		}
+	}
+	for ctx, name := range c.Kubeconfig.Rename {
+		if err := aggregate.ValidateClusterName(name); err != nil {
+			bad("kubeconfig.rename."+ctx, "%v", err)
+		}
+	}
+	if len(c.Resources) == 0 {
+		bad("resources", "at least one resource is required")
+	}
+	names := map[string]bool{}
+	for i, r := range c.Resources {
+		f := fmt.Sprintf("resources[%d]", i)
+		if r.Name == "" {
+			bad(f+".name", "required")
+		}
+		if names[r.Name] {
+			bad(f+".name", "%q listed twice", r.Name)
+		}
+		names[r.Name] = true
+		switch r.Mode {
+		case "", "typed", "unstructured", "metadata":
+		default:
+			bad(f+".mode", "%q is not one of typed, unstructured, metadata", r.Mode)
+		}
+		for j, ix := range r.Indexes {
+			if !builtinIndex[ix] {
+				bad(fmt.Sprintf("%s.indexes[%d]", f, j), "unknown index type %q (want one of label, owner, owner-uid, pod-node, image)", ix)
+			}
+		}
+	}
+	for i, ix := range c.Indexes {
+		f := fmt.Sprintf("indexes[%d]", i)
+		if _, err := index.Compile(index.Spec{Name: ix.Name, JSONPath: ix.JSONPath, CEL: ix.CEL}); err != nil {
+			bad(f, "%v", err)
+		}
+		if len(ix.Resources) == 0 {
+			bad(f+".resources", "at least one resource is required")
+		}
+		for j, r := range ix.Resources {
+			if !names[r] {
+				bad(fmt.Sprintf("%s.resources[%d]", f, j), "%q is not in resources", r)
+			}
+		}
+		for j, g := range ix.Clusters {
+			if _, err := path.Match(g, ""); err != nil {
+				bad(fmt.Sprintf("%s.clusters[%d]", f, j), "bad glob %q", g)
+			}
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Server.Listen); err != nil {
+		bad("server.listen", "%v", err)
+	}
+	if c.Server.TLS != nil && (c.Server.TLS.CertFile == "" || c.Server.TLS.KeyFile == "") {
+		bad("server.tls", "certFile and keyFile are both required")
+	}
+	if c.Server.Auth != nil && c.Server.Auth.TokenFile == "" {
+		bad("server.auth.tokenFile", "required")
+	}
+	if c.Server.MaxPageSize < 0 {
+		bad("server.maxPageSize", "must be positive")
+	}
+	if !IsLoopback(c.Server.Listen) && c.Server.Auth == nil && !c.Server.AllowInsecure {
+		bad("server.listen", "%s is not loopback: set server.auth (and server.tls), or allowInsecure: true", c.Server.Listen)
+	}
+	switch c.Logging.Format {
+	case "json", "console":
+	default:
+		bad("logging.format", "%q is not json or console", c.Logging.Format)
+	}
+	switch c.Logging.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("logging.level", "%q is not debug, info, warn or error", c.Logging.Level)
+	}
+	if c.QPS < 0 || c.Burst < 0 {
+		bad("qps", "qps and burst must not be negative")
+	}
+	// Resource-level selectors and the rest are checked where they are built.
+	if len(errs) == 0 {
+		if _, err := c.ResourceSpecs(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// IsLoopback reports whether a listen address binds only to loopback.
+func IsLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ResourceSpecs builds the clusterset resource specs, indexes included.
+func (c *Config) ResourceSpecs() ([]clusterset.ResourceSpec, error) {
+	var out []clusterset.ResourceSpec
+	builtins := index.Builtins()
+	for i, r := range c.Resources {
+		spec := clusterset.ResourceSpec{
+			Name: r.Name, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector,
+			Mode:      clusterset.Mode(r.Mode),
+			Transform: clusterset.TransformOptions{KeepManagedFields: r.Transform.KeepManagedFields, KeepLastApplied: r.Transform.KeepLastApplied},
+		}
+		for _, ix := range r.Indexes {
+			spec.Indexes = append(spec.Indexes, aggregate.IndexSpec{Name: ix, Func: builtins[ix]})
+		}
+		for _, ix := range c.Indexes {
+			for _, rn := range ix.Resources {
+				if rn != r.Name {
+					continue
+				}
+				f, err := index.Compile(index.Spec{Name: ix.Name, JSONPath: ix.JSONPath, CEL: ix.CEL})
+				if err != nil {
+					return nil, err
+				}
+				spec.Indexes = append(spec.Indexes, aggregate.IndexSpec{Name: ix.Name, Func: f, Clusters: ix.Clusters})
+			}
+		}
+		_ = i
+		out = append(out, spec)
+	}
+	// Validate selectors and the like through the same code the Registry uses.
+	if _, err := clusterset.New(clusterset.Options{Source: clusterset.Static{}, Resources: out}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// KubeconfigOptions builds the kubeconfig source options.
+func (c *Config) KubeconfigOptions() clusterset.KubeconfigOptions {
+	return clusterset.KubeconfigOptions{
+		Paths: c.Kubeconfig.Paths, Include: c.Kubeconfig.Include, Exclude: c.Kubeconfig.Exclude,
+		Rename: c.Kubeconfig.Rename, PollInterval: c.Kubeconfig.PollInterval.Duration,
+	}
+}

@@ -1,0 +1,4 @@
+// Package config is the daemon's YAML configuration: its types, defaults and strict
+// validation. Every error names the field at fault (`resources[2].indexes[0].cel: …`), and
+// unknown fields are errors. Build turns a valid Config into clusterset.Options.
+package config
