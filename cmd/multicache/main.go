@@ -1,19 +1,48 @@
-// Command multicache keeps one live, indexed cache of a fleet of Kubernetes clusters.
+// Command multicache keeps one live, indexed cache of a fleet of Kubernetes clusters and
+// answers fleet inventory questions over HTTP and from the command line.
+//
+//	multicache serve --config configs/multicache.yaml
+//	multicache get pods -A -l app=web --cluster fleet-1
+//	multicache clusters --watch
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/multicache/multicache/pkg/clusterset"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "v0.1.0-dev"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
-		fmt.Println("multicache", version)
-		return
+	clusterset.Version = version
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "multicache:", err)
+		os.Exit(1)
 	}
-	fmt.Fprintln(os.Stderr, "usage: multicache version")
-	os.Exit(2)
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "multicache",
+		Short:         "One live, indexed cache of a fleet of Kubernetes clusters",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServe(), newGet(), newClusters(), &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "multicache", version) },
+	})
+	return root
 }

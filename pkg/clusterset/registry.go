@@ -228,7 +228,11 @@ func (r *Registry) Clusters() []string {
 }
 
 // Status returns every engaged cluster's status, sorted by name.
-func (r *Registry) Status() []ClusterStatus {
+func (r *Registry) Status() []ClusterStatus { return r.Snapshot(true) }
+
+// Snapshot is Status; without countObjects it skips the object counts, which cost a pass over
+// every store, for callers on a hot path.
+func (r *Registry) Snapshot(countObjects bool) []ClusterStatus {
 	r.mu.Lock()
 	runs := make([]*runner, 0, len(r.clusters))
 	for _, run := range r.clusters {
@@ -237,7 +241,7 @@ func (r *Registry) Status() []ClusterStatus {
 	r.mu.Unlock()
 	out := make([]ClusterStatus, 0, len(runs))
 	for _, run := range runs {
-		out = append(out, run.status())
+		out = append(out, run.status(countObjects))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -251,7 +255,7 @@ func (r *Registry) ClusterStatus(name string) (ClusterStatus, bool) {
 	if run == nil {
 		return ClusterStatus{}, false
 	}
-	return run.status(), true
+	return run.status(true), true
 }
 
 // SourceError is the last error loading the source ("" when the last load was clean).
@@ -277,7 +281,7 @@ func (r *Registry) WaitForSync(ctx context.Context, timeout time.Duration) []str
 	defer t.Stop()
 	for {
 		var missing []string
-		for _, cs := range r.Status() {
+		for _, cs := range r.Snapshot(false) {
 			for _, rs := range cs.Resources {
 				if rs.State != Synced && rs.State != NotServed {
 					missing = append(missing, cs.Name+"/"+rs.Resource)

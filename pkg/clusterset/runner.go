@@ -210,7 +210,7 @@ func (r *runner) setState(st State, errText string) {
 	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from, To: st, Error: errText})
 }
 
-func (r *runner) status() ClusterStatus {
+func (r *runner) status(count bool) ClusterStatus {
 	r.mu.Lock()
 	cs := ClusterStatus{Name: r.cfg.Name, Origin: r.cfg.Origin, Error: r.err, Restarts: r.restarts}
 	stacks := r.stacks
@@ -218,7 +218,7 @@ func (r *runner) status() ClusterStatus {
 	worst := Synced
 	var errs []string
 	for _, s := range stacks {
-		st := s.status()
+		st := s.status(count)
 		cs.Resources = append(cs.Resources, st)
 		if severity[st.State] > severity[worst] {
 			worst = st.State

@@ -44,12 +44,12 @@ func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Lo
 	}
 }
 
-func (s *stack) status() ResourceStatus {
+func (s *stack) status(count bool) ResourceStatus {
 	s.mu.Lock()
 	st := s.st
 	inf := s.informer
 	s.mu.Unlock()
-	if inf != nil {
+	if count && inf != nil {
 		st.Objects = len(inf.GetStore().ListKeys())
 	}
 	return st

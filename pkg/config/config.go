@@ -151,6 +151,20 @@ func Load(file string) (*Config, error) {
 	return c, nil
 }
 
+// Read strictly decodes a config file without defaulting or validating it, for callers that
+// override fields (command-line flags) before calling Default and Validate.
+func Read(file string) (*Config, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", file, err)
+	}
+	return &c, nil
+}
+
 // Parse decodes YAML strictly (unknown fields are errors), applies defaults and validates.
 func Parse(b []byte) (*Config, error) {
 	var c Config

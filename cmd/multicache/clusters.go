@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+type clustersResponse struct {
+	Clusters []struct {
+		Name      string `json:"name"`
+		State     string `json:"state"`
+		LastSync  string `json:"lastSync"`
+		Error     string `json:"error"`
+		Resources []struct {
+			Resource string `json:"resource"`
+			State    string `json:"state"`
+			Objects  int    `json:"objects"`
+			Error    string `json:"error"`
+		} `json:"resources"`
+	} `json:"clusters"`
+}
+
+func newClusters() *cobra.Command {
+	var c client
+	var watch, wide bool
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "clusters",
+		Short: "Show each cluster's sync state (--watch follows it live)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			last := ""
+			for {
+				var resp clustersResponse
+				if err := c.get(cmd.Context(), "/api/v1/clusters", nil, &resp); err != nil {
+					return err
+				}
+				var buf bytes.Buffer
+				printClusters(&buf, resp, wide || watch)
+				if out := buf.String(); out != last {
+					if watch {
+						fmt.Fprintf(cmd.OutOrStdout(), "--- %s\n", time.Now().Format(time.TimeOnly))
+					}
+					_, _ = io.WriteString(cmd.OutOrStdout(), out)
+					last = out
+				}
+				if !watch {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(interval):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again whenever anything changes, with per-resource detail")
+	cmd.Flags().BoolVar(&wide, "wide", false, "one line per cluster × resource")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "poll interval with --watch")
+	addClientFlags(cmd, &c)
+	return cmd
+}
+
+func printClusters(w io.Writer, resp clustersResponse, perResource bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
+	if perResource {
+		fmt.Fprintln(tw, "CLUSTER\tRESOURCE\tSTATE\tOBJECTS\tERROR")
+		for _, cl := range resp.Clusters {
+			for _, r := range cl.Resources {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", cl.Name, r.Resource, r.State, r.Objects, r.Error)
+			}
+		}
+		_ = tw.Flush()
+		return
+	}
+	fmt.Fprintln(tw, "NAME\tSTATE\tSYNCED\tOBJECTS\tLAST-SYNC\tERROR")
+	for _, cl := range resp.Clusters {
+		synced, objects := 0, 0
+		for _, r := range cl.Resources {
+			if r.State == "Synced" || r.State == "NotServed" {
+				synced++
+			}
+			objects += r.Objects
+		}
+		errText := cl.Error
+		if len(errText) > 80 {
+			errText = errText[:77] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\n", cl.Name, cl.State, synced, len(cl.Resources), objects, strings.TrimSpace(age(cl.LastSync)), errText)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/multicache/multicache/pkg/clusterset"
+)
+
+type metrics struct {
+	requests *prometheus.HistogramVec
+	watches  prometheus.Gauge
+}
+
+// statusCollector reads the registry on every scrape, so the figures are never stale.
+type statusCollector struct {
+	s                                     *Server
+	state, objects, restarts, lastSync    *prometheus.Desc
+	events, queue, watchOverflows, panics *prometheus.Desc
+}
+
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows} {
+		ch <- d
+	}
+}
+
+var allStates = []clusterset.State{clusterset.Pending, clusterset.Syncing, clusterset.Synced, clusterset.Degraded, clusterset.Failed, clusterset.NotServed}
+
+func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, cs := range c.s.reg.Status() {
+		for _, rs := range cs.Resources {
+			for _, st := range allStates {
+				v := 0.0
+				if rs.State == st {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, v, cs.Name, rs.Resource, string(st))
+			}
+			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(rs.Objects), cs.Name, rs.Resource)
+			ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(rs.WatchRestarts), cs.Name, rs.Resource)
+			if !rs.LastSync.IsZero() {
+				ch <- prometheus.MustNewConstMetric(c.lastSync, prometheus.GaugeValue, float64(rs.LastSync.Unix()), cs.Name, rs.Resource)
+			}
+		}
+	}
+	for res, h := range c.s.hubs {
+		h.mu.Lock()
+		seq, overflows := h.seq, h.overflows
+		h.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(seq), res)
+		ch <- prometheus.MustNewConstMetric(c.watchOverflows, prometheus.CounterValue, float64(overflows), res)
+	}
+	for res, regs := range c.s.handlerRegs() {
+		for name, pending := range regs {
+			ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(pending), res, name)
+		}
+	}
+}
+
+func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "multicache_http_request_duration_seconds", Help: "HTTP request latency by route and code (watches: their whole life).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60},
+		}, []string{"route", "code"}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "multicache_watches", Help: "Open watch streams."}),
+	}
+	sc := &statusCollector{
+		s:              s,
+		state:          prometheus.NewDesc("multicache_resource_state", "1 for the state each cluster × resource is in.", []string{"cluster", "resource", "state"}, nil),
+		objects:        prometheus.NewDesc("multicache_objects", "Objects cached per cluster × resource.", []string{"cluster", "resource"}, nil),
+		restarts:       prometheus.NewDesc("multicache_watch_restarts_total", "List/watch failures the reflector retried.", []string{"cluster", "resource"}, nil),
+		lastSync:       prometheus.NewDesc("multicache_last_sync_timestamp_seconds", "When the cache was last known in step with the server.", []string{"cluster", "resource"}, nil),
+		events:         prometheus.NewDesc("multicache_events_total", "Events seen by the watch hub per resource (rate() gives events/s).", []string{"resource"}, nil),
+		queue:          prometheus.NewDesc("multicache_handler_queue_depth", "Events queued for a handler and not yet delivered.", []string{"resource", "handler"}, nil),
+		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches closed because the client fell a whole buffer behind.", []string{"resource"}, nil),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.watches, sc, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		h(rec, r)
+		m.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Observe(time.Since(start).Seconds())
+	})
+}

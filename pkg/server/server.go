@@ -1,0 +1,332 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/clusterset"
+)
+
+// Options configures a Server.
+type Options struct {
+	Registry *clusterset.Registry // required
+	Logger   *zap.Logger
+	// IndexFuncs are the index functions by resource and index name, so that field selectors on
+	// an index name can be checked object by object.
+	IndexFuncs map[string]map[string]cache.IndexFunc
+	// Tokens accepted as "Authorization: Bearer …". Empty: no auth.
+	Tokens []string
+	// MaxPageSize caps `limit`; it is also the page size when no limit is given. Default 1000.
+	MaxPageSize int
+	// RequestTimeout bounds every request but watches. Default 30s.
+	RequestTimeout time.Duration
+	// WatchBuffer is how many events per resource a watch can resume from. Default 100000.
+	WatchBuffer int
+	// BookmarkInterval between BOOKMARK events. Default 5s.
+	BookmarkInterval time.Duration
+	// DeadClusterTimeout: how long after start a cluster that cannot sync holds /readyz back.
+	// Default 2m.
+	DeadClusterTimeout time.Duration
+	// AllowSecretData serves Secrets' data and stringData; otherwise they are removed.
+	AllowSecretData bool
+	// Metrics is where metrics are registered. Default: a new registry, served on /metrics.
+	Metrics *prometheus.Registry
+}
+
+// Server is the HTTP API. Create with New, serve Handler().
+type Server struct {
+	opts    Options
+	reg     *clusterset.Registry
+	log     *zap.Logger
+	epoch   string
+	started time.Time
+	hubs    map[string]*hub
+	hubRegs map[string]*aggregate.Registration
+	metrics *metrics
+
+	aliasMu sync.Mutex
+	aliases map[string]string // lower-cased alias → configured resource name
+}
+
+// New builds the server and registers its watch hubs as handlers on every aggregate; call it
+// before the Registry starts so that the hubs see the initial lists.
+func New(opts Options) (*Server, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("server: Options.Registry is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.MaxPageSize == 0 {
+		opts.MaxPageSize = 1000
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 30 * time.Second
+	}
+	if opts.WatchBuffer == 0 {
+		opts.WatchBuffer = 100000
+	}
+	if opts.BookmarkInterval == 0 {
+		opts.BookmarkInterval = 5 * time.Second
+	}
+	if opts.DeadClusterTimeout == 0 {
+		opts.DeadClusterTimeout = 2 * time.Minute
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = prometheus.NewRegistry()
+	}
+	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, epoch: newEpoch(), started: time.Now(),
+		hubs: map[string]*hub{}, hubRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{}}
+	for _, res := range s.reg.Resources() {
+		agg, _ := s.reg.Aggregate(res)
+		h := newHub(res, s.epoch, opts.WatchBuffer)
+		hr, err := agg.AddEventHandler(h)
+		if err != nil {
+			return nil, err
+		}
+		s.hubs[res], s.hubRegs[res] = h, hr
+	}
+	m, err := newMetrics(s, opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Handler is the whole API, with auth, timeouts and metrics applied.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	api := func(route string, h http.HandlerFunc) {
+		mux.Handle(route, s.metrics.instrument(route, s.auth(h)))
+	}
+	api("GET /api/v1/clusters", s.withTimeout(s.handleClusters))
+	api("GET /api/v1/resources/{resource}", s.handleList) // watch has no timeout
+	api("GET /api/v1/resources/{resource}/{cluster}/{namespace}/{name}", s.withTimeout(s.handleGet))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.opts.Metrics, promhttp.HandlerOpts{}).ServeHTTP))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (s *Server) withTimeout(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	}
+}
+
+// auth checks the bearer token in constant time when tokens are configured.
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	if len(s.opts.Tokens) == 0 {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || got == "" {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeError(w, http.StatusUnauthorized, "missing bearer token")
+			return
+		}
+		for _, t := range s.opts.Tokens {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
+				h(w, r)
+				return
+			}
+		}
+		writeError(w, http.StatusUnauthorized, "invalid bearer token")
+	}
+}
+
+// ReadTokenFile reads one token per line, ignoring blank lines and # comments.
+func ReadTokenFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("token file %s: no token in it", path)
+	}
+	return out, nil
+}
+
+// resolve maps a resource as the user wrote it (plural, singular, kind, short name,
+// plural.group, or the configured name) to the configured name.
+func (s *Server) resolve(name string) (string, bool) {
+	if _, ok := s.reg.Aggregate(name); ok {
+		return name, true
+	}
+	key := strings.ToLower(name)
+	s.aliasMu.Lock()
+	defer s.aliasMu.Unlock()
+	if res, ok := s.aliases[key]; ok {
+		return res, true
+	}
+	for _, cs := range s.reg.Snapshot(false) {
+		for _, rs := range cs.Resources {
+			for _, a := range rs.Aliases {
+				s.aliases[strings.ToLower(a)] = rs.Resource
+			}
+		}
+	}
+	res, ok := s.aliases[key]
+	return res, ok
+}
+
+// clusterView is one cluster's freshness as answers report it.
+type clusterView struct {
+	Name      string     `json:"name"`
+	Synced    bool       `json:"synced"`
+	NotServed bool       `json:"notServed,omitempty"`
+	LastSync  *time.Time `json:"lastSync,omitempty"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// views returns the freshness of resource in the given clusters (all engaged when empty), and
+// the per-cluster resolution (kind, scope) for encoding.
+func (s *Server) views(resource string, clusters []string) ([]clusterView, map[string]clusterset.ResourceStatus) {
+	agg, _ := s.reg.Aggregate(resource)
+	want := map[string]bool{}
+	for _, c := range clusters {
+		want[c] = true
+	}
+	var out []clusterView
+	info := map[string]clusterset.ResourceStatus{}
+	seen := map[string]bool{}
+	for _, cs := range s.reg.Snapshot(false) {
+		if len(want) > 0 && !want[cs.Name] {
+			continue
+		}
+		seen[cs.Name] = true
+		v := clusterView{Name: cs.Name}
+		for _, rs := range cs.Resources {
+			if rs.Resource != resource {
+				continue
+			}
+			info[cs.Name] = rs
+			v.Synced = agg.HasSynced(cs.Name) && (rs.State == clusterset.Synced)
+			v.NotServed = rs.State == clusterset.NotServed
+			if !rs.LastSync.IsZero() {
+				t := rs.LastSync.UTC().Truncate(time.Second)
+				v.LastSync = &t
+			}
+			if rs.State != clusterset.Synced {
+				v.Error = strings.TrimSpace(string(rs.State) + ": " + rs.Error)
+			}
+		}
+		out = append(out, v)
+	}
+	for c := range want {
+		if !seen[c] {
+			out = append(out, clusterView{Name: c, Error: "unknown cluster"})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, info
+}
+
+func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
+	type resView struct {
+		Resource string `json:"resource"`
+		State    string `json:"state"`
+		Objects  int    `json:"objects"`
+		Error    string `json:"error,omitempty"`
+	}
+	type view struct {
+		Name      string     `json:"name"`
+		State     string     `json:"state"`
+		LastSync  *time.Time `json:"lastSync,omitempty"`
+		Error     string     `json:"error,omitempty"`
+		Resources []resView  `json:"resources"`
+	}
+	var out []view
+	for _, cs := range s.reg.Status() {
+		v := view{Name: cs.Name, State: string(cs.State), Error: cs.Error, Resources: []resView{}}
+		if !cs.LastSync.IsZero() {
+			t := cs.LastSync.UTC().Truncate(time.Second)
+			v.LastSync = &t
+		}
+		for _, rs := range cs.Resources {
+			v.Resources = append(v.Resources, resView{Resource: rs.Resource, State: string(rs.State), Objects: rs.Objects, Error: rs.Error})
+		}
+		out = append(out, v)
+	}
+	if out == nil {
+		out = []view{}
+	}
+	writeJSON(w, map[string]any{"clusters": out})
+}
+
+// ready applies the readiness policy: every cluster has synced every resource it serves, except
+// that a cluster that never synced stops counting DeadClusterTimeout after start.
+func (s *Server) ready() (bool, []string) {
+	var waiting []string
+	grace := time.Since(s.started) < s.opts.DeadClusterTimeout
+	for _, cs := range s.reg.Snapshot(false) {
+		for _, rs := range cs.Resources {
+			switch rs.State {
+			case clusterset.Synced, clusterset.NotServed, clusterset.Degraded:
+				continue
+			}
+			if grace {
+				waiting = append(waiting, cs.Name+"/"+rs.Resource+": "+string(rs.State))
+			}
+		}
+	}
+	return len(waiting) == 0, waiting
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	ok, waiting := s.ready()
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "waiting for: %s\n", strings.Join(waiting, ", "))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *aggregate.Aggregate, bool) {
+	name := r.PathValue("resource")
+	res, ok := s.resolve(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("resource %q is not cached (have %s)", name, strings.Join(s.reg.Resources(), ", ")))
+		return "", nil, false
+	}
+	agg, _ := s.reg.Aggregate(res)
+	return res, agg, true
+}
+
+// handlerRegs reports the watch hubs' handler queue depths, by resource and handler name.
+func (s *Server) handlerRegs() map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for res := range s.hubs {
+		out[res] = map[string]int{"watch-hub": s.hubRegs[res].Pending()}
+	}
+	return out
+}
