@@ -45,6 +45,10 @@ test: tools fmt-check vet ## Build the tools, then run unit, race, integration a
 bench: tools ## Run the benchmarks against a local fleet
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./test/fleet/
 
+.PHONY: demo
+demo: tools ## Start a 3-cluster fleet, seed it, run the daemon on configs/demo.yaml, show queries; Ctrl-C stops all
+	@bash hack/demo.sh
+
 .PHONY: fleet-up
 fleet-up: tools ## Start FLEET_CLUSTERS clusters under FLEET_DIR and leave them running
 	$(GO) run ./test/fleet/cmd/fleet up --dir "$(FLEET_DIR)" --clusters $(FLEET_CLUSTERS)

@@ -1,0 +1,76 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func repoFile(t *testing.T, rel string) string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(self), "..", "..", rel)
+}
+
+func TestShippedConfigsLoad(t *testing.T) {
+	for _, f := range []string{"configs/multicache.yaml", "configs/demo.yaml"} {
+		c, err := Load(repoFile(t, f))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if _, err := c.ResourceSpecs(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"resources: [{name: pods}]\nbogus: 1", `unknown field "bogus"`},
+		{"resources: [{name: pods, colour: red}]", `unknown field "colour"`},
+		{"resources: []", "resources: at least one resource"},
+		{"resources: [{name: pods, indexes: [fastest]}]", "resources[0].indexes[0]: unknown index type"},
+		{"resources: [{name: pods, mode: raw}]", "resources[0].mode"},
+		{"resources: [{name: pods, labelSelector: 'a in (b'}]", "resources[0].labelSelector"},
+		{"kubeconfig: {include: ['[']}\nresources: [{name: pods}]", "kubeconfig.include[0]: bad glob"},
+		{"resources: [{name: pods}]\nindexes: [{name: x, cel: 'object.(', resources: [pods]}]", "indexes[0]: index \"x\": cel"},
+		{"resources: [{name: pods}]\nindexes: [{name: x, jsonPath: '{.a[', resources: [pods]}]", "indexes[0]: index \"x\": jsonPath"},
+		{"resources: [{name: pods}]\nindexes: [{name: x, cel: '1', resources: [nodes]}]", "indexes[0].resources[0]: \"nodes\" is not in resources"},
+		{"resources: [{name: pods}]\nserver: {listen: '0.0.0.0:8080'}", "server.listen: 0.0.0.0:8080 is not loopback"},
+		{"resources: [{name: pods}]\nserver: {requestTimeout: soon}", "duration \"soon\""},
+		{"resources: [{name: pods}]\nlogging: {format: xml}", "logging.format"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want it to contain %q", tc.yaml, err, tc.want)
+		}
+	}
+	if _, err := Parse([]byte("resources: [{name: pods}]\nserver: {listen: '0.0.0.0:8080', allowInsecure: true}")); err != nil {
+		t.Errorf("allowInsecure: %v", err)
+	}
+}
+
+// FuzzParse: no input panics the loader, and whatever it accepts validates and builds.
+func FuzzParse(f *testing.F) {
+	for _, p := range []string{"configs/multicache.yaml", "configs/demo.yaml"} {
+		b, err := os.ReadFile(repoFile(nil, p))
+		if err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("resources: [{name: pods, indexes: [label]}]"))
+	f.Add([]byte("resources: [{name: x}]\nindexes: [{name: i, cel: 'object', resources: [x]}]"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("accepted config fails validation: %v", err)
+		}
+		if _, err := c.ResourceSpecs(); err != nil {
+			t.Fatalf("accepted config does not build: %v", err)
+		}
+	})
+}
