@@ -141,6 +141,13 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	// Fail fast when the source yields nothing usable; later reload errors only get logged.
+	if clusters, err := src.Load(); err != nil {
+		if len(clusters) == 0 {
+			return err
+		}
+		log.Warn("some kubeconfig contexts are unusable", zap.Error(err))
+	}
 	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst})
 	if err != nil {
 		return err

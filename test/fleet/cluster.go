@@ -95,11 +95,6 @@ func (c *Cluster) start(ctx context.Context, timeout time.Duration) error {
 	if _, err := newPKI(c.Dir); err != nil {
 		return fmt.Errorf("cluster %q: certificates: %w", c.Name, err)
 	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return fmt.Errorf("cluster %q: ports: %w", c.Name, err)
-	}
-	c.APIPort, c.EtcdPort, c.EtcdPeerPort = ports[0], ports[1], ports[2]
 	if err := c.StartEtcd(ctx); err != nil {
 		return err
 	}

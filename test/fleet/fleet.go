@@ -154,6 +154,14 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 			fleet:             f,
 		})
 	}
+	// All ports at once, so that no two clusters can be handed the same one.
+	ports, err := freePorts(3 * len(f.Clusters))
+	if err != nil {
+		return nil, fmt.Errorf("ports: %w", err)
+	}
+	for i, c := range f.Clusters {
+		c.APIPort, c.EtcdPort, c.EtcdPeerPort = ports[3*i], ports[3*i+1], ports[3*i+2]
+	}
 	start := time.Now()
 	errs := make([]error, len(f.Clusters))
 	var wg sync.WaitGroup
