@@ -311,7 +311,7 @@ func TestQueueFairAcrossClusters(t *testing.T) {
 	}
 	q.push("quiet", "only", event{kind: evAdd})
 	for i := range 2 {
-		c, _, _, _ := q.pop()
+		c, _, _, _, _ := q.pop()
 		if c == "quiet" {
 			return
 		}
@@ -337,7 +337,7 @@ func TestQueueMerge(t *testing.T) {
 		}
 		var got []eventKind
 		if q.len() > 0 {
-			_, _, evs, _ := q.pop()
+			_, _, evs, _, _ := q.pop()
 			for _, e := range evs {
 				got = append(got, e.kind)
 			}

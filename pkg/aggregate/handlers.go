@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -53,6 +54,7 @@ type Registration struct {
 	mu     sync.Mutex
 	synced map[string]bool // clusters whose initial list this handler has had
 
+	lag       atomic.Int64 // nanoseconds the last delivered object waited in the queue
 	panics    atomic.Int64
 	delivered atomic.Int64
 	removed   atomic.Bool
@@ -91,10 +93,11 @@ func (a *Aggregate) AddEventHandler(h Handler) (*Registration, error) {
 func (r *Registration) run() {
 	defer close(r.done)
 	for {
-		cluster, _, evs, ok := r.q.pop()
+		cluster, _, evs, since, ok := r.q.pop()
 		if !ok {
 			return
 		}
+		r.lag.Store(int64(time.Since(since)))
 		for _, ev := range evs {
 			if ev.kind == evSynced {
 				r.mu.Lock()
@@ -154,6 +157,9 @@ func (r *Registration) HasSynced() bool {
 // Pending is the number of events queued for this handler and not yet delivered. It is bounded
 // by the number of distinct objects with pending changes (twice that at most).
 func (r *Registration) Pending() int { return r.q.len() }
+
+// Lag is how long the most recently delivered object's events waited in this handler's queue.
+func (r *Registration) Lag() time.Duration { return time.Duration(r.lag.Load()) }
 
 // Panics counts handler calls that panicked.
 func (r *Registration) Panics() int64 { return r.panics.Load() }

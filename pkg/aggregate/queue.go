@@ -1,6 +1,9 @@
 package aggregate
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 type eventKind uint8
 
@@ -21,7 +24,8 @@ type event struct {
 // entry holds the pending events of one object, oldest first. Merging keeps it at one event,
 // or two when an object was deleted and then re-created before the handler caught up.
 type entry struct {
-	evs []event
+	evs   []event
+	since time.Time // when the oldest pending event arrived
 }
 
 // merge folds ev into the pending events; it reports false when nothing is left pending.
@@ -99,7 +103,7 @@ func (q *queue) push(cluster, key string, ev event) {
 		// A marker is already pending for this cluster: a second would say nothing more.
 		return
 	}
-	cq.items[key] = &entry{evs: []event{ev}}
+	cq.items[key] = &entry{evs: []event{ev}, since: time.Now()}
 	cq.order = append(cq.order, key)
 	q.depth++
 	q.cond.Signal()
@@ -120,14 +124,14 @@ func (q *queue) dropIfIdle(cluster string, cq *clusterQueue) {
 
 // pop blocks until work is pending and returns the next object's events, taking clusters in
 // turn. ok is false once the queue is closed.
-func (q *queue) pop() (cluster, key string, evs []event, ok bool) {
+func (q *queue) pop() (cluster, key string, evs []event, since time.Time, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.ring) == 0 && !q.closed {
 		q.cond.Wait()
 	}
 	if q.closed {
-		return "", "", nil, false
+		return "", "", nil, time.Time{}, false
 	}
 	cluster = q.ring[0]
 	cq := q.clusters[cluster]
@@ -136,7 +140,7 @@ func (q *queue) pop() (cluster, key string, evs []event, ok bool) {
 		cq.head++
 		if e, ok := cq.items[key]; ok {
 			delete(cq.items, key)
-			evs = e.evs
+			evs, since = e.evs, e.since
 			break
 		}
 	}
@@ -153,7 +157,7 @@ func (q *queue) pop() (cluster, key string, evs []event, ok bool) {
 	} else {
 		cq.order, cq.head = cq.order[:0], 0
 	}
-	return cluster, key, evs, true
+	return cluster, key, evs, since, true
 }
 
 // forget drops every pending event of cluster.

@@ -239,6 +239,9 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 		switch {
 		case s.st.State == Syncing || (s.st.State == Failed && !s.hasErr):
 			s.st.LastSync = time.Now()
+			if s.st.SyncDuration == 0 {
+				s.st.SyncDuration = time.Since(start)
+			}
 			s.setStateLocked(Synced, "")
 			s.log.Info("synced", zap.Duration("took", time.Since(start)), zap.Int("objects", len(inf.GetStore().ListKeys())))
 		case s.hasErr && rv != s.errRV:

@@ -47,7 +47,9 @@ type ResourceStatus struct {
 	State                State
 	Error                string    // the last error, in words; empty when healthy
 	LastSync             time.Time // the last time the cache was known in step with the server
-	Objects              int
+	// SyncDuration is how long the initial list took (0 until synced).
+	SyncDuration time.Duration
+	Objects      int
 	// WatchRestarts counts list/watch failures the reflector recovered from or is retrying.
 	WatchRestarts int64
 }

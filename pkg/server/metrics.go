@@ -18,13 +18,14 @@ type metrics struct {
 
 // statusCollector reads the registry on every scrape, so the figures are never stale.
 type statusCollector struct {
-	s                                     *Server
-	state, objects, restarts, lastSync    *prometheus.Desc
-	events, queue, watchOverflows, panics *prometheus.Desc
+	s                                  *Server
+	state, objects, restarts, lastSync *prometheus.Desc
+	events, queue, watchOverflows, lag *prometheus.Desc
+	syncSeconds                        *prometheus.Desc
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows} {
+	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds} {
 		ch <- d
 	}
 }
@@ -43,6 +44,9 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(rs.Objects), cs.Name, rs.Resource)
 			ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(rs.WatchRestarts), cs.Name, rs.Resource)
+			if rs.SyncDuration > 0 {
+				ch <- prometheus.MustNewConstMetric(c.syncSeconds, prometheus.GaugeValue, rs.SyncDuration.Seconds(), cs.Name, rs.Resource)
+			}
 			if !rs.LastSync.IsZero() {
 				ch <- prometheus.MustNewConstMetric(c.lastSync, prometheus.GaugeValue, float64(rs.LastSync.Unix()), cs.Name, rs.Resource)
 			}
@@ -55,10 +59,9 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(seq), res)
 		ch <- prometheus.MustNewConstMetric(c.watchOverflows, prometheus.CounterValue, float64(overflows), res)
 	}
-	for res, regs := range c.s.handlerRegs() {
-		for name, pending := range regs {
-			ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(pending), res, name)
-		}
+	for res, r := range c.s.hubRegs {
+		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(r.Pending()), res, "watch-hub")
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, r.Lag().Seconds(), res, "watch-hub")
 	}
 }
 
@@ -78,6 +81,8 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		lastSync:       prometheus.NewDesc("multicache_last_sync_timestamp_seconds", "When the cache was last known in step with the server.", []string{"cluster", "resource"}, nil),
 		events:         prometheus.NewDesc("multicache_events_total", "Events seen by the watch hub per resource (rate() gives events/s).", []string{"resource"}, nil),
 		queue:          prometheus.NewDesc("multicache_handler_queue_depth", "Events queued for a handler and not yet delivered.", []string{"resource", "handler"}, nil),
+		syncSeconds:    prometheus.NewDesc("multicache_initial_sync_seconds", "How long the initial list (sync) took per cluster × resource.", []string{"cluster", "resource"}, nil),
+		lag:            prometheus.NewDesc("multicache_handler_lag_seconds", "How long the last delivered event waited in the handler's queue.", []string{"resource", "handler"}, nil),
 		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches closed because the client fell a whole buffer behind.", []string{"resource"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.watches, sc, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {

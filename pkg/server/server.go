@@ -321,12 +321,3 @@ func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *agg
 	agg, _ := s.reg.Aggregate(res)
 	return res, agg, true
 }
-
-// handlerRegs reports the watch hubs' handler queue depths, by resource and handler name.
-func (s *Server) handlerRegs() map[string]map[string]int {
-	out := map[string]map[string]int{}
-	for res := range s.hubs {
-		out[res] = map[string]int{"watch-hub": s.hubRegs[res].Pending()}
-	}
-	return out
-}
