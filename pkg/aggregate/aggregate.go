@@ -66,6 +66,7 @@ type Aggregate struct {
 
 	mu      sync.RWMutex
 	members map[string]*member
+	sorted  atomic.Pointer[[]*member] // members by cluster name; replaced whole under mu
 	indexes map[string]IndexSpec
 	regs    []*Registration
 }
@@ -145,6 +146,7 @@ func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 		}
 	}
 	a.members[cluster] = m
+	a.resort()
 	a.mu.Unlock()
 
 	m.mu.Lock()
@@ -167,6 +169,7 @@ func (a *Aggregate) Leave(cluster string) {
 	a.mu.Lock()
 	m := a.members[cluster]
 	delete(a.members, cluster)
+	a.resort()
 	a.mu.Unlock()
 	if m == nil {
 		return
@@ -374,10 +377,19 @@ func (a *Aggregate) memberList() []*member {
 	return ms
 }
 
+// resort publishes the sorted member list. Callers hold a.mu for writing.
+func (a *Aggregate) resort() {
+	ms := a.memberList()
+	a.sorted.Store(&ms)
+}
+
+// snapshot returns the members sorted by cluster, without locking or allocating. The slice is
+// shared: never modify it.
 func (a *Aggregate) snapshot() []*member {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return a.memberList()
+	if p := a.sorted.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (a *Aggregate) member(cluster string) *member {
@@ -485,6 +497,9 @@ func (a *Aggregate) ListKeys() []string {
 // ByIndex returns the objects whose indexName function yields value, across the fleet.
 func (a *Aggregate) ByIndex(indexName, value string) ([]any, error) {
 	var out []any
+	if len(a.snapshot()) > 1 {
+		out = make([]any, 0, 64)
+	}
 	err := a.eachIndexed(indexName, value, func(m *member, store cache.Indexer, idx, v string) error {
 		if idx == "" {
 			out = append(out, store.List()...)

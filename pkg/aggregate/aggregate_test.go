@@ -28,6 +28,13 @@ type source struct {
 
 func (s *source) IsWatchListSemanticsUnSupported() bool { return true }
 
+func (s *source) lwFor() cache.ListerWatcher {
+	if s.w == nil {
+		s.w = watch.NewFakeWithChanSize(16, false)
+	}
+	return s.lw()
+}
+
 func (s *source) lw() cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {

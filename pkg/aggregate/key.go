@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,16 +65,16 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, fmt.Errorf("key %q: %w", s, err)
 	}
 	k := Key{Cluster: cluster}
-	switch parts := strings.Split(rest, "/"); len(parts) {
-	case 1:
-		k.Name = parts[0]
-	case 2:
-		k.Namespace, k.Name = parts[0], parts[1]
-		if k.Namespace == "" {
+	if ns, name, ok := strings.Cut(rest, "/"); !ok {
+		k.Name = rest
+	} else {
+		if strings.Contains(name, "/") {
+			return Key{}, fmt.Errorf("key %q: more than one '/' after the cluster", s)
+		}
+		if ns == "" {
 			return Key{}, fmt.Errorf("key %q: empty namespace before '/'", s)
 		}
-	default:
-		return Key{}, fmt.Errorf("key %q: more than one '/' after the cluster", s)
+		k.Namespace, k.Name = ns, name
 	}
 	if k.Name == "" {
 		return Key{}, fmt.Errorf("key %q: empty name", s)
@@ -99,8 +98,6 @@ func KeyOf(cluster string, obj any) (Key, error) {
 	return Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}, nil
 }
 
-var clusterNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._:@-]*[A-Za-z0-9])?$`)
-
 // ValidateClusterName accepts 1–253 characters of letters, digits, '.', '_', ':', '@' and '-',
 // starting and ending with a letter or digit. That covers kind-, GKE- and most kubeconfig context
 // names; names with '/' (EKS ARNs, for example) must be renamed. Cluster names appear in keys,
@@ -112,8 +109,24 @@ func ValidateClusterName(name string) error {
 	if len(name) > 253 {
 		return fmt.Errorf("cluster name %q: longer than 253 characters", name)
 	}
-	if !clusterNameRE.MatchString(name) {
+	if !validClusterName(name) {
 		return fmt.Errorf("cluster name %q: only letters, digits, '.', '_', ':', '@' and '-' are allowed, starting and ending with a letter or digit (rename the context)", name)
 	}
 	return nil
+}
+
+// validClusterName matches ^[A-Za-z0-9]([A-Za-z0-9._:@-]*[A-Za-z0-9])?$ without a regexp: it
+// runs on every key parse.
+func validClusterName(s string) bool {
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	if !alnum(s[0]) || !alnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		c := s[i]
+		if !alnum(c) && c != '.' && c != '_' && c != ':' && c != '@' && c != '-' {
+			return false
+		}
+	}
+	return true
 }

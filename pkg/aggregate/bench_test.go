@@ -1,0 +1,141 @@
+package aggregate
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+)
+
+// benchFleet builds clusters × perCluster synthetic ConfigMaps in real client-go informers
+// (fed by a fake list), joined to one Aggregate with a label index. Label "sel" has value "hit"
+// on hits objects per cluster.
+func benchFleet(b *testing.B, clusters, perCluster, hits int) *Aggregate {
+	b.Helper()
+	a, _ := New(Options{Resource: "configmaps", SyncPollInterval: time.Millisecond})
+	_ = a.AddIndex(IndexSpec{Name: "sel", Func: func(obj any) ([]string, error) {
+		return []string{obj.(*corev1.ConfigMap).Labels["sel"]}, nil
+	}})
+	for c := range clusters {
+		s := &source{rv: "1"}
+		s.items = make([]corev1.ConfigMap, perCluster)
+		for i := range perCluster {
+			v := "miss"
+			if i%(perCluster/hits) == 0 {
+				v = "hit"
+			}
+			s.items[i] = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				Namespace: "ns-" + strconv.Itoa(i%50), Name: "cm-" + strconv.Itoa(i), ResourceVersion: "1",
+				Labels: map[string]string{"sel": v, "app": "app-" + strconv.Itoa(i%20)},
+			}}
+		}
+		inf := cache.NewSharedIndexInformerWithOptions(s.lwFor(), &corev1.ConfigMap{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{}})
+		ctx, cancel := context.WithCancel(context.Background())
+		b.Cleanup(cancel)
+		go inf.RunWithContext(ctx)
+		if err := a.Join("cluster-"+strconv.Itoa(c), inf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if missing := a.WaitForSync(context.Background(), 5*time.Minute); missing != nil {
+		b.Fatalf("unsynced %v", missing)
+	}
+	return a
+}
+
+// percentiles times f once per iteration and reports p50 and p99 besides ns/op.
+func percentiles(b *testing.B, f func()) {
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t := time.Now()
+		f()
+		d = append(d, time.Since(t))
+	}
+	b.StopTimer()
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds()), "p99-ns")
+}
+
+// BenchmarkFleetQuery is P3: 100 objects out of 1M across 10 cluster stores.
+//
+//	go test -run '^$' -bench FleetQuery -benchtime 20000x ./pkg/aggregate/
+func BenchmarkFleetQuery(b *testing.B) {
+	a := benchFleet(b, 10, 100_000, 10)
+	b.Run("ByIndex", func(b *testing.B) {
+		percentiles(b, func() {
+			if objs, _ := a.ByIndex("sel", "hit"); len(objs) != 100 {
+				b.Fatalf("%d objects", len(objs))
+			}
+		})
+	})
+	b.Run("SelectIndexAndLabels", func(b *testing.B) {
+		sel := labels.SelectorFromSet(labels.Set{"sel": "hit"})
+		percentiles(b, func() {
+			if res, _ := a.Select(Query{Index: "sel", Value: "hit", Labels: sel}); len(res.Items) != 100 {
+				b.Fatalf("%d items", len(res.Items))
+			}
+		})
+	})
+	b.Run("GetByKey", func(b *testing.B) {
+		percentiles(b, func() {
+			if _, ok, _ := a.GetByKey("cluster-7|ns-3/cm-5003"); !ok {
+				b.Fatal("missing")
+			}
+		})
+	})
+}
+
+func BenchmarkKey(b *testing.B) {
+	k := Key{Cluster: "fleet-12", Namespace: "kube-system", Name: "coredns-7db6d8ff4d-abcde"}
+	s := k.String()
+	b.Run("String", func(b *testing.B) {
+		for range b.N {
+			_ = k.String()
+		}
+	})
+	b.Run("Parse", func(b *testing.B) {
+		for range b.N {
+			if _, err := ParseKey(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDispatch measures the queue a handler's events go through: push from a member and
+// delivery by the handler's goroutine, for distinct objects.
+func BenchmarkDispatch(b *testing.B) {
+	q := newQueue()
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			_, _, evs, _, ok := q.pop()
+			if !ok {
+				close(done)
+				return
+			}
+			n += len(evs)
+		}
+	}()
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ns/obj-%d", i)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		q.push("c"+strconv.Itoa(i%3), keys[i%len(keys)], event{kind: evUpdate})
+	}
+	b.StopTimer()
+	q.close()
+	<-done
+}
