@@ -41,9 +41,20 @@ test: tools fmt-check vet ## Build the tools, then run unit, race, integration a
 	KUBE_CACHE_MUTATION_DETECTOR=true KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
 
+BENCH_OBJECTS ?= 50000
+BENCH_RUNS ?= 3
+
 .PHONY: bench
-bench: tools ## Run the benchmarks against a local fleet
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./test/fleet/
+bench: tools ## Run the benchmarks (in process, then on a 3-cluster local fleet) and write docs/BENCHMARKS.md
+	@mkdir -p $(BIN_DIR)
+	$(GO) test -run '^$$' -bench . -benchtime 20000x -count 1 ./pkg/aggregate/ | tee $(BIN_DIR)/bench-aggregate.txt
+	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_OBJECTS=$(BENCH_OBJECTS) MULTICACHE_BENCH_RUNS=$(BENCH_RUNS) \
+	  MULTICACHE_BENCH_AGGREGATE="$$(grep -E '^Benchmark' $(BIN_DIR)/bench-aggregate.txt)" \
+	  $(GO) test -run '^$$' -bench FleetSync -benchtime 1x -timeout 60m -v ./test/bench/ | grep -v '^    fleet.go'
+
+.PHONY: bench-loader
+bench-loader: tools ## Measure the fleet loader's create rate and where the CPU goes
+	$(GO) test -run '^$$' -bench Seed -benchtime 1x -count 1 -timeout 20m ./test/fleet/
 
 .PHONY: demo
 demo: tools ## Start a 3-cluster fleet, seed it, run the daemon on configs/demo.yaml, show queries; Ctrl-C stops all

@@ -82,6 +82,8 @@ type Registry struct {
 	aggs  map[string]*aggregate.Aggregate
 	board statusBoard
 
+	loaded chan struct{} // closed once the source has been loaded the first time
+
 	mu       sync.Mutex
 	clusters map[string]*runner
 	loadErr  string
@@ -93,7 +95,7 @@ func New(opts Options) (*Registry, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, clusters: map[string]*runner{}}
+	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, clusters: map[string]*runner{}, loaded: make(chan struct{})}
 	for _, spec := range opts.Resources {
 		agg, err := aggregate.New(aggregate.Options{Resource: spec.Name, Logger: opts.Logger})
 		if err != nil {
@@ -138,6 +140,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.mu.Unlock()
 	changes := r.opts.Source.Changes(ctx)
 	r.reload(ctx)
+	close(r.loaded)
 	for {
 		select {
 		case <-ctx.Done():
@@ -271,12 +274,17 @@ func (r *Registry) Subscribe(buf int) (<-chan StatusChange, func()) {
 	return r.board.subscribe(buf)
 }
 
-// WaitForSync waits until every engaged cluster has synced every resource it serves, or until
-// timeout, and returns "cluster/resource" for each that had not. A dead cluster thus costs at
+// WaitForSync waits for Start to load the source, then until every engaged cluster has synced
+// every resource it serves, or until timeout, and returns "cluster/resource" for each that had not. A dead cluster thus costs at
 // most timeout, and the caller learns which ones are missing.
 func (r *Registry) WaitForSync(ctx context.Context, timeout time.Duration) []string {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	select {
+	case <-r.loaded:
+	case <-ctx.Done():
+		return []string{"(the cluster source was not loaded: is Start running?)"}
+	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {

@@ -61,10 +61,13 @@ func (p *proc) alive() bool {
 		return false
 	}
 	if p.done != nil {
+		// Our own child: Wait tells the truth. (Its /proc cmdline can still show this process's
+		// between fork and exec, so it must not be consulted.)
 		select {
 		case <-p.done:
 			return false
 		default:
+			return true
 		}
 	}
 	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")

@@ -1,0 +1,272 @@
+// Package bench compares multicache with N client-go informer factories and with the raw LIST
+// limit, on a local fleet, and writes docs/BENCHMARKS.md.
+//
+//	make bench
+//	MULTICACHE_BENCH_OBJECTS=50000 MULTICACHE_BENCH_RUNS=3 go test -run '^$' -bench Fleet -benchtime 1x -timeout 60m ./test/bench/
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/test/fleet"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// heap returns the live heap after two GCs.
+func heap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+type result struct {
+	sync  time.Duration
+	bytes uint64 // heap held by the cache, measured after GC while it is running
+}
+
+type variant struct {
+	name string
+	run  func(ctx context.Context, cfgs []*rest.Config) (result, func(), error)
+}
+
+// baseline is how users write it today: one typed SharedInformerFactory per cluster, default
+// options (JSON), Pods and ConfigMaps.
+func baseline(ctx context.Context, cfgs []*rest.Config) (result, func(), error) {
+	before := heap()
+	stop := make(chan struct{})
+	start := time.Now()
+	var synced []cache.InformerSynced
+	var stores []cache.Store
+	for _, cfg := range cfgs {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return result{}, nil, err
+		}
+		f := informers.NewSharedInformerFactory(cs, 0)
+		p, c := f.Core().V1().Pods().Informer(), f.Core().V1().ConfigMaps().Informer()
+		synced = append(synced, p.HasSynced, c.HasSynced)
+		stores = append(stores, p.GetStore(), c.GetStore())
+		f.Start(stop)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		close(stop)
+		return result{}, nil, fmt.Errorf("baseline did not sync")
+	}
+	r := result{sync: time.Since(start)}
+	r.bytes = heap() - before
+	runtime.KeepAlive(stores)
+	return r, func() { close(stop) }, nil
+}
+
+func multicache(transform clusterset.TransformOptions, mode clusterset.Mode) func(ctx context.Context, cfgs []*rest.Config) (result, func(), error) {
+	return func(ctx context.Context, cfgs []*rest.Config) (result, func(), error) {
+		before := heap()
+		var src clusterset.Static
+		for i, cfg := range cfgs {
+			src = append(src, clusterset.ClusterConfig{Name: "fleet-" + strconv.Itoa(i+1), Config: cfg, Fingerprint: "x"})
+		}
+		reg, err := clusterset.New(clusterset.Options{Source: src, QPS: -1, Resources: []clusterset.ResourceSpec{
+			{Name: "pods", Transform: transform, Mode: mode},
+			{Name: "configmaps", Transform: transform, Mode: mode},
+		}})
+		if err != nil {
+			return result{}, nil, err
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		start := time.Now()
+		go func() { _ = reg.Start(rctx); close(done) }()
+		if missing := reg.WaitForSync(ctx, 10*time.Minute); missing != nil {
+			cancel()
+			return result{}, nil, fmt.Errorf("unsynced: %v", missing)
+		}
+		r := result{sync: time.Since(start)}
+		r.bytes = heap() - before
+		runtime.KeepAlive(reg)
+		return r, func() { cancel(); <-done }, nil
+	}
+}
+
+// rawList is the limit: every cluster's Pods and ConfigMaps listed at once, decoded, no cache.
+func rawList(contentType string) func(ctx context.Context, cfgs []*rest.Config) (result, func(), error) {
+	return func(ctx context.Context, cfgs []*rest.Config) (result, func(), error) {
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*len(cfgs))
+		for _, cfg := range cfgs {
+			c := rest.CopyConfig(cfg)
+			if contentType != "" {
+				c.ContentType = contentType
+				c.AcceptContentTypes = contentType
+			}
+			cs, err := kubernetes.NewForConfig(c)
+			if err != nil {
+				return result{}, nil, err
+			}
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				if _, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err != nil {
+					errs <- err
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				if _, err := cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			return result{}, nil, err
+		}
+		return result{sync: time.Since(start)}, func() {}, nil
+	}
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// BenchmarkFleetSync measures P1 (heap per cached object) and P2 (time to synced) for the
+// baseline B, multicache's modes and the raw LIST limit L, side by side in one run, several
+// times, in rotating order, and writes the medians to docs/BENCHMARKS.md.
+func BenchmarkFleetSync(b *testing.B) {
+	perCluster := envInt("MULTICACHE_BENCH_OBJECTS", 50000)
+	runs := envInt("MULTICACHE_BENCH_RUNS", 3)
+	ctx := context.Background()
+	f := fleet.StartT(b, fleet.Options{Clusters: 3})
+	loader, err := fleet.NewLoader(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := 20
+	seedStart := time.Now()
+	w, err := loader.Seed(ctx, fleet.Spec{Namespaces: ns, Nodes: 50, PodsPerNamespace: perCluster / 2 / ns, ConfigMapsPerNamespace: perCluster / 2 / ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("seeded %d objects in %s (%.0f/s)", w.Creates, time.Since(seedStart).Round(time.Second), w.Rate())
+	var cfgs []*rest.Config
+	total := 0
+	for _, c := range f.Clusters {
+		cfg := c.Config()
+		cfg.QPS, cfg.Burst = -1, 0
+		cfgs = append(cfgs, cfg)
+		cs, _ := kubernetes.NewForConfig(c.AdminConfig())
+		pods, _ := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		cms, _ := cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+		total += len(pods.Items) + len(cms.Items)
+	}
+	variants := []variant{
+		{"L: raw LIST, JSON", rawList("")},
+		{"L: raw LIST, protobuf", rawList("application/vnd.kubernetes.protobuf")},
+		{"B: informer factory per cluster", baseline},
+		{"multicache default (typed, protobuf, managedFields dropped)", multicache(clusterset.TransformOptions{}, "")},
+		{"multicache, no transform", multicache(clusterset.TransformOptions{KeepManagedFields: true, KeepLastApplied: true}, "")},
+		{"multicache metadata-only", multicache(clusterset.TransformOptions{}, clusterset.ModeMetadata)},
+	}
+	syncs := map[string][]float64{}
+	bytes := map[string][]float64{}
+	for run := range runs {
+		for i := range variants {
+			v := variants[(i+run)%len(variants)]
+			r, stop, err := v.run(ctx, cfgs)
+			if err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			stop()
+			syncs[v.name] = append(syncs[v.name], r.sync.Seconds())
+			bytes[v.name] = append(bytes[v.name], float64(r.bytes)/float64(total))
+			b.Logf("run %d %-60s synced %6.2fs  heap %7.0f B/object", run+1, v.name, r.sync.Seconds(), float64(r.bytes)/float64(total))
+			time.Sleep(2 * time.Second) // let the API servers settle
+		}
+	}
+	bSync, bBytes := median(syncs[variants[2].name]), median(bytes[variants[2].name])
+	lSync := median(syncs[variants[1].name])
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "| variant | time to synced (median) | ÷ B | ÷ L (protobuf LIST) | heap per object (median) | ÷ B |\n|---|---|---|---|---|---|\n")
+	for _, v := range variants {
+		s, by := median(syncs[v.name]), median(bytes[v.name])
+		heapCol, ratioCol := fmt.Sprintf("%.0f B", by), fmt.Sprintf("%.2f×", by/bBytes)
+		if strings.HasPrefix(v.name, "L:") {
+			heapCol, ratioCol = "—", "—"
+		}
+		fmt.Fprintf(&sb, "| %s | %.2f s | %.2f× | %.2f× | %s | %s |\n", v.name, s, s/bSync, s/lSync, heapCol, ratioCol)
+	}
+	b.ReportMetric(median(bytes[variants[3].name])/bBytes, "default-heap-ratio")
+	b.ReportMetric(median(syncs[variants[3].name])/bSync, "default-sync-ratio")
+	b.Log("\n" + sb.String())
+	if os.Getenv("MULTICACHE_BENCH_WRITE") != "" {
+		writeReport(b, sb.String(), total, runs, w.Rate())
+	}
+}
+
+func writeReport(b *testing.B, table string, total, runs int, seedRate float64) {
+	out := filepath.Join("..", "..", "docs", "BENCHMARKS.md")
+	host, _ := os.Hostname()
+	var mem string
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		mem = strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1] + " kB"
+	}
+	aggr := os.Getenv("MULTICACHE_BENCH_AGGREGATE")
+	doc := fmt.Sprintf(`# Benchmarks
+
+Written by `+"`make bench`"+` on %s. Machine: %d CPUs (nproc), MemTotal %s, %s, host %s.
+Everything below ran on this one machine: 3 kube-apiservers, 3 etcds, the loader and the cache
+under test share the CPUs, so only ratios measured side by side in one run are meaningful.
+
+## P1, P2: sync time and heap per object, 3 clusters
+
+%d Pods and ConfigMaps in all (half each; Pods with 2–3 containers, labels and a nodeName),
+seeded at %.0f creates/s. Each variant ran %d times in rotating order; medians shown. Heap is
+the live heap (after GC) the cache adds, divided by the objects it holds.
+
+%s
+Command: `+"`MULTICACHE_BENCH_OBJECTS=%d MULTICACHE_BENCH_RUNS=%d go test -run '^$' -bench FleetSync -benchtime 1x ./test/bench/`"+`
+
+## P3: fleet queries in process (1M synthetic objects, 10 cluster stores, 100 matches)
+
+`+"```"+`
+%s
+`+"```"+`
+Command: `+"`go test -run '^$' -bench . -benchtime 20000x ./pkg/aggregate/`"+`
+`, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), mem, runtime.Version(), host,
+		total, seedRate, runs, table, envInt("MULTICACHE_BENCH_OBJECTS", 50000), runs, strings.TrimSpace(aggr))
+	if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("wrote %s", out)
+}
