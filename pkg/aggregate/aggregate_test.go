@@ -374,3 +374,34 @@ func waitTrue(t *testing.T, what string, f func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestHandlerAddedDuringInitialList: a handler added while client-go is still delivering the
+// initial list gets each object exactly once.
+func TestHandlerAddedDuringInitialList(t *testing.T) {
+	for range 5 {
+		a := newAgg(t)
+		s := &source{}
+		for i := range 3000 {
+			s.items = append(s.items, *cm("a", "o"+strconv.Itoa(i), "1", nil))
+		}
+		early := &recorder{}
+		_, _ = a.AddEventHandler(early) // slows client-go's delivery to the aggregate a little
+		i1, _ := startInformer(t, s)
+		_ = a.Join("c1", i1)
+		time.Sleep(time.Duration(len(s.items)%7) * time.Millisecond)
+		late := &recorder{}
+		reg, _ := a.AddEventHandler(late)
+		waitTrue(t, "late handler synced", reg.HasSynced)
+		got := late.snapshot()
+		seen := map[string]bool{}
+		for _, e := range got {
+			if seen[e] {
+				t.Fatalf("duplicate %s", e)
+			}
+			seen[e] = true
+		}
+		if len(got) != 3000 {
+			t.Fatalf("late handler got %d events, want 3000", len(got))
+		}
+	}
+}

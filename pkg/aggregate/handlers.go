@@ -71,18 +71,15 @@ func (a *Aggregate) AddEventHandler(h Handler) (*Registration, error) {
 	a.regs = append(a.regs, r)
 	members := a.memberList()
 	a.mu.Unlock()
+	// client-go hands each binding the informer's current objects as initial adds, then every
+	// change, with no overlap between the two.
 	for _, m := range members {
 		m.mu.Lock()
-		if !m.gone && !slices.Contains(m.regs, r) {
-			for _, key := range m.store.ListKeys() {
-				if obj, ok, _ := m.store.GetByKey(key); ok {
-					r.q.push(m.cluster, key, event{kind: evAdd, obj: obj, initial: true})
-				}
+		if !m.gone && m.bindings[r] == nil {
+			if err := m.bindLocked(r, nil); err != nil {
+				m.mu.Unlock()
+				return nil, fmt.Errorf("aggregate %s: cluster %q: %w", a.resource, m.cluster, err)
 			}
-			if m.synced.Load() {
-				r.q.push(m.cluster, markerKey, event{kind: evSynced})
-			}
-			m.regs = append(slices.Clone(m.regs), r)
 		}
 		m.mu.Unlock()
 	}
@@ -135,8 +132,8 @@ func (r *Registration) leave(cluster string) {
 	r.mu.Unlock()
 }
 
-// HasSynced is true once this handler has had the initial list of every member that has
-// synced (and at least one has). Like client-go's, it never turns false again for a member
+// HasSynced is true once this handler has had the initial list of every member whose informer
+// has synced (and at least one has). Like client-go's, it never turns false again for a member
 // that stays.
 func (r *Registration) HasSynced() bool {
 	members := r.agg.snapshot()
@@ -180,8 +177,12 @@ func (r *Registration) Remove() {
 	a.mu.Unlock()
 	for _, m := range members {
 		m.mu.Lock()
-		m.regs = slices.DeleteFunc(slices.Clone(m.regs), func(x *Registration) bool { return x == r })
+		b := m.bindings[r]
+		delete(m.bindings, r)
 		m.mu.Unlock()
+		if b != nil {
+			b.close()
+		}
 	}
 	r.q.close()
 }
