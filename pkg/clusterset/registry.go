@@ -34,6 +34,12 @@ type Options struct {
 	DiscoveryInterval time.Duration
 	// RetryMax caps the backoff between failed discovery attempts. Default 30s.
 	RetryMax time.Duration
+	// ProbeInterval is how often each cluster's API server is probed (GET /version, no retries).
+	// client-go's reflector retries a refused or reset connection internally without reporting
+	// it, so without the probe an outage would not show in the status. Default 5s.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe. Default 5s.
+	ProbeTimeout time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -70,6 +76,12 @@ func (o *Options) defaults() error {
 	}
 	if o.RetryMax == 0 {
 		o.RetryMax = 30 * time.Second
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 5 * time.Second
+	}
+	if o.ProbeTimeout == 0 {
+		o.ProbeTimeout = 5 * time.Second
 	}
 	return nil
 }

@@ -80,6 +80,11 @@ func (r *runner) run(parent context.Context) {
 		r.setErr(fmt.Errorf("discovery client: %w", err))
 		return
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.probe(ctx, dc)
+	}()
 	cached := memory.NewMemCacheClient(dc)
 	mapper := restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, func(string) {})
 	r.setState(Syncing, "")
@@ -140,6 +145,40 @@ func (r *runner) run(parent context.Context) {
 		}
 		cached.Invalidate()
 		mapper.(interface{ Reset() }).Reset()
+	}
+}
+
+// probe checks the API server every ProbeInterval and reports failures to every started stack.
+// It sends no retries: client-go's own retries are what hide an outage.
+func (r *runner) probe(ctx context.Context, dc *discovery.DiscoveryClient) {
+	t := time.NewTicker(r.reg.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.reg.opts.ProbeTimeout)
+		err := dc.RESTClient().Get().AbsPath("/version").MaxRetries(0).Do(pctx).Error()
+		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			text := describe(err)
+			if timedOut {
+				text = "unreachable: no answer within " + r.reg.opts.ProbeTimeout.String()
+			}
+			for _, s := range r.stacks {
+				s.probeFailed(text)
+			}
+			continue
+		}
+		for _, s := range r.stacks {
+			s.probeOK()
+		}
 	}
 }
 

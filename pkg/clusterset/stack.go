@@ -32,8 +32,9 @@ type stack struct {
 	mu       sync.Mutex
 	st       ResourceStatus
 	informer cache.SharedIndexInformer
-	errRV    string // LastSyncResourceVersion when the last error was recorded
-	hasErr   bool
+	errRV    string // LastSyncResourceVersion when the last reflector error was recorded
+	hasErr   bool   // the reflector reported an error and has not made progress since
+	probeErr bool   // the cluster's health probe is failing
 }
 
 func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {
@@ -210,6 +211,38 @@ func (s *stack) onWatchError(ctx context.Context, r *cache.Reflector, err error)
 	}
 }
 
+// probeFailed records a failed health probe of the cluster. It holds until a probe succeeds.
+func (s *stack) probeFailed(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.informer == nil || s.st.State == NotServed {
+		return
+	}
+	s.probeErr = true
+	switch s.st.State {
+	case Synced, Degraded:
+		s.setStateLocked(Degraded, text)
+	default:
+		s.setStateLocked(Failed, text)
+	}
+}
+
+// probeOK clears a probe failure. The state returns to Synced unless the reflector itself still
+// reports an error; the reflector's own retries then bring the cache up to date, so for a few
+// seconds after an outage the status may say Synced while events from the outage are arriving.
+func (s *stack) probeOK() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.probeErr {
+		return
+	}
+	s.probeErr = false
+	if !s.hasErr && s.informer != nil && s.informer.HasSynced() {
+		s.st.LastSync = time.Now()
+		s.setStateLocked(Synced, "")
+	}
+}
+
 // run starts the informer and follows its sync and recovery until ctx ends.
 func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolved, mode Mode) {
 	s.mu.Lock()
@@ -237,6 +270,8 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 		s.mu.Lock()
 		rv := inf.LastSyncResourceVersion()
 		switch {
+		case s.probeErr:
+			// Wait for the probe to pass.
 		case s.st.State == Syncing || (s.st.State == Failed && !s.hasErr):
 			s.st.LastSync = time.Now()
 			if s.st.SyncDuration == 0 {

@@ -254,6 +254,14 @@ func (c *Cluster) StopAPIServer() error {
 	return nil
 }
 
+// KillAPIServer kills the API server with SIGKILL, as a crash would. etcd and its data stay.
+func (c *Cluster) KillAPIServer() error {
+	if err := c.APIServer.kill(); err != nil {
+		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	return nil
+}
+
 func (c *Cluster) startControllerManager() error {
 	kc := filepath.Join(c.Dir, "admin.kubeconfig")
 	p := c.pki()

@@ -497,10 +497,9 @@ func (l *Loader) Churn(ctx context.Context, spec ChurnSpec) (ChurnResult, error)
 		spec.Workers = 32
 	}
 	for _, c := range l.fleet.Clusters {
-		_, err := l.typed[c.Name].CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: spec.Namespace}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return ChurnResult{}, fmt.Errorf("cluster %q: namespace %s: %w", c.Name, spec.Namespace, err)
-		}
+		// A cluster that is down now is not skipped: its writes fail and count as errors, and
+		// it takes part again once it is back.
+		_, _ = l.typed[c.Name].CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: spec.Namespace}}, metav1.CreateOptions{})
 	}
 	limiter := rate.NewLimiter(rate.Limit(spec.Rate), max(1, int(spec.Rate/20)))
 	ctx, cancel := context.WithTimeout(ctx, spec.Duration)
