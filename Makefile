@@ -52,6 +52,10 @@ bench: tools ## Run the benchmarks (in process, then on a 3-cluster local fleet)
 	  MULTICACHE_BENCH_AGGREGATE="$$(grep -E '^Benchmark' $(BIN_DIR)/bench-aggregate.txt)" \
 	  $(GO) test -run '^$$' -bench FleetSync -benchtime 1x -timeout 60m -v ./test/bench/ | grep -v '^    fleet.go'
 
+.PHONY: soak
+soak: tools ## 10-minute load (1,000 writes/s target, 3 clusters, fast/slow/panicking handlers) and wait for the slow handler
+	MULTICACHE_LOAD_SECONDS=600 MULTICACHE_LOAD_WAIT_SLOW=1 $(GO) test -count=1 -timeout 60m -run TestLoad -v ./test/chaos/ | grep -v '^    fleet.go'
+
 .PHONY: bench-loader
 bench-loader: tools ## Measure the fleet loader's create rate and where the CPU goes
 	$(GO) test -run '^$$' -bench Seed -benchtime 1x -count 1 -timeout 20m ./test/fleet/

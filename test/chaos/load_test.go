@@ -1,0 +1,193 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/verify"
+	"github.com/multicache/multicache/test/fleet"
+)
+
+// TestLoad writes at MULTICACHE_LOAD_RATE ops/s (default 1000: creates, updates, deletes of
+// ConfigMaps) across 3 clusters for MULTICACHE_LOAD_SECONDS (default 60; `make soak` runs 600)
+// with a fast handler, a slow one (10 ms per event) and one that panics now and then attached.
+// Afterwards the cache and the fast handler must equal what the API servers list, and the slow
+// handler must catch up. It reports the achieved rate, where the CPU went, handler backlog and
+// lag, and the heap over time.
+func TestLoad(t *testing.T) {
+	rate := float64(envInt("MULTICACHE_LOAD_RATE", 1000))
+	dur := time.Duration(envInt("MULTICACHE_LOAD_SECONDS", 60)) * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
+	defer cancel()
+	f := fleet.StartT(t, fleet.Options{Clusters: 3})
+	loader, err := fleet.NewLoader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src clusterset.Static
+	servers := map[string]*rest.Config{}
+	for _, c := range f.Clusters {
+		src = append(src, clusterset.ClusterConfig{Name: c.Name, Config: c.Config(), Fingerprint: "x"})
+		servers[c.Name] = c.AdminConfig()
+	}
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "configmaps", Namespace: "churn"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms, _ := reg.Aggregate("configmaps")
+	fast, slow := newFinalStates(0), newFinalStates(10*time.Millisecond)
+	fastReg, _ := cms.AddEventHandler(fast)
+	slowReg, _ := cms.AddEventHandler(slow)
+	var calls atomic.Int64
+	panicky, _ := cms.AddEventHandler(aggregate.HandlerFuncs{UpdateFunc: func(string, any, any) {
+		if calls.Add(1)%97 == 0 {
+			panic("a handler bug")
+		}
+	}})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = reg.Start(rctx); close(done) }()
+	defer func() { stop(); <-done }()
+	if missing := reg.WaitForSync(ctx, time.Minute); missing != nil {
+		t.Fatal(missing)
+	}
+
+	// Sample backlog, lag and heap while the load runs.
+	type sample struct {
+		at                  time.Duration
+		heapMiB             float64
+		slowPending, fastPd int
+		fastLag             time.Duration
+	}
+	var samples []sample
+	sampleStop := make(chan struct{})
+	sampled := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(dur / 6)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sampleStop:
+				return
+			case <-tick.C:
+			}
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			samples = append(samples, sample{time.Since(start).Round(time.Second), float64(ms.HeapAlloc) / (1 << 20), slowReg.Pending(), fastReg.Pending(), fastReg.Lag()})
+		}
+	}()
+	cpu0 := f.CPUSeconds()
+	res, err := loader.Churn(ctx, fleet.ChurnSpec{Rate: rate, Duration: dur, Namespace: "churn", Workers: 48})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu1 := f.CPUSeconds()
+	close(sampleStop)
+	<-sampled
+	achieved := float64(res.Ops()) / res.Elapsed.Seconds()
+
+	t0 := time.Now()
+	var rep verify.Report
+	for {
+		rep, err = verify.Compare(ctx, cms, cmGVR, "churn", servers)
+		if err == nil && len(rep.Diverged) == 0 {
+			break
+		}
+		if time.Since(t0) > 60*time.Second {
+			t.Fatalf("cache not converged 60s after the load: %v %s", err, rep.Summary())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cacheConverged := time.Since(t0)
+	want := cached(cms)
+	waitFor(t, "fast handler converged", 60*time.Second, func() bool { return len(diffMaps(want, fast.forClusters(f.Names()))) == 0 })
+	fastConverged := time.Since(t0)
+	slowBacklog := slowReg.Pending()
+	if int64(slowBacklog) > res.Creates+int64(len(want)) {
+		t.Errorf("slow handler backlog %d exceeds the objects that ever existed (%d)", slowBacklog, res.Creates+int64(len(want)))
+	}
+	slowConverged := time.Duration(0)
+	if os.Getenv("MULTICACHE_LOAD_WAIT_SLOW") != "" {
+		// At 100 events/s the slow handler needs backlog/100 seconds; `make soak` waits for it.
+		waitFor(t, "slow handler converged", 30*time.Minute, func() bool { return len(diffMaps(want, slow.forClusters(f.Names()))) == 0 })
+		slowConverged = time.Since(t0)
+	}
+	for name, s := range map[string]*finalStates{"fast": fast, "slow": slow} {
+		if p := s.problems(); len(p) > 0 {
+			t.Errorf("%s handler saw inconsistent events: %v", name, p[:min(5, len(p))])
+		}
+	}
+	if panicky.Panics() == 0 {
+		t.Error("the panicking handler never panicked: the case proves nothing")
+	}
+
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nload: target %.0f ops/s for %s; achieved %.0f ops/s (%d creates, %d updates, %d deletes, %d errors)\n",
+		rate, dur, achieved, res.Creates, res.Updates, res.Deletes, res.Errors)
+	fmt.Fprintf(&sb, "CPU during the load: %s\n", cpuSplit(cpu0, cpu1, res.Elapsed))
+	fmt.Fprintf(&sb, "after the load: cache converged in %s (%d objects, 0 diverged), fast handler in %s; slow handler (10 ms/event) backlog %d events, caught up in %s (0s: not waited for); panics recovered: %d\n",
+		cacheConverged.Round(time.Millisecond), rep.Objects, fastConverged.Round(time.Millisecond), slowBacklog, slowConverged.Round(time.Millisecond), panicky.Panics())
+	sb.WriteString("| t | heap (MiB, after GC) | fast handler backlog | fast handler lag | slow handler backlog |\n|---|---|---|---|---|\n")
+	for _, s := range samples {
+		fmt.Fprintf(&sb, "| %s | %.1f | %d | %s | %d |\n", s.at, s.heapMiB, s.fastPd, s.fastLag.Round(time.Microsecond), s.slowPending)
+	}
+	t.Log(sb.String())
+}
+
+// cached is what the aggregate holds: key → uid/resourceVersion.
+func cached(agg *aggregate.Aggregate) map[string]string {
+	out := map[string]string{}
+	for _, c := range agg.Clusters() {
+		idx, _ := agg.Cluster(c)
+		for _, o := range idx.List() {
+			out[keyOf(c, o)] = stateOf(o)
+		}
+	}
+	return out
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func cpuSplit(before, after map[string]float64, wall time.Duration) string {
+	kinds := map[string]float64{}
+	total := 0.0
+	for k, v := range after {
+		d := v - before[k]
+		kind := k[strings.LastIndexByte(k, '/')+1:]
+		if kind == "self" {
+			kind = "test process (loader + cache + handlers)"
+		}
+		kinds[kind] += d
+		total += d
+	}
+	var names []string
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, k := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*kinds[k]/total))
+	}
+	return fmt.Sprintf("%s of %.0f CPU-s used over %s (2 cores = %.0f CPU-s available)", strings.Join(parts, ", "), total, wall.Round(time.Second), 2*wall.Seconds())
+}
