@@ -428,6 +428,17 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 		_ = sel
 	})
 
+	var oldToken string
+	t.Run("a token from this run resumes", func(t *testing.T) {
+		_, oldToken = listAll(ctx, t, d, "pods", url.Values{"namespace": {"load-0"}})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.url+"/api/v1/resources/pods?watch=true&resourceVersion="+url.QueryEscape(oldToken), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("resume: %v %v", err, resp)
+		}
+		resp.Body.Close()
+	})
+
 	t.Run("SIGTERM shuts down cleanly with a watch open", func(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.url+"/api/v1/resources/pods?watch=true", nil)
 		resp, err := http.DefaultClient.Do(req)
@@ -440,6 +451,20 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 			t.Errorf("exit: %v", err)
 		}
 		t.Logf("daemon stopped %s after SIGTERM", time.Since(t0).Round(time.Millisecond))
+	})
+
+	t.Run("after a daemon restart an old token is expired, never a silent gap", func(t *testing.T) {
+		t0 := time.Now()
+		d2 := startDaemon(t, "--config", cfgPath)
+		t.Logf("restarted daemon resynced and ready in %s", time.Since(t0).Round(time.Millisecond))
+		code, e, err := d2.get(ctx, "/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {oldToken}}, &struct{}{})
+		if err != nil || code != http.StatusGone || e.Reason != "Expired" || !strings.Contains(e.Message, "earlier run") {
+			t.Errorf("old token after restart: %d %+v %v", code, e, err)
+		}
+		items, _ := listAll(ctx, t, d2, "pods", url.Values{})
+		if len(items) != len(truth) {
+			t.Errorf("restarted daemon lists %d pods, servers %d", len(items), len(truth))
+		}
 	})
 }
 
