@@ -472,6 +472,9 @@ type ChurnSpec struct {
 	Namespace string
 	// Workers is the number of concurrent writers per cluster. Default 32.
 	Workers int
+	// MaxLive caps the objects each worker keeps; at the cap its creates become deletes, so the
+	// object count reaches a steady state. 0: no cap.
+	MaxLive int
 }
 
 // ChurnResult counts what Churn did.
@@ -513,7 +516,7 @@ func (l *Loader) Churn(ctx context.Context, spec ChurnSpec) (ChurnResult, error)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				churnWorker(ctx, cs, spec.Namespace, "w"+strconv.Itoa(w), limiter, &res)
+				churnWorker(ctx, cs, spec.Namespace, "w"+strconv.Itoa(w), spec.MaxLive, limiter, &res)
 			}()
 		}
 	}
@@ -522,7 +525,7 @@ func (l *Loader) Churn(ctx context.Context, spec ChurnSpec) (ChurnResult, error)
 	return res, nil
 }
 
-func churnWorker(ctx context.Context, cs kubernetes.Interface, ns, prefix string, lim *rate.Limiter, res *ChurnResult) {
+func churnWorker(ctx context.Context, cs kubernetes.Interface, ns, prefix string, maxLive int, lim *rate.Limiter, res *ChurnResult) {
 	var live []string // names of this worker's live ConfigMaps, oldest first
 	seq := 0
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(len(prefix))))
@@ -533,6 +536,9 @@ func churnWorker(ctx context.Context, cs kubernetes.Interface, ns, prefix string
 		}
 		p := rng.IntN(100)
 		var err error
+		if p < 50 && maxLive > 0 && len(live) >= maxLive {
+			p = 99 // at the cap: delete instead
+		}
 		switch {
 		case p < 50 || len(live) == 0:
 			name := fmt.Sprintf("%s-%d", prefix, seq)
