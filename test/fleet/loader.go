@@ -477,6 +477,10 @@ type ChurnSpec struct {
 	MaxLive int
 }
 
+// WrittenAtKey is the ConfigMap data key where Churn records when it sent a create or update
+// (Unix nanoseconds), so that a handler can measure write → event latency.
+const WrittenAtKey = "written-at"
+
 // ChurnResult counts what Churn did.
 type ChurnResult struct {
 	Creates, Updates, Deletes, Errors int64
@@ -543,14 +547,14 @@ func churnWorker(ctx context.Context, cs kubernetes.Interface, ns, prefix string
 		case p < 50 || len(live) == 0:
 			name := fmt.Sprintf("%s-%d", prefix, seq)
 			seq++
-			_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(seq)}, Data: map[string]string{"v": "0"}}, metav1.CreateOptions{})
+			_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(seq)}, Data: map[string]string{"v": "0", WrittenAtKey: strconv.FormatInt(time.Now().UnixNano(), 10)}}, metav1.CreateOptions{})
 			if err == nil {
 				live = append(live, name)
 				atomic.AddInt64(&res.Creates, 1)
 			}
 		case p < 85:
 			name := live[rng.IntN(len(live))]
-			patch := []byte(fmt.Sprintf(`{"data":{"v":"%d"}}`, rng.Int()))
+			patch := []byte(fmt.Sprintf(`{"data":{"v":"%d",%q:"%d"}}`, rng.Int(), WrittenAtKey, time.Now().UnixNano()))
 			_, err = cms.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 			if err == nil {
 				atomic.AddInt64(&res.Updates, 1)
