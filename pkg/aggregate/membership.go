@@ -158,18 +158,31 @@ func (b *binding) awaitSync(poll time.Duration) {
 	b.r.q.push(b.m.cluster, markerKey, event{kind: evSynced})
 }
 
+// enter locks b for one event on obj and records it as seen; ok is false (and b unlocked) when
+// the event is to be dropped. Callers unlock b.
+func (b *binding) enter(obj any) (key string, ok bool) {
+	key, ok = objectKey(obj)
+	if !ok {
+		return "", false
+	}
+	b.mu.Lock()
+	if b.done {
+		b.mu.Unlock()
+		return "", false
+	}
+	if b.seen != nil {
+		b.seen[key] = struct{}{}
+	}
+	return key, true
+}
+
 func (b *binding) OnAdd(obj any, isInInitialList bool) {
-	key, ok := objectKey(obj)
+	key, ok := b.enter(obj)
 	if !ok {
 		return
 	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.done {
-		return
-	}
 	if b.prev != nil {
-		b.seen[key] = struct{}{}
 		if old, ok, _ := b.prev.GetByKey(key); ok {
 			if resourceVersion(old) != resourceVersion(obj) {
 				b.r.q.push(b.m.cluster, key, event{kind: evUpdate, old: old, obj: obj})
@@ -181,35 +194,17 @@ func (b *binding) OnAdd(obj any, isInInitialList bool) {
 }
 
 func (b *binding) OnUpdate(oldObj, newObj any) {
-	key, ok := objectKey(newObj)
-	if !ok {
-		return
+	if key, ok := b.enter(newObj); ok {
+		b.r.q.push(b.m.cluster, key, event{kind: evUpdate, old: oldObj, obj: newObj})
+		b.mu.Unlock()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done {
-		return
-	}
-	if b.prev != nil {
-		b.seen[key] = struct{}{}
-	}
-	b.r.q.push(b.m.cluster, key, event{kind: evUpdate, old: oldObj, obj: newObj})
 }
 
 func (b *binding) OnDelete(obj any) {
-	key, ok := objectKey(obj)
-	if !ok {
-		return
+	if key, ok := b.enter(obj); ok {
+		b.r.q.push(b.m.cluster, key, event{kind: evDelete, obj: obj})
+		b.mu.Unlock()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done {
-		return
-	}
-	if b.prev != nil {
-		b.seen[key] = struct{}{}
-	}
-	b.r.q.push(b.m.cluster, key, event{kind: evDelete, obj: obj})
 }
 
 // Leave removes cluster. Every handler receives a cache.DeletedFinalStateUnknown for each object

@@ -112,17 +112,14 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		if err != nil {
 			return nil, mode, err
 		}
-		lw = cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				s.spec.tweak(&o)
+		lw = listWatch(s.spec, rc,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
 			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				s.spec.tweak(&o)
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.Watch = true
 				return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Watch(ctx)
-			},
-		}, rc)
+			})
 	case ModeUnstructured:
 		dc, err := dynamic.NewForConfig(cfg)
 		if err != nil {
@@ -130,16 +127,7 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		}
 		ri := dc.Resource(r.gvr).Namespace(ns)
 		example = &unstructured.Unstructured{}
-		lw = cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				s.spec.tweak(&o)
-				return ri.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				s.spec.tweak(&o)
-				return ri.Watch(ctx, o)
-			},
-		}, dc)
+		lw = listWatch(s.spec, dc, asList(ri.List), ri.Watch)
 	case ModeMetadata:
 		mc, err := metadata.NewForConfig(cfg)
 		if err != nil {
@@ -147,16 +135,7 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		}
 		ri := mc.Resource(r.gvr).Namespace(ns)
 		example = &metav1.PartialObjectMetadata{}
-		lw = cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				s.spec.tweak(&o)
-				return ri.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				s.spec.tweak(&o)
-				return ri.Watch(ctx, o)
-			},
-		}, mc)
+		lw = listWatch(s.spec, mc, asList(ri.List), ri.Watch)
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{
 		Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
@@ -169,6 +148,35 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		return nil, mode, err
 	}
 	return inf, mode, nil
+}
+
+// listWatch applies the spec's selectors to every list and watch, and declares whether the
+// client speaks watch-list (client-go's reflector otherwise waits forever for the bookmark that
+// ends a streamed initial list).
+func listWatch(spec ResourceSpec, client any,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			spec.tweak(&o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			spec.tweak(&o)
+			return watchFn(ctx, o)
+		},
+	}, client)
+}
+
+// asList adapts a typed List method to return runtime.Object.
+func asList[L runtime.Object](f func(context.Context, metav1.ListOptions) (L, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		l, err := f(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
 }
 
 // typedClient is a REST client for one group version that decodes into client-go's typed
