@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -508,19 +509,8 @@ func (a *Aggregate) selectMember(m *member, q Query) ([]any, error) {
 // WaitForSync waits until every member has synced, ctx ends, or timeout passes, whichever is
 // first, and returns the clusters still unsynced. A dead cluster therefore costs at most timeout.
 func (a *Aggregate) WaitForSync(ctx context.Context, timeout time.Duration) []string {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	t := time.NewTicker(a.poll)
-	defer t.Stop()
-	for {
-		missing := a.Unsynced()
-		if len(missing) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return missing
-		case <-t.C:
-		}
-	}
+	_ = wait.PollUntilContextTimeout(ctx, a.poll, timeout, true, func(context.Context) (bool, error) {
+		return len(a.Unsynced()) == 0, nil
+	})
+	return a.Unsynced()
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 )
@@ -297,10 +298,9 @@ func (r *Registry) WaitForSync(ctx context.Context, timeout time.Duration) []str
 	case <-ctx.Done():
 		return []string{"(the cluster source was not loaded: is Start running?)"}
 	}
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		var missing []string
+	var missing []string
+	_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		missing = missing[:0]
 		for _, cs := range r.Snapshot(false) {
 			for _, rs := range cs.Resources {
 				if rs.State != Synced && rs.State != NotServed {
@@ -308,13 +308,10 @@ func (r *Registry) WaitForSync(ctx context.Context, timeout time.Duration) []str
 				}
 			}
 		}
-		if len(missing) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return missing
-		case <-t.C:
-		}
+		return len(missing) == 0, nil
+	})
+	if len(missing) == 0 {
+		return nil
 	}
+	return missing
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/rest"
@@ -151,34 +152,29 @@ func (r *runner) run(parent context.Context) {
 // probe checks the API server every ProbeInterval and reports failures to every started stack.
 // It sends no retries: client-go's own retries are what hide an outage.
 func (r *runner) probe(ctx context.Context, dc *discovery.DiscoveryClient) {
-	t := time.NewTicker(r.reg.opts.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, r.reg.opts.ProbeTimeout)
-		err := dc.RESTClient().Get().AbsPath("/version").MaxRetries(0).Do(pctx).Error()
-		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			text := describe(err)
-			if timedOut {
-				text = "unreachable: no answer within " + r.reg.opts.ProbeTimeout.String()
-			}
-			for _, s := range r.stacks {
-				s.probeFailed(text)
-			}
-			continue
+	wait.UntilWithContext(ctx, func(ctx context.Context) { r.probeOnce(ctx, dc) }, r.reg.opts.ProbeInterval)
+}
+
+func (r *runner) probeOnce(ctx context.Context, dc *discovery.DiscoveryClient) {
+	pctx, cancel := context.WithTimeout(ctx, r.reg.opts.ProbeTimeout)
+	err := dc.RESTClient().Get().AbsPath("/version").MaxRetries(0).Do(pctx).Error()
+	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		text := describe(err)
+		if timedOut {
+			text = "unreachable: no answer within " + r.reg.opts.ProbeTimeout.String()
 		}
 		for _, s := range r.stacks {
-			s.probeOK()
+			s.probeFailed(text)
 		}
+		return
+	}
+	for _, s := range r.stacks {
+		s.probeOK()
 	}
 }
 
