@@ -12,6 +12,7 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -161,24 +162,15 @@ func (k *Kubeconfig) Load() ([]ClusterConfig, error) {
 func (k *Kubeconfig) Changes(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	last := k.digest() // taken now: a change made after Changes returns is always reported
-	go func() {
-		t := time.NewTicker(k.opts.PollInterval)
-		defer t.Stop()
-		for {
+	go wait.UntilWithContext(ctx, func(context.Context) {
+		if d := k.digest(); d != last {
+			last = d
 			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if d := k.digest(); d != last {
-				last = d
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
+			case ch <- struct{}{}:
+			default:
 			}
 		}
-	}()
+	}, k.opts.PollInterval)
 	return ch
 }
 

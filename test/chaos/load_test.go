@@ -170,7 +170,7 @@ func TestLoad(t *testing.T) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nload: target %.0f ops/s for %s; achieved %.0f ops/s (%d creates, %d updates, %d deletes, %d errors)\n",
 		rate, dur, achieved, res.Creates, res.Updates, res.Deletes, res.Errors)
-	fmt.Fprintf(&sb, "CPU during the load: %s\n", cpuSplit(cpu0, cpu1, res.Elapsed))
+	fmt.Fprintf(&sb, "CPU during the load: %s\n", fleet.CPUSplit(cpu0, cpu1, res.Elapsed)+" (self = loader + cache + handlers)")
 	fmt.Fprintf(&sb, "after the load: cache converged in %s (%d objects, 0 diverged), fast handler in %s; slow handler (10 ms/event) backlog %d events, caught up in %s (0s: not waited for); panics recovered: %d\n",
 		cacheConverged.Round(time.Millisecond), rep.Objects, fastConverged.Round(time.Millisecond), slowBacklog, slowConverged.Round(time.Millisecond), panicky.Panics())
 	fmt.Fprintf(&sb, "write → handler latency: multicache p50 %s p99 %s (%d events); client-go informer per cluster p50 %s p99 %s (%d events)\n",
@@ -199,30 +199,6 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-func cpuSplit(before, after map[string]float64, wall time.Duration) string {
-	kinds := map[string]float64{}
-	total := 0.0
-	for k, v := range after {
-		d := v - before[k]
-		kind := k[strings.LastIndexByte(k, '/')+1:]
-		if kind == "self" {
-			kind = "test process (loader + cache + handlers)"
-		}
-		kinds[kind] += d
-		total += d
-	}
-	var names []string
-	for k := range kinds {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var parts []string
-	for _, k := range names {
-		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*kinds[k]/total))
-	}
-	return fmt.Sprintf("%s of %.0f CPU-s used over %s (2 cores = %.0f CPU-s available)", strings.Join(parts, ", "), total, wall.Round(time.Second), 2*wall.Seconds())
 }
 
 // latencies collects write → event delays from the WrittenAtKey stamp.

@@ -3,9 +3,7 @@ package fleet_test
 import (
 	"context"
 	"os"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,30 +36,9 @@ func BenchmarkSeed(b *testing.B) {
 		after := f.CPUSeconds()
 		b.ReportMetric(w.Rate(), "creates/s")
 		b.ReportMetric(float64(w.Creates), "creates")
-		b.Logf("%d creates in %s = %.0f/s; CPU seconds by process: %s", w.Creates, w.Elapsed.Round(time.Millisecond), w.Rate(), cpuSplit(before, after, w.Elapsed))
+		b.Logf("%d creates in %s = %.0f/s; CPU seconds by process: %s", w.Creates, w.Elapsed.Round(time.Millisecond), w.Rate(), fleet.CPUSplit(before, after, w.Elapsed))
 		if err := f.Stop(); err != nil {
 			b.Fatal(err)
 		}
 	}
-}
-
-func cpuSplit(before, after map[string]float64, wall time.Duration) string {
-	kinds := map[string]float64{}
-	total := 0.0
-	for k, v := range after {
-		d := v - before[k]
-		kind := k[strings.LastIndexByte(k, '/')+1:]
-		kinds[kind] += d
-		total += d
-	}
-	names := make([]string, 0, len(kinds))
-	for k := range kinds {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var parts []string
-	for _, k := range names {
-		parts = append(parts, k+"="+strconv.FormatFloat(kinds[k], 'f', 1, 64))
-	}
-	return strings.Join(parts, " ") + " (total " + strconv.FormatFloat(total, 'f', 1, 64) + " CPU-s over " + wall.Round(time.Millisecond).String() + " wall; 2 cores = " + strconv.FormatFloat(2*wall.Seconds(), 'f', 1, 64) + ")"
 }

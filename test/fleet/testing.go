@@ -2,7 +2,10 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,4 +67,28 @@ func procCPU(pid int) float64 {
 	u, _ := strconv.ParseFloat(fields[11], 64)
 	st, _ := strconv.ParseFloat(fields[12], 64)
 	return (u + st) / 100
+}
+
+// CPUSplit summarises two CPUSeconds readings taken wall apart, by process kind (etcd,
+// kube-apiserver, …, "self" for this process): CPU-seconds and share of the total, and the
+// CPU-seconds the machine had.
+func CPUSplit(before, after map[string]float64, wall time.Duration) string {
+	kinds := map[string]float64{}
+	total := 0.0
+	for k, v := range after {
+		d := v - before[k]
+		kinds[k[strings.LastIndexByte(k, '/')+1:]] += d
+		total += d
+	}
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, k := range names {
+		parts = append(parts, fmt.Sprintf("%s %.1f CPU-s (%.0f%%)", k, kinds[k], 100*kinds[k]/max(total, 1e-9)))
+	}
+	return fmt.Sprintf("%s; %.1f CPU-s used over %s, %d cores = %.1f CPU-s available",
+		strings.Join(parts, ", "), total, wall.Round(time.Millisecond), runtime.NumCPU(), float64(runtime.NumCPU())*wall.Seconds())
 }
