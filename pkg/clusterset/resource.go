@@ -122,6 +122,11 @@ type TransformOptions struct {
 	// KeepLastApplied keeps the kubectl.kubernetes.io/last-applied-configuration annotation,
 	// a full copy of the object as last applied.
 	KeepLastApplied bool
+	// KeepDuplicates keeps every object's own copy of its repeated parts. By default, label
+	// and annotation maps, container resource lists, toleration lists, empty security
+	// contexts and low-cardinality strings are shared across cached objects (see package
+	// intern); cached objects are read-only either way.
+	KeepDuplicates bool
 	// Func, if set, runs after the built-in steps. It must be idempotent and may mutate in place.
 	Func cache.TransformFunc
 }

@@ -3,6 +3,8 @@ package clusterset
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/intern"
 )
 
 // LastAppliedAnnotation is the annotation kubectl apply writes.
@@ -30,6 +32,9 @@ func newTransform(opts TransformOptions) cache.TransformFunc {
 					}
 				}
 			}
+		}
+		if !opts.KeepDuplicates {
+			intern.Shared().Object(obj)
 		}
 		if opts.Func != nil {
 			return opts.Func(obj)

@@ -58,6 +58,7 @@ type Resource struct {
 type Transform struct {
 	KeepManagedFields bool `json:"keepManagedFields,omitempty"`
 	KeepLastApplied   bool `json:"keepLastApplied,omitempty"`
+	KeepDuplicates    bool `json:"keepDuplicates,omitempty"`
 }
 
 // Index is a custom index.
@@ -333,7 +334,7 @@ func (c *Config) ResourceSpecs() ([]clusterset.ResourceSpec, error) {
 		spec := clusterset.ResourceSpec{
 			Name: r.Name, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector,
 			Mode:      clusterset.Mode(r.Mode),
-			Transform: clusterset.TransformOptions{KeepManagedFields: r.Transform.KeepManagedFields, KeepLastApplied: r.Transform.KeepLastApplied},
+			Transform: clusterset.TransformOptions{KeepManagedFields: r.Transform.KeepManagedFields, KeepLastApplied: r.Transform.KeepLastApplied, KeepDuplicates: r.Transform.KeepDuplicates},
 		}
 		for _, ix := range r.Indexes {
 			spec.Indexes = append(spec.Indexes, aggregate.IndexSpec{Name: ix, Func: builtins[ix]})

@@ -195,7 +195,7 @@ func BenchmarkFleetSync(b *testing.B) {
 		{"L: raw LIST, protobuf", rawList("application/vnd.kubernetes.protobuf")},
 		{"B: informer factory per cluster", baseline},
 		{"multicache default (typed, protobuf, managedFields dropped)", multicache(clusterset.TransformOptions{}, "")},
-		{"multicache, no transform", multicache(clusterset.TransformOptions{KeepManagedFields: true, KeepLastApplied: true}, "")},
+		{"multicache, no transform", multicache(clusterset.TransformOptions{KeepManagedFields: true, KeepLastApplied: true, KeepDuplicates: true}, "")},
 		{"multicache metadata-only", multicache(clusterset.TransformOptions{}, clusterset.ModeMetadata)},
 	}
 	syncs := map[string][]float64{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -324,6 +327,65 @@ func TestCoreOnLocalFleet(t *testing.T) {
 			t.Error("no widgets")
 		} else if o, _, _ := widgets.GetByKey(keys[0]); fmt.Sprintf("%T", o) != "*unstructured.Unstructured" {
 			t.Errorf("widgets are %T, want unstructured", o)
+		}
+	})
+
+	t.Run("cached objects equal the API server's, parts shared", func(t *testing.T) {
+		// Ground truth for content, not only UID and resourceVersion: the default transform
+		// drops managedFields and shares repeated parts, and must change nothing else.
+		deploys, _ := reg.Aggregate("deployments.apps")
+		for _, name := range all {
+			cs, _ := f.Clientset(name)
+			pl, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dl, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var live []metav1.Object
+			for i := range pl.Items {
+				live = append(live, &pl.Items[i])
+			}
+			for i := range dl.Items {
+				live = append(live, &dl.Items[i])
+			}
+			for _, want := range live {
+				want.SetManagedFields(nil)
+				agg := pods
+				if _, ok := want.(*appsv1.Deployment); ok {
+					agg = deploys
+				}
+				k := aggregate.Key{Cluster: name, Namespace: want.GetNamespace(), Name: want.GetName()}
+				got, ok, _ := agg.GetByKey(k.String())
+				if !ok {
+					t.Errorf("%s missing", k)
+					continue
+				}
+				if g := got.(metav1.Object); g.GetResourceVersion() == want.GetResourceVersion() && !apiequality.Semantic.DeepEqual(got, want) {
+					t.Errorf("%s differs from the API server's object:\n got %+v\nwant %+v", k, got, want)
+				}
+			}
+		}
+		var p1, p2 *corev1.Pod
+		for _, o := range pods.List() {
+			p := o.(*corev1.Pod)
+			if len(p.Spec.Containers) == 0 || len(p.Spec.Containers[0].Resources.Requests) == 0 {
+				continue
+			}
+			if p1 == nil {
+				p1 = p
+			} else if apiequality.Semantic.DeepEqual(p.Spec.Containers[0].Resources.Requests, p1.Spec.Containers[0].Resources.Requests) {
+				p2 = p
+				break
+			}
+		}
+		if p2 == nil {
+			t.Fatal("no two pods with equal resource requests to compare")
+		}
+		if reflect.ValueOf(p1.Spec.Containers[0].Resources.Requests).Pointer() != reflect.ValueOf(p2.Spec.Containers[0].Resources.Requests).Pointer() {
+			t.Error("equal resource lists of two cached pods are separate copies; the default shares them")
 		}
 	})
 
