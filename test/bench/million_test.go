@@ -63,8 +63,12 @@ func serverCount(ctx context.Context, b *testing.B, f *fleet.Fleet) int {
 			b.Fatal(err)
 		}
 		for _, list := range []func() (metav1.ListInterface, error){
-			func() (metav1.ListInterface, error) { return cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}) },
-			func() (metav1.ListInterface, error) { return cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1}) },
+			func() (metav1.ListInterface, error) {
+				return cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
+			},
+			func() (metav1.ListInterface, error) {
+				return cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1})
+			},
 		} {
 			l, err := list()
 			if err != nil {
