@@ -1,5 +1,7 @@
 # multicache — `make help` lists the targets.
 SHELL := /usr/bin/env bash
+# A failing command fails its recipe even when piped into tee or grep.
+.SHELLFLAGS := -o pipefail -c
 GO ?= go
 BIN_DIR ?= $(CURDIR)/bin
 FLEET_DIR ?= .fleet
@@ -43,14 +45,21 @@ test: tools fmt-check vet ## Build the tools, then run unit, race, integration a
 
 BENCH_OBJECTS ?= 50000
 BENCH_RUNS ?= 3
+BENCH_MILLION ?= 100000
+BENCH_LATENCY_SECONDS ?= 30
 
 .PHONY: bench
-bench: tools ## Run the benchmarks (in process, then on a 3-cluster local fleet) and write docs/BENCHMARKS.md
+bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 10 clusters) and write docs/BENCHMARKS.md
 	@mkdir -p $(BIN_DIR)
 	$(GO) test -run '^$$' -bench . -benchtime 20000x -count 1 ./pkg/aggregate/ | tee $(BIN_DIR)/bench-aggregate.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/intern/
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_OBJECTS=$(BENCH_OBJECTS) MULTICACHE_BENCH_RUNS=$(BENCH_RUNS) \
 	  MULTICACHE_BENCH_AGGREGATE="$$(grep -E '^Benchmark' $(BIN_DIR)/bench-aggregate.txt)" \
 	  $(GO) test -run '^$$' -bench FleetSync -benchtime 1x -timeout 60m -v ./test/bench/ | grep -v '^    fleet.go'
+	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_LATENCY_SECONDS=$(BENCH_LATENCY_SECONDS) \
+	  $(GO) test -run '^$$' -bench WriteLatency -benchtime 1x -timeout 30m -v ./test/bench/ | grep -v '^    fleet.go'
+	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_MILLION=$(BENCH_MILLION) \
+	  $(GO) test -run '^$$' -bench FleetMillion -benchtime 1x -timeout 60m -v ./test/bench/ | grep -v '^    fleet.go'
 
 .PHONY: soak
 soak: tools ## 10-minute load (1,000 writes/s target, 3 clusters, fast/slow/panicking handlers) and wait for the slow handler

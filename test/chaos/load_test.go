@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -64,10 +61,10 @@ func TestLoad(t *testing.T) {
 	}})
 	// Write → handler latency, for a multicache handler and, side by side in the same process,
 	// for a handler on plain client-go informers (one factory per cluster: the baseline B).
-	mcLat, bLat := &latencies{}, &latencies{}
+	mcLat, bLat := &fleet.WriteLatency{}, &fleet.WriteLatency{}
 	_, _ = cms.AddEventHandler(aggregate.HandlerFuncs{
-		AddFunc:    func(_ string, obj any, initial bool) { mcLat.observe(obj, initial) },
-		UpdateFunc: func(_ string, _, obj any) { mcLat.observe(obj, false) },
+		AddFunc:    func(_ string, obj any, initial bool) { mcLat.Observe(obj, initial) },
+		UpdateFunc: func(_ string, _, obj any) { mcLat.Observe(obj, false) },
 	})
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -85,8 +82,8 @@ func TestLoad(t *testing.T) {
 		fac := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace("churn"))
 		inf := fac.Core().V1().ConfigMaps().Informer()
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-			AddFunc:    func(obj any, initial bool) { bLat.observe(obj, initial) },
-			UpdateFunc: func(_, obj any) { bLat.observe(obj, false) },
+			AddFunc:    func(obj any, initial bool) { bLat.Observe(obj, initial) },
+			UpdateFunc: func(_, obj any) { bLat.Observe(obj, false) },
 		})
 		fac.Start(rctx.Done())
 		factories = append(factories, fac)
@@ -174,7 +171,7 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(&sb, "after the load: cache converged in %s (%d objects, 0 diverged), fast handler in %s; slow handler (10 ms/event) backlog %d events, caught up in %s (0s: not waited for); panics recovered: %d\n",
 		cacheConverged.Round(time.Millisecond), rep.Objects, fastConverged.Round(time.Millisecond), slowBacklog, slowConverged.Round(time.Millisecond), panicky.Panics())
 	fmt.Fprintf(&sb, "write → handler latency: multicache p50 %s p99 %s (%d events); client-go informer per cluster p50 %s p99 %s (%d events)\n",
-		mcLat.pct(50), mcLat.pct(99), mcLat.n(), bLat.pct(50), bLat.pct(99), bLat.n())
+		mcLat.Pct(50), mcLat.Pct(99), mcLat.N(), bLat.Pct(50), bLat.Pct(99), bLat.N())
 	sb.WriteString("| t | heap (MiB, after GC) | fast handler backlog | fast handler lag | slow handler backlog |\n|---|---|---|---|---|\n")
 	for _, s := range samples {
 		fmt.Fprintf(&sb, "| %s | %.1f | %d | %s | %d |\n", s.at, s.heapMiB, s.fastPd, s.fastLag.Round(time.Microsecond), s.slowPending)
@@ -199,41 +196,4 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-// latencies collects write → event delays from the WrittenAtKey stamp.
-type latencies struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (l *latencies) observe(obj any, initial bool) {
-	cm, ok := obj.(*corev1.ConfigMap)
-	if !ok || initial {
-		return
-	}
-	ns, err := strconv.ParseInt(cm.Data[fleet.WrittenAtKey], 10, 64)
-	if err != nil {
-		return
-	}
-	l.mu.Lock()
-	l.d = append(l.d, time.Since(time.Unix(0, ns)))
-	l.mu.Unlock()
-}
-
-func (l *latencies) n() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.d)
-}
-
-func (l *latencies) pct(p int) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), l.d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[min(len(s)-1, len(s)*p/100)].Round(100 * time.Microsecond)
 }
