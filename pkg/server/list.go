@@ -341,35 +341,50 @@ type page struct {
 }
 
 // selectPage answers f from the aggregate: the first limit items after the key after (all
-// keys when nil), in key order. It looks at every selected object once and keeps only the
+// keys when nil), in key order. It looks at each selected object once and keeps only the
 // limit+1 smallest keys in a bounded heap, so a page of 100 out of 500,000 objects costs no
-// sort of 500,000.
+// sort of 500,000. Keys sort by cluster first, so it reads the clusters in order and stops
+// at the first cluster that completes the page: later clusters cannot contribute.
+//
+// maxRV covers every cluster read. When it stops early, the token built from it holds the
+// watch hub's position for the clusters not read; a watch from it may then repeat events
+// already reflected in later pages (which are read later anyway), and never misses one.
 func (s *Server) selectPage(res string, agg *aggregate.Aggregate, f filter, after *aggregate.Key, limit int) (page, error) {
-	result, err := agg.Select(f.query)
-	if err != nil {
-		return page{}, err
-	}
 	pg := page{maxRV: map[string]uint64{}}
 	h := &keyHeap{}
-	for _, it := range result.Items {
-		if len(f.fields) > 0 && !f.matches(s, it.Cluster, it.Object) {
+	for _, c := range agg.Clusters() {
+		if (len(f.query.Clusters) > 0 && !slices.Contains(f.query.Clusters, c)) || (after != nil && c < after.Cluster) {
 			continue
 		}
-		k, err := aggregate.KeyOf(it.Cluster, it.Object)
+		if len(*h) > limit {
+			break
+		}
+		q := f.query
+		q.Clusters = []string{c}
+		result, err := agg.Select(q)
 		if err != nil {
-			continue
+			return page{}, err
 		}
-		if rv := rvOf(it.Object); rv > pg.maxRV[it.Cluster] {
-			pg.maxRV[it.Cluster] = rv
-		}
-		if after != nil && !less(*after, k) {
-			continue
-		}
-		if len(*h) <= limit {
-			heap.Push(h, item{key: k, cluster: it.Cluster, obj: it.Object})
-		} else if less(k, (*h)[0].key) {
-			(*h)[0] = item{key: k, cluster: it.Cluster, obj: it.Object}
-			heap.Fix(h, 0)
+		for _, it := range result.Items {
+			if len(f.fields) > 0 && !f.matches(s, it.Cluster, it.Object) {
+				continue
+			}
+			k, err := aggregate.KeyOf(it.Cluster, it.Object)
+			if err != nil {
+				continue
+			}
+			if rv := rvOf(it.Object); rv > pg.maxRV[it.Cluster] {
+				pg.maxRV[it.Cluster] = rv
+			}
+			if after != nil && !less(*after, k) {
+				continue
+			}
+			if len(*h) <= limit {
+				heap.Push(h, item{key: k, cluster: it.Cluster, obj: it.Object})
+			} else if less(k, (*h)[0].key) {
+				(*h)[0] = item{key: k, cluster: it.Cluster, obj: it.Object}
+				heap.Fix(h, 0)
+			}
 		}
 	}
 	items := []item(*h)

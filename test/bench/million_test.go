@@ -211,7 +211,7 @@ func BenchmarkFleetMillion(b *testing.B) {
 			return url.Values{"cluster": {fmt.Sprintf("fleet-%d", 1+rand.IntN(clusters))}, "namespace": {fmt.Sprintf("load-%d", rand.IntN(namespaces))},
 				"labelSelector": {fmt.Sprintf("app=app-%d,tier=%s", i%20, []string{"frontend", "backend", "cache"}[i%3])}, "limit": {"100"}}
 		}, queries / 4},
-		{"no filter, limit=100 (first page of 500k)", func() url.Values { return url.Values{"limit": {"100"}} }, queries / 20},
+		{fmt.Sprintf("no filter, limit=100 (first page of %d)", spec.PodsPerNamespace*namespaces*clusters), func() url.Values { return url.Values{"limit": {"100"}} }, queries / 20},
 	}
 	if p := os.Getenv("MULTICACHE_BENCH_QUERY_PROFILE"); p != "" {
 		fh, err := os.Create(p)
