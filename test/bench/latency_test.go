@@ -77,6 +77,7 @@ func BenchmarkWriteLatency(b *testing.B) {
 		b.Fatal(missing)
 	}
 	var sb strings.Builder
+	var goals []goal
 	fmt.Fprintf(&sb, "| target ops/s | achieved ops/s | multicache p50 | multicache p99 | B p50 | B p99 | events (multicache / B) | handler backlog max | handler lag max | CPU (cores busy, by process) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rates {
 		mcLat.Reset()
@@ -110,6 +111,10 @@ func BenchmarkWriteLatency(b *testing.B) {
 		fmt.Fprintf(&sb, "| %.0f | %.0f | %s | %s | %s | %s | %d / %d | %d | %s | %s |\n", rate, float64(res.Ops())/res.Elapsed.Seconds(),
 			mcLat.Pct(50), mcLat.Pct(99), bLat.Pct(50), bLat.Pct(99), mcLat.N(), bLat.N(), maxPending, maxLag.Round(time.Millisecond),
 			fleet.CPUSplit(cpu0, cpu1, res.Elapsed))
+		achieved := float64(res.Ops()) / res.Elapsed.Seconds()
+		goals = append(goals, goal{"P4", fmt.Sprintf("write → handler p99, 3 clusters, %.0f writes/s target", rate), "≤ 50 ms, no growing lag",
+			fmt.Sprintf("%s at %.0f writes/s achieved (B: %s); backlog max %d, lag max %s", mcLat.Pct(99), achieved, bLat.Pct(99), maxPending, maxLag.Round(time.Millisecond)),
+			met(mcLat.Pct(99) <= 50*time.Millisecond && maxLag < time.Second), ""})
 	}
 	b.Log("\n" + sb.String())
 	if os.Getenv("MULTICACHE_BENCH_WRITE") != "" {
@@ -125,5 +130,6 @@ rate is below the target and the CPU column says where the time went.
 %s
 Command: `+"`MULTICACHE_BENCH_LATENCY_SECONDS=%d go test -run '^$' -bench WriteLatency -benchtime 1x ./test/bench/`"+`
 `, machineLine(), secs, sb.String(), secs))
+		recordGoals(b, goals...)
 	}
 }
