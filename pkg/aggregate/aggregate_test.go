@@ -355,6 +355,30 @@ func TestQueueMerge(t *testing.T) {
 	}
 }
 
+// TestQueueEveryEvent: with everyEvent nothing merges, and a cluster's events come out in
+// arrival order across objects (a merged queue would put k's later events before other's).
+func TestQueueEveryEvent(t *testing.T) {
+	q := newQueue()
+	q.everyEvent = true
+	type in struct {
+		key  string
+		kind eventKind
+	}
+	ins := []in{{"k", evAdd}, {"other", evAdd}, {"k", evUpdate}, {"k", evDelete}, {"other", evDelete}, {"k", evAdd}}
+	for i, x := range ins {
+		q.push("c", x.key, event{kind: x.kind, obj: i})
+	}
+	if q.len() != len(ins) {
+		t.Fatalf("backlog %d, want %d", q.len(), len(ins))
+	}
+	for i := range ins {
+		_, _, evs, _, _ := q.pop()
+		if len(evs) != 1 || evs[0].obj != i || evs[0].kind != ins[i].kind {
+			t.Fatalf("pop %d: got %+v, want event %d (%v)", i, evs, i, ins[i])
+		}
+	}
+}
+
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {

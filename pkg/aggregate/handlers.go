@@ -60,13 +60,31 @@ type Registration struct {
 	removed   atomic.Bool
 }
 
-// AddEventHandler adds h. It first receives every object already held, as adds with
-// isInInitialList true, then live events. Its calls run on its own goroutine until Remove.
+// HandlerOptions tune one handler's delivery.
+type HandlerOptions struct {
+	// EveryEvent delivers every event. By default the events an object accumulates while
+	// the handler is behind are merged (an add then a delete says nothing; updates fold into
+	// one), so that a slow handler's backlog is bounded by distinct objects, as a workqueue's
+	// is. A consumer that relays a change stream, as the server's watch does, needs every
+	// event; its backlog is then bounded by events, as a client-go listener's is.
+	EveryEvent bool
+}
+
+// AddEventHandler adds h with default options. It first receives every object already held,
+// as adds with isInInitialList true, then live events. Its calls run on its own goroutine
+// until Remove.
 func (a *Aggregate) AddEventHandler(h Handler) (*Registration, error) {
+	return a.AddEventHandlerWithOptions(h, HandlerOptions{})
+}
+
+// AddEventHandlerWithOptions is AddEventHandler with opts.
+func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (*Registration, error) {
 	if h == nil {
 		return nil, fmt.Errorf("aggregate %s: nil handler", a.resource)
 	}
-	r := &Registration{agg: a, h: h, q: newQueue(), done: make(chan struct{}), synced: map[string]bool{}}
+	q := newQueue()
+	q.everyEvent = opts.EveryEvent
+	r := &Registration{agg: a, h: h, q: q, done: make(chan struct{}), synced: map[string]bool{}}
 	a.mu.Lock()
 	a.regs = append(a.regs, r)
 	members := a.memberList()

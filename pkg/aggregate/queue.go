@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"strconv"
 	"sync"
 	"time"
 )
@@ -57,7 +58,8 @@ type clusterQueue struct {
 }
 
 // queue is a handler's backlog: fair across clusters (round robin), FIFO per cluster, coalescing
-// per object. Its size is bounded by the number of distinct objects with pending events.
+// per object. Its size is bounded by the number of distinct objects with pending events (unless
+// everyEvent).
 type queue struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -65,6 +67,9 @@ type queue struct {
 	ring     []string // clusters with pending work, in service order
 	depth    int      // pending events
 	closed   bool
+	// everyEvent keeps every event as its own entry instead of merging per object.
+	everyEvent bool
+	seq        uint64
 }
 
 func newQueue() *queue {
@@ -89,6 +94,12 @@ func (q *queue) push(cluster, key string, ev event) {
 	}
 	if len(cq.items) == 0 {
 		q.ring = append(q.ring, cluster)
+	}
+	if q.everyEvent && key != markerKey {
+		// Each event is its own entry, so a cluster's events come out exactly in arrival
+		// order (client-go's, which is resourceVersion order), across objects too.
+		q.seq++
+		key += "\x00" + strconv.FormatUint(q.seq, 10)
 	}
 	if e, ok := cq.items[key]; ok && key != markerKey {
 		before := len(e.evs)

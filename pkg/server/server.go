@@ -94,7 +94,9 @@ func New(opts Options) (*Server, error) {
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
 		h := newHub(res, s.epoch, opts.WatchBuffer)
-		hr, err := agg.AddEventHandler(h)
+		// Every event: a watch relays the change stream, so an add and delete of the same
+		// object while the hub is behind must both reach it.
+		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true})
 		if err != nil {
 			return nil, err
 		}
