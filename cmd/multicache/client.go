@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,8 +18,8 @@ import (
 
 // client talks to a running daemon.
 type client struct {
-	server, token string
-	hc            *http.Client
+	server, token, caFile string
+	hc                    *http.Client
 }
 
 func addClientFlags(cmd *cobra.Command, c *client) {
@@ -27,6 +29,31 @@ func addClientFlags(cmd *cobra.Command, c *client) {
 	}
 	cmd.Flags().StringVar(&c.server, "server", def, "daemon URL ($MULTICACHE_SERVER)")
 	cmd.Flags().StringVar(&c.token, "token", os.Getenv("MULTICACHE_TOKEN"), "bearer token ($MULTICACHE_TOKEN)")
+	cmd.Flags().StringVar(&c.caFile, "certificate-authority", os.Getenv("MULTICACHE_CA_FILE"),
+		"PEM file of the CA that signed an https daemon's certificate ($MULTICACHE_CA_FILE); default: the system roots")
+}
+
+// httpClient builds the client once: the system roots, or only --certificate-authority's.
+func (c *client) httpClient() (*http.Client, error) {
+	if c.hc != nil {
+		return c.hc, nil
+	}
+	hc := &http.Client{Timeout: 60 * time.Second}
+	if c.caFile != "" {
+		pem, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--certificate-authority: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--certificate-authority %q: no PEM certificate in it", c.caFile)
+		}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		hc.Transport = t
+	}
+	c.hc = hc
+	return hc, nil
 }
 
 type apiErr struct {
@@ -36,8 +63,9 @@ type apiErr struct {
 }
 
 func (c *client) get(ctx context.Context, path string, q url.Values, out any) error {
-	if c.hc == nil {
-		c.hc = &http.Client{Timeout: 60 * time.Second}
+	hc, err := c.httpClient()
+	if err != nil {
+		return err
 	}
 	u := strings.TrimSuffix(c.server, "/") + path
 	if len(q) > 0 {
@@ -50,7 +78,7 @@ func (c *client) get(ctx context.Context, path string, q url.Values, out any) er
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("daemon at %s: %w", c.server, err)
 	}

@@ -258,6 +258,7 @@ func BenchmarkFleetMillion(b *testing.B) {
 	// A garbage collection of this heap takes seconds of CPU; with the default GOGC one starts
 	// after about as many bytes are allocated again, which the runs above do not reach. This
 	// row is the index query while one runs: the tail a long-running daemon sees now and then.
+	var duringGC time.Duration
 	{
 		var l latencies
 		serverTimes = nil
@@ -275,6 +276,7 @@ func BenchmarkFleetMillion(b *testing.B) {
 		}
 		fmt.Fprintf(&sb, "| HTTP `%s`, while a forced GC of the whole heap runs (%s) | %d | %s | %s | %s | %s | 100 |\n", shapes[1].name,
 			time.Since(gcStart).Round(100*time.Millisecond), len(l), ms(l.pct(50)), ms(l.pct(99)), ms(serverTimes.pct(50)), ms(serverTimes.pct(99)))
+		duringGC = l.pct(99)
 	}
 	b.Log("\n" + sb.String())
 	section := fmt.Sprintf(`%s
@@ -310,7 +312,9 @@ Command: `+"`MULTICACHE_BENCH_MILLION=%d go test -run '^$' -bench FleetMillion -
 		gib := float64(heapBytes) / (1 << 30)
 		recordGoals(b,
 			goal{"P5", fmt.Sprintf("heap with %d objects over %d clusters", total, clusters), "≤ 4 GiB", fmt.Sprintf("%.2f GiB (%.0f B/object; RSS growth %.2f GiB)", gib, float64(heapBytes)/float64(cached), float64(rssAfter-rssBefore)/(1<<30)), met(gib <= 4 && total >= 1_000_000), ""},
-			goal{"P3b", "index query over HTTP, page of 100 of the 1M objects, p99", "≤ 5 ms", strings.Join(parts, "; "), met(worst <= 5*time.Millisecond && total >= 1_000_000), ""},
+			goal{"P3b", "index query over HTTP, page of 100 of the 1M objects, p99", "≤ 5 ms",
+				strings.Join(parts, "; ") + fmt.Sprintf("; while a full GC of the heap runs: %s (not met then)", ms(duringGC)),
+				met(worst <= 5*time.Millisecond && total >= 1_000_000), ""},
 		)
 	}
 	runtime.KeepAlive(reg)

@@ -56,18 +56,24 @@ func freePort(t *testing.T) string {
 
 // daemon is a running `multicache serve`.
 type daemon struct {
-	url   string
-	cmd   *exec.Cmd
-	log   string
-	token string
-	done  chan error
+	url    string
+	cmd    *exec.Cmd
+	log    string
+	token  string
+	done   chan error
+	client *http.Client
 }
 
 // startDaemon runs the binary with args plus --listen on a free port, waits for /readyz, and
 // stops it (SIGTERM, then SIGKILL) when the test ends.
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	addr := freePort(t)
+	return startDaemonAt(t, "http", http.DefaultClient, freePort(t), args...)
+}
+
+// startDaemonAt is startDaemon on addr, reached with client over scheme (http or https).
+func startDaemonAt(t *testing.T, scheme string, client *http.Client, addr string, args ...string) *daemon {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "multicache.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -79,7 +85,7 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{url: "http://" + addr, cmd: cmd, log: logPath, done: make(chan error, 1)}
+	d := &daemon{url: scheme + "://" + addr, cmd: cmd, log: logPath, done: make(chan error, 1), client: client}
 	go func() { d.done <- cmd.Wait(); logf.Close() }()
 	t.Cleanup(func() { d.stop(t) })
 	deadline := time.Now().Add(2 * time.Minute)
@@ -91,7 +97,7 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 			t.Fatalf("daemon exited (%v):\n%s", err, b)
 		default:
 		}
-		resp, err := http.Get(d.url + "/readyz")
+		resp, err := client.Get(d.url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -141,7 +147,7 @@ func (d *daemon) get(ctx context.Context, path string, q url.Values, out any) (i
 	if d.token != "" {
 		req.Header.Set("Authorization", "Bearer "+d.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := d.client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
