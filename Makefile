@@ -52,9 +52,9 @@ BENCH_LATENCY_SECONDS ?= 30
 bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 10 clusters) and write docs/BENCHMARKS.md
 	@mkdir -p $(BIN_DIR)
 	$(GO) test -run '^$$' -bench . -benchtime 20000x -count 1 ./pkg/aggregate/ | tee $(BIN_DIR)/bench-aggregate.txt
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/intern/
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/intern/ ./pkg/index/ | tee $(BIN_DIR)/bench-index.txt
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_OBJECTS=$(BENCH_OBJECTS) MULTICACHE_BENCH_RUNS=$(BENCH_RUNS) \
-	  MULTICACHE_BENCH_AGGREGATE="$$(grep -E '^Benchmark' $(BIN_DIR)/bench-aggregate.txt)" \
+	  MULTICACHE_BENCH_AGGREGATE="$$(grep -hE '^Benchmark' $(BIN_DIR)/bench-aggregate.txt $(BIN_DIR)/bench-index.txt)" \
 	  $(GO) test -run '^$$' -bench FleetSync -benchtime 1x -timeout 60m -v ./test/bench/ | grep -v '^    fleet.go'
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_LATENCY_SECONDS=$(BENCH_LATENCY_SECONDS) \
 	  $(GO) test -run '^$$' -bench WriteLatency -benchtime 1x -timeout 30m -v ./test/bench/ | grep -v '^    fleet.go'

@@ -3,10 +3,12 @@ package index
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -143,17 +145,23 @@ func compileCEL(expr string) (cache.IndexFunc, error) {
 	if err != nil {
 		return nil, err
 	}
+	fields := topLevelFields(ast.NativeRep().Expr())
 	return func(obj any) ([]string, error) {
 		var data map[string]any
 		switch o := obj.(type) {
 		case *unstructured.Unstructured:
 			data = o.Object
 		case runtime.Object:
-			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-			if err != nil {
-				return nil, err
+			// Converting a typed object to JSON-like data is nearly all of the cost; convert
+			// only the top-level fields the expression reads when that is known.
+			var ok bool
+			if data, ok = partialUnstructured(o, fields); !ok {
+				m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+				if err != nil {
+					return nil, err
+				}
+				data = m
 			}
-			data = m
 		default:
 			return nil, fmt.Errorf("cel index: %T is not a Kubernetes object", obj)
 		}
@@ -163,6 +171,108 @@ func compileCEL(expr string) (cache.IndexFunc, error) {
 		}
 		return celValues(val), nil
 	}, nil
+}
+
+// topLevelFields returns the fields of `object` that e reads (object.metadata → "metadata"),
+// or nil when e uses `object` other than through a field selection, so all of it is needed.
+func topLevelFields(e celast.Expr) []string {
+	var fields []string
+	selected := map[int64]bool{} // ids of `object` idents that are a selection's operand
+	var idents []int64
+	celast.PostOrderVisit(e, celast.NewExprVisitor(func(x celast.Expr) {
+		switch x.Kind() {
+		case celast.SelectKind:
+			if op := x.AsSelect().Operand(); op.Kind() == celast.IdentKind && op.AsIdent() == "object" {
+				selected[op.ID()] = true
+				if f := x.AsSelect().FieldName(); !slices.Contains(fields, f) {
+					fields = append(fields, f)
+				}
+			}
+		case celast.IdentKind:
+			if x.AsIdent() == "object" {
+				idents = append(idents, x.ID())
+			}
+		}
+	}))
+	for _, id := range idents {
+		if !selected[id] {
+			return nil
+		}
+	}
+	if fields == nil {
+		fields = []string{} // `object` is not read at all
+	}
+	return fields
+}
+
+// jsonField is where a JSON field of a struct type lives.
+type jsonField struct {
+	index     []int // field index path (through inline structs such as TypeMeta)
+	omitEmpty bool
+}
+
+// jsonFields caches fieldsOf per type.
+var jsonFields sync.Map // reflect.Type → map[string]jsonField
+
+// fieldsOf maps a struct type's JSON field names to their fields.
+func fieldsOf(t reflect.Type) map[string]jsonField {
+	if m, ok := jsonFields.Load(t); ok {
+		return m.(map[string]jsonField)
+	}
+	m := map[string]jsonField{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && strings.Contains(opts, "inline") && f.Type.Kind() == reflect.Struct {
+			for n, jf := range fieldsOf(f.Type) {
+				m[n] = jsonField{append([]int{i}, jf.index...), jf.omitEmpty}
+			}
+			continue
+		}
+		if name != "" && name != "-" {
+			m[name] = jsonField{[]int{i}, strings.Contains(opts, "omitempty")}
+		}
+	}
+	jsonFields.Store(t, m)
+	return m
+}
+
+// partialUnstructured converts only the named top-level fields of a typed object. It reports
+// false when it cannot (fields unknown, or a field that is not a struct or a string); the
+// caller then converts the whole object.
+func partialUnstructured(obj runtime.Object, fields []string) (map[string]any, bool) {
+	if fields == nil {
+		return nil, false
+	}
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil, false
+	}
+	v = v.Elem()
+	byName := fieldsOf(v.Type())
+	out := make(map[string]any, len(fields))
+	for _, name := range fields {
+		jf, ok := byName[name]
+		if !ok {
+			continue // absent: as in the full conversion
+		}
+		f := v.FieldByIndex(jf.index)
+		switch {
+		case f.Kind() == reflect.String:
+			if f.String() != "" || !jf.omitEmpty {
+				out[name] = f.String()
+			}
+		case f.Kind() == reflect.Struct && f.CanAddr():
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(f.Addr().Interface())
+			if err != nil {
+				return nil, false
+			}
+			out[name] = m
+		default:
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 func celValues(v ref.Val) []string {

@@ -309,12 +309,15 @@ heap (after GC) the cache adds, divided by the objects it holds.
 Command: `+"`MULTICACHE_BENCH_OBJECTS=%d MULTICACHE_BENCH_RUNS=%d go test -run '^$' -bench FleetSync -benchtime 1x ./test/bench/`"+`
 `, machineLine(), total, seedRate, runs, table, envInt("MULTICACHE_BENCH_OBJECTS", 50000), runs))
 	if aggr := strings.TrimSpace(os.Getenv("MULTICACHE_BENCH_AGGREGATE")); aggr != "" {
-		writeSection(b, "P3: fleet queries in process (1M synthetic objects, 10 cluster stores, 100 matches)", fmt.Sprintf(`%s
+		writeSection(b, "P3: fleet queries in process (1M synthetic objects, 10 cluster stores, 100 matches), and hot paths", fmt.Sprintf(`%s
 
 `+"```"+`
 %s
 `+"```"+`
-Command: `+"`go test -run '^$' -bench . -benchtime 20000x ./pkg/aggregate/`"+`
+Commands: `+"`go test -run '^$' -bench . -benchtime 20000x ./pkg/aggregate/`"+` (queries, keys, dispatch) and
+`+"`go test -run '^$' -bench . -benchmem ./pkg/intern/ ./pkg/index/`"+` (sharing one decoded Pod's parts; each
+index function on one Pod). ByIndexRandomValue asks for a random one of 10,000 values, each on 100
+objects; ByIndexRandomValue-B does the same with a loop over the 10 client-go indexers.
 `, machineLine(), aggr))
 	}
 }
