@@ -28,7 +28,7 @@ import (
 //	MULTICACHE_BENCH_LATENCY_SECONDS=30 go test -run '^$' -bench WriteLatency -benchtime 1x ./test/bench/
 func BenchmarkWriteLatency(b *testing.B) {
 	secs := envInt("MULTICACHE_BENCH_LATENCY_SECONDS", 30)
-	rates := []float64{float64(envInt("MULTICACHE_BENCH_LATENCY_RATE", 1000)), 300}
+	rates := []float64{float64(envInt("MULTICACHE_BENCH_LATENCY_RATE", 1000)), 600, 300}
 	ctx := context.Background()
 	f := fleet.StartT(b, fleet.Options{Clusters: 3})
 	loader, err := fleet.NewLoader(f)
