@@ -195,3 +195,12 @@ type listResponse struct {
 func (it listItem) key() string {
 	return it.Cluster + "|" + strings.TrimPrefix(it.Object.Metadata.Namespace+"/", "/") + it.Object.Metadata.Name
 }
+
+// TestMain removes the binary built for the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
