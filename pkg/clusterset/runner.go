@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -198,6 +199,22 @@ func aliases(dc discovery.DiscoveryInterface, r resolved) []string {
 		}
 	}
 	return out
+}
+
+// ResolveResource maps a resource name as ResourceSpec.Name takes it (plural, kind, short name
+// or group/version/resource) to the GroupVersionResource cfg's cluster serves, through
+// discovery, as the Registry does.
+func ResolveResource(cfg *rest.Config, name string) (schema.GroupVersionResource, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("discovery client: %w", err)
+	}
+	cached := memory.NewMemCacheClient(dc)
+	r, err := resolve(restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, func(string) {}), name)
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("resource %q: %w", name, err)
+	}
+	return r.gvr, nil
 }
 
 // resolve maps the user's resource name to one GVR, its kind and scope, through discovery.

@@ -65,23 +65,11 @@ func (r Report) Summary() string {
 // Compare lists gvr in each cluster of servers (cluster name → rest.Config) and compares with
 // agg's members of the same names. namespace limits both sides when set.
 func Compare(ctx context.Context, agg *aggregate.Aggregate, gvr schema.GroupVersionResource, namespace string, servers map[string]*rest.Config) (Report, error) {
-	rep := Report{Resource: gvr.Resource}
-	truth := map[aggregate.Key]string{}
-	for cluster, cfg := range servers {
-		mc, err := metadata.NewForConfig(cfg)
-		if err != nil {
-			return rep, fmt.Errorf("cluster %q: %w", cluster, err)
-		}
-		list, err := mc.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return rep, fmt.Errorf("cluster %q: list %s: %w", cluster, gvr.Resource, err)
-		}
-		for _, o := range list.Items {
-			truth[aggregate.Key{Cluster: cluster, Namespace: o.Namespace, Name: o.Name}] = string(o.UID) + "/" + o.ResourceVersion
-		}
+	truth, err := Truth(ctx, gvr, namespace, servers)
+	if err != nil {
+		return Report{Resource: gvr.Resource}, err
 	}
-	rep.Objects = len(truth)
-	seen := map[aggregate.Key]bool{}
+	cached := map[aggregate.Key]string{}
 	for cluster := range servers {
 		idx, ok := agg.Cluster(cluster)
 		if !ok {
@@ -92,23 +80,52 @@ func Compare(ctx context.Context, agg *aggregate.Aggregate, gvr schema.GroupVers
 			if err != nil || (namespace != "" && m.GetNamespace() != namespace) {
 				continue
 			}
-			k := aggregate.Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}
-			seen[k] = true
-			got := string(m.GetUID()) + "/" + m.GetResourceVersion()
-			want, ok := truth[k]
-			switch {
-			case !ok:
-				rep.Diverged = append(rep.Diverged, Diverged{Kind: Extra, Key: k, Cache: got})
-			case want != got:
-				rep.Diverged = append(rep.Diverged, Diverged{Kind: Stale, Key: k, Cache: got, Truth: want})
-			}
+			cached[aggregate.Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}] = State(string(m.GetUID()), m.GetResourceVersion())
+		}
+	}
+	return Diff(gvr.Resource, cached, truth), nil
+}
+
+// State is how an object's identity and version are compared: "uid/resourceVersion".
+func State(uid, resourceVersion string) string { return uid + "/" + resourceVersion }
+
+// Truth lists gvr in each cluster of servers, metadata only, and returns every object's State.
+func Truth(ctx context.Context, gvr schema.GroupVersionResource, namespace string, servers map[string]*rest.Config) (map[aggregate.Key]string, error) {
+	truth := map[aggregate.Key]string{}
+	for cluster, cfg := range servers {
+		mc, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", cluster, err)
+		}
+		list, err := mc.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: list %s: %w", cluster, gvr.Resource, err)
+		}
+		for _, o := range list.Items {
+			truth[aggregate.Key{Cluster: cluster, Namespace: o.Namespace, Name: o.Name}] = State(string(o.UID), o.ResourceVersion)
+		}
+	}
+	return truth, nil
+}
+
+// Diff compares a cache's object states with the truth. Callers pass cached entries only for
+// the clusters truth was listed from.
+func Diff(resource string, cached, truth map[aggregate.Key]string) Report {
+	rep := Report{Resource: resource, Objects: len(truth)}
+	for k, got := range cached {
+		want, ok := truth[k]
+		switch {
+		case !ok:
+			rep.Diverged = append(rep.Diverged, Diverged{Kind: Extra, Key: k, Cache: got})
+		case want != got:
+			rep.Diverged = append(rep.Diverged, Diverged{Kind: Stale, Key: k, Cache: got, Truth: want})
 		}
 	}
 	for k, want := range truth {
-		if !seen[k] {
+		if _, ok := cached[k]; !ok {
 			rep.Diverged = append(rep.Diverged, Diverged{Kind: Missing, Key: k, Truth: want})
 		}
 	}
 	sort.Slice(rep.Diverged, func(i, j int) bool { return rep.Diverged[i].Key.String() < rep.Diverged[j].Key.String() })
-	return rep, nil
+	return rep
 }

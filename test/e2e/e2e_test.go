@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/multicache/multicache/test/fleet"
 )
@@ -377,6 +378,33 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 		}
 		if bookmarks == 0 {
 			t.Error("no bookmark")
+		}
+	})
+
+	t.Run("verify agrees with the API servers, and catches a wrong cluster", func(t *testing.T) {
+		for _, res := range []string{"configmaps", "po", "widgets"} {
+			out, err := exec.Command(binary(t), "verify", res, "--server", d.url, "--config", cfgPath).CombinedOutput()
+			t.Logf("verify %s:\n%s", res, out)
+			if err != nil || !strings.Contains(string(out), "converged") || !strings.Contains(string(out), "fleet-3") {
+				t.Errorf("verify %s: %v\n%s", res, err, out)
+			}
+		}
+		// The same contexts with fleet-1 and fleet-2 pointing at each other's API servers: the
+		// daemon's fleet-1 is not what this "fleet-1" lists.
+		kc, err := clientcmd.LoadFromFile(f.Kubeconfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc.Contexts["fleet-1"].Cluster, kc.Contexts["fleet-2"].Cluster = kc.Contexts["fleet-2"].Cluster, kc.Contexts["fleet-1"].Cluster
+		kc.Contexts["fleet-1"].AuthInfo, kc.Contexts["fleet-2"].AuthInfo = kc.Contexts["fleet-2"].AuthInfo, kc.Contexts["fleet-1"].AuthInfo
+		swapped := filepath.Join(t.TempDir(), "swapped")
+		if err := clientcmd.WriteToFile(*kc, swapped); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(binary(t), "verify", "configmaps", "--server", d.url, "--kubeconfig", swapped, "--context", "fleet-1", "--timeout", "2s").CombinedOutput()
+		t.Logf("verify against swapped clusters:\n%s", out)
+		if err == nil || !strings.Contains(string(out), "diverged") || !strings.Contains(string(out), "fleet-1") {
+			t.Errorf("verify against swapped clusters: %v\n%s", err, out)
 		}
 	})
 
