@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -289,6 +290,23 @@ func TestCoreOnLocalFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every status change, as a dashboard subscribed before Start would see them.
+	changesCh, unsubscribe := reg.Subscribe(4096)
+	defer unsubscribe()
+	var changesMu sync.Mutex
+	var changes []clusterset.StatusChange
+	go func() {
+		for c := range changesCh {
+			changesMu.Lock()
+			changes = append(changes, c)
+			changesMu.Unlock()
+		}
+	}()
+	changed := func(match func(clusterset.StatusChange) bool) bool {
+		changesMu.Lock()
+		defer changesMu.Unlock()
+		return slices.ContainsFunc(changes, match)
+	}
 	regCtx, stopReg := context.WithCancel(ctx)
 	regDone := make(chan struct{})
 	go func() { _ = reg.Start(regCtx); close(regDone) }()
@@ -305,6 +323,20 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		}
 		widgets, _ := reg.Aggregate("widgets")
 		converge(ctx, t, f, widgets, widgetsGVR, "fleet-1", "fleet-2")
+	})
+
+	t.Run("Subscribe reports every cluster × resource reaching its state", func(t *testing.T) {
+		for _, c := range all {
+			for _, res := range []string{"pods", "cm", "Node", "deployments.apps", "namespaces", "widgets"} {
+				want := clusterset.Synced
+				if res == "widgets" && c == "fleet-3" {
+					want = clusterset.NotServed
+				}
+				waitFor(t, fmt.Sprintf("a change of %s/%s to %s", c, res, want), func() bool {
+					return changed(func(ch clusterset.StatusChange) bool { return ch.Cluster == c && ch.Resource == res && ch.To == want })
+				})
+			}
+		}
 	})
 
 	t.Run("decoding modes", func(t *testing.T) {
@@ -522,6 +554,11 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		})
 		cs, _ := reg.ClusterStatus("broken")
 		t.Logf("broken: %s: %s", cs.State, cs.Error)
+		if !changed(func(ch clusterset.StatusChange) bool {
+			return ch.Cluster == "broken" && ch.To == clusterset.Failed && strings.Contains(ch.Error, "401")
+		}) {
+			t.Error("no status change to Failed with the 401 was published for the broken cluster")
+		}
 		if strings.Contains(cs.Error, "not-a-valid-token") {
 			t.Error("the token appears in the status")
 		}
