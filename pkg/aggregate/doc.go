@@ -11,7 +11,9 @@
 // handler has its own queue and goroutine, so a slow handler delays neither the others nor the
 // cache; the queue is fair across clusters and keeps per-object order; and it is bounded by the
 // number of distinct objects, because pending events for one object are merged while the handler
-// lags (it always sees the latest state, in order). A member that joins produces adds, one that
+// lags (it always sees the latest state, in order). A handler added with
+// HandlerOptions.EveryEvent instead gets every event, in each cluster's arrival order, as a
+// watch relay needs; its backlog is then bounded by events. A member that joins produces adds, one that
 // leaves produces deletes (cache.DeletedFinalStateUnknown), and a member replaced by a new
 // informer (a rotated credential) produces only the differences.
 package aggregate
