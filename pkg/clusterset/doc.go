@@ -9,6 +9,10 @@
 // end and their objects leave the aggregate as deletes) or, when their server or credentials
 // change, restarted with new stacks that the aggregate swaps in without duplicate adds.
 //
+// Objects are decoded as typed (protobuf) for built-in kinds, unstructured for CRDs, or
+// metadata-only on request. The default transform drops managedFields and kubectl's
+// last-applied annotation and shares repeated parts across objects (package intern).
+//
 // Invariants: a cluster's failure stays in that cluster's status and goroutines; no query waits
 // on a cluster; credentials never appear in errors or logs.
 package clusterset

@@ -10,4 +10,6 @@
 // daemon's start epoch and, per cluster, the resourceVersion the client has seen. Per-cluster
 // resourceVersions are compared as integers, which holds for etcd-backed API servers. A token
 // from another daemon run, or older than the events kept (server.watchBuffer), gets 410 Expired.
+// The watch hub receives every event (aggregate.HandlerOptions.EveryEvent), in each cluster's
+// order, so that a resumed watch neither skips nor merges changes.
 package server
