@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"sort"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -85,24 +87,27 @@ func runVerify(cmd *cobra.Command, c *client, resource, namespace string, cluste
 		names = append(names, cl.Name)
 	}
 	sort.Strings(names)
+	// Resolve once: discovery does not change between attempts.
+	gvrs := map[string]schema.GroupVersionResource{}
+	for _, name := range names {
+		gvr, err := clusterset.ResolveResource(servers[name], resource)
+		if meta.IsNoMatchError(err) {
+			continue // not served there: the daemon must hold none of it either
+		}
+		if err != nil {
+			return fmt.Errorf("cluster %q: %w", name, err)
+		}
+		gvrs[name] = gvr
+	}
 	deadline := time.Now().Add(timeout)
 	for attempt := 1; ; attempt++ {
 		truth := map[aggregate.Key]string{}
-		for _, name := range names {
-			gvr, err := clusterset.ResolveResource(servers[name], resource)
-			if meta.IsNoMatchError(err) {
-				continue // not served there: the daemon must hold none of it either
-			}
-			if err != nil {
-				return fmt.Errorf("cluster %q: %w", name, err)
-			}
+		for name, gvr := range gvrs {
 			t, err := verify.Truth(ctx, gvr, namespace, map[string]*rest.Config{name: servers[name]})
 			if err != nil {
 				return err
 			}
-			for k, v := range t {
-				truth[k] = v
-			}
+			maps.Copy(truth, t)
 		}
 		cached, err := daemonStates(c, cmd, resource, namespace, servers)
 		if err != nil {

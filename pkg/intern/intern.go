@@ -75,24 +75,18 @@ func (t *Table) Object(obj any) {
 			}
 		}
 	case *appsv1.Deployment:
-		t.meta(&o.ObjectMeta)
-		t.template(&o.Spec.Template)
+		t.workload(&o.ObjectMeta, &o.Spec.Template)
 	case *appsv1.ReplicaSet:
-		t.meta(&o.ObjectMeta)
-		t.template(&o.Spec.Template)
+		t.workload(&o.ObjectMeta, &o.Spec.Template)
 	case *appsv1.StatefulSet:
-		t.meta(&o.ObjectMeta)
-		t.template(&o.Spec.Template)
+		t.workload(&o.ObjectMeta, &o.Spec.Template)
 	case *appsv1.DaemonSet:
-		t.meta(&o.ObjectMeta)
-		t.template(&o.Spec.Template)
+		t.workload(&o.ObjectMeta, &o.Spec.Template)
 	case *batchv1.Job:
-		t.meta(&o.ObjectMeta)
-		t.template(&o.Spec.Template)
+		t.workload(&o.ObjectMeta, &o.Spec.Template)
 	case *batchv1.CronJob:
 		t.meta(&o.ObjectMeta)
-		t.meta(&o.Spec.JobTemplate.ObjectMeta)
-		t.template(&o.Spec.JobTemplate.Spec.Template)
+		t.workload(&o.Spec.JobTemplate.ObjectMeta, &o.Spec.JobTemplate.Spec.Template)
 	case metav1.ObjectMetaAccessor:
 		if m, ok := o.GetObjectMeta().(*metav1.ObjectMeta); ok {
 			t.meta(m)
@@ -100,7 +94,9 @@ func (t *Table) Object(obj any) {
 	}
 }
 
-func (t *Table) template(p *corev1.PodTemplateSpec) {
+// workload shares the parts of an object that carries a Pod template.
+func (t *Table) workload(m *metav1.ObjectMeta, p *corev1.PodTemplateSpec) {
+	t.meta(m)
 	t.meta(&p.ObjectMeta)
 	t.podSpec(&p.Spec)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -246,7 +247,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	views, info := s.views(res, f.clusters)
 	applied := s.hubs[res].appliedSnapshot()
-	pg, err := s.selectPage(res, agg, f, after, limit)
+	pg, err := s.selectPage(agg, f, after, limit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -299,24 +300,35 @@ func (s *Server) dropNamespaceIfClusterScoped(res string, f *filter) {
 }
 
 // selectItems answers f from the aggregate, sorted by key.
-func (s *Server) selectItems(res string, agg *aggregate.Aggregate, f filter) ([]item, error) {
+func (s *Server) selectItems(agg *aggregate.Aggregate, f filter) ([]item, error) {
 	result, err := agg.Select(f.query)
 	if err != nil {
 		return nil, err
 	}
 	items := make([]item, 0, len(result.Items))
-	for _, it := range result.Items {
-		if len(f.fields) > 0 && !f.matches(s, it.Cluster, it.Object) {
-			continue
-		}
-		k, err := aggregate.KeyOf(it.Cluster, it.Object)
-		if err != nil {
-			continue
-		}
-		items = append(items, item{key: k, cluster: it.Cluster, obj: it.Object})
+	for it := range s.matching(f, result) {
+		items = append(items, it)
 	}
 	sort.Slice(items, func(i, j int) bool { return less(items[i].key, items[j].key) })
 	return items, nil
+}
+
+// matching yields the items of result that pass f's per-object field terms, with their keys.
+func (s *Server) matching(f filter, result aggregate.Result) iter.Seq[item] {
+	return func(yield func(item) bool) {
+		for _, it := range result.Items {
+			if len(f.fields) > 0 && !f.matches(s, it.Cluster, it.Object) {
+				continue
+			}
+			k, err := aggregate.KeyOf(it.Cluster, it.Object)
+			if err != nil {
+				continue
+			}
+			if !yield(item{key: k, cluster: it.Cluster, obj: it.Object}) {
+				return
+			}
+		}
+	}
 }
 
 // tokenOf is the watch position of a list: per cluster, the higher of what the watch hub had
@@ -349,7 +361,7 @@ type page struct {
 // maxRV covers every cluster read. When it stops early, the token built from it holds the
 // watch hub's position for the clusters not read; a watch from it may then repeat events
 // already reflected in later pages (which are read later anyway), and never misses one.
-func (s *Server) selectPage(res string, agg *aggregate.Aggregate, f filter, after *aggregate.Key, limit int) (page, error) {
+func (s *Server) selectPage(agg *aggregate.Aggregate, f filter, after *aggregate.Key, limit int) (page, error) {
 	pg := page{maxRV: map[string]uint64{}}
 	h := &keyHeap{}
 	for _, c := range agg.Clusters() {
@@ -365,24 +377,17 @@ func (s *Server) selectPage(res string, agg *aggregate.Aggregate, f filter, afte
 		if err != nil {
 			return page{}, err
 		}
-		for _, it := range result.Items {
-			if len(f.fields) > 0 && !f.matches(s, it.Cluster, it.Object) {
-				continue
+		for it := range s.matching(f, result) {
+			if rv := rvOf(it.obj); rv > pg.maxRV[it.cluster] {
+				pg.maxRV[it.cluster] = rv
 			}
-			k, err := aggregate.KeyOf(it.Cluster, it.Object)
-			if err != nil {
-				continue
-			}
-			if rv := rvOf(it.Object); rv > pg.maxRV[it.Cluster] {
-				pg.maxRV[it.Cluster] = rv
-			}
-			if after != nil && !less(*after, k) {
+			if after != nil && !less(*after, it.key) {
 				continue
 			}
 			if len(*h) <= limit {
-				heap.Push(h, item{key: k, cluster: it.Cluster, obj: it.Object})
-			} else if less(k, (*h)[0].key) {
-				(*h)[0] = item{key: k, cluster: it.Cluster, obj: it.Object}
+				heap.Push(h, it)
+			} else if less(it.key, (*h)[0].key) {
+				(*h)[0] = it
 				heap.Fix(h, 0)
 			}
 		}
@@ -624,7 +629,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string,
 		applied := h.appliedSnapshot()
 		wt, _, _ = h.subscribe(nil, 4096)
 		var err error
-		initial, err = s.selectItems(res, agg, f)
+		initial, err = s.selectItems(agg, f)
 		if err != nil {
 			h.unsubscribe(wt)
 			writeError(w, http.StatusBadRequest, err.Error())
