@@ -65,7 +65,7 @@ type Aggregate struct {
 	log      *zap.Logger
 	poll     time.Duration
 
-	mu      sync.RWMutex // guards members, indexes, regs; never held while taking a member's mu
+	mu      sync.RWMutex // guards members, indexes, regs; held while taking a member's mu only by Join
 	members map[string]*member
 	sorted  atomic.Pointer[[]*member] // members by cluster name; replaced whole under mu
 	indexes map[string]IndexSpec
@@ -206,12 +206,6 @@ func (a *Aggregate) SetDegraded(cluster string, degraded bool) {
 	if m := a.member(cluster); m != nil {
 		m.degraded.Store(degraded)
 	}
-}
-
-func (m *member) current() cache.Indexer {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.store
 }
 
 // Clusters lists the member clusters, sorted.

@@ -252,10 +252,14 @@ func TestReplaceMemberDiffs(t *testing.T) {
 	block := make(chan struct{})
 	s2 := &source{rv: "5", block: block, items: []corev1.ConfigMap{*cm("a", "same", "1", nil), *cm("a", "changed", "4", nil), *cm("a", "new", "5", nil)}}
 	i2, _ := startInformer(t, s2)
+	if err := a.Join("c1", i2); err == nil {
+		t.Fatal("Join replaced a member whose informer still runs")
+	}
+	stop1()
+	waitTrue(t, "old informer stopped", i1.IsStopped)
 	if err := a.Join("c1", i2); err != nil {
 		t.Fatal(err)
 	}
-	stop1()
 	// Until the new informer syncs, queries read the old store and say it is unsynced.
 	if o, ok, _ := a.GetByKey("c1|a/gone"); !ok || o == nil {
 		t.Error("old store not served during the swap")
@@ -312,13 +316,13 @@ func TestPanickingAndSlowHandlers(t *testing.T) {
 }
 
 func TestQueueFairAcrossClusters(t *testing.T) {
-	q := newQueue()
+	q := newMergedQueue()
 	for i := range 1000 {
 		q.push("busy", "k"+strconv.Itoa(i), event{kind: evAdd})
 	}
 	q.push("quiet", "only", event{kind: evAdd})
 	for i := range 2 {
-		c, _, _, _, _ := q.pop()
+		c, _, _, _ := q.pop()
 		if c == "quiet" {
 			return
 		}
@@ -338,13 +342,13 @@ func TestQueueMerge(t *testing.T) {
 		{[]eventKind{evDelete, evAdd, evUpdate}, []eventKind{evDelete, evAdd}},
 		{[]eventKind{evDelete, evAdd, evDelete}, []eventKind{evDelete}},
 	} {
-		q := newQueue()
+		q := newMergedQueue()
 		for i, k := range tc.in {
 			q.push("c", "k", event{kind: k, obj: i})
 		}
 		var got []eventKind
 		if q.len() > 0 {
-			_, _, evs, _, _ := q.pop()
+			_, evs, _, _ := q.pop()
 			for _, e := range evs {
 				got = append(got, e.kind)
 			}
@@ -355,11 +359,10 @@ func TestQueueMerge(t *testing.T) {
 	}
 }
 
-// TestQueueEveryEvent: with everyEvent nothing merges, and a cluster's events come out in
+// TestQueueEveryEvent: with every event kept nothing merges, and a cluster's events come out in
 // arrival order across objects (a merged queue would put k's later events before other's).
 func TestQueueEveryEvent(t *testing.T) {
-	q := newQueue()
-	q.everyEvent = true
+	q := newFIFOQueue(100)
 	type in struct {
 		key  string
 		kind eventKind
@@ -372,7 +375,7 @@ func TestQueueEveryEvent(t *testing.T) {
 		t.Fatalf("backlog %d, want %d", q.len(), len(ins))
 	}
 	for i := range ins {
-		_, _, evs, _, _ := q.pop()
+		_, evs, _, _ := q.pop()
 		if len(evs) != 1 || evs[0].obj != i || evs[0].kind != ins[i].kind {
 			t.Fatalf("pop %d: got %+v, want event %d (%v)", i, evs, i, ins[i])
 		}

@@ -151,12 +151,12 @@ func BenchmarkKey(b *testing.B) {
 // BenchmarkDispatch measures the queue a handler's events go through: push from a member and
 // delivery by the handler's goroutine, for distinct objects.
 func BenchmarkDispatch(b *testing.B) {
-	q := newQueue()
+	q := newMergedQueue()
 	done := make(chan struct{})
 	go func() {
 		n := 0
 		for {
-			_, _, evs, _, ok := q.pop()
+			_, evs, _, ok := q.pop()
 			if !ok {
 				close(done)
 				return

@@ -48,7 +48,8 @@ func (h HandlerFuncs) OnDelete(c string, obj any) {
 type Registration struct {
 	agg  *Aggregate
 	h    Handler
-	q    *queue
+	q    backlog
+	opts HandlerOptions
 	done chan struct{}
 
 	mu     sync.Mutex
@@ -57,8 +58,12 @@ type Registration struct {
 	lag       atomic.Int64 // nanoseconds the last delivered object waited in the queue
 	panics    atomic.Int64
 	delivered atomic.Int64
+	overflows atomic.Int64
 	removed   atomic.Bool
 }
+
+// DefaultMaxPending bounds an EveryEvent handler's backlog when HandlerOptions.MaxPending is 0.
+const DefaultMaxPending = 100000
 
 // HandlerOptions tune one handler's delivery.
 type HandlerOptions struct {
@@ -66,8 +71,16 @@ type HandlerOptions struct {
 	// the handler is behind are merged (an add then a delete says nothing; updates fold into
 	// one), so that a slow handler's backlog is bounded by distinct objects, as a workqueue's
 	// is. A consumer that relays a change stream, as the server's watch does, needs every
-	// event; its backlog is then bounded by events, as a client-go listener's is.
+	// event, in each cluster's arrival order; its backlog is then bounded by MaxPending.
 	EveryEvent bool
+	// MaxPending bounds an EveryEvent handler's backlog, in events. Default DefaultMaxPending.
+	// When a new event would exceed it, every pending object event is dropped and OnOverflow
+	// runs on the handler's goroutine before any later event: the handler has lost changes and
+	// must rebuild from the Aggregate's stores (the server's watch hub ends its watches with
+	// 410 Expired, so that their clients relist). Memory stays bounded whatever the handler does.
+	MaxPending int
+	// OnOverflow, for EveryEvent handlers; see MaxPending. Overflows are counted either way.
+	OnOverflow func()
 }
 
 // AddEventHandler adds h with default options. It first receives every object already held,
@@ -77,29 +90,33 @@ func (a *Aggregate) AddEventHandler(h Handler) (*Registration, error) {
 	return a.AddEventHandlerWithOptions(h, HandlerOptions{})
 }
 
-// AddEventHandlerWithOptions is AddEventHandler with opts.
+// AddEventHandlerWithOptions is AddEventHandler with opts. It fails only on bad arguments; once
+// it returns a Registration, h is bound to every member, present and future.
 func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (*Registration, error) {
 	if h == nil {
 		return nil, fmt.Errorf("aggregate %s: nil handler", a.resource)
 	}
-	q := newQueue()
-	q.everyEvent = opts.EveryEvent
-	r := &Registration{agg: a, h: h, q: q, done: make(chan struct{}), synced: map[string]bool{}}
+	if opts.MaxPending < 0 {
+		return nil, fmt.Errorf("aggregate %s: HandlerOptions.MaxPending %d: must not be negative", a.resource, opts.MaxPending)
+	}
+	if !opts.EveryEvent && (opts.MaxPending != 0 || opts.OnOverflow != nil) {
+		return nil, fmt.Errorf("aggregate %s: HandlerOptions.MaxPending and OnOverflow apply to EveryEvent handlers only", a.resource)
+	}
+	var q backlog = newMergedQueue()
+	if opts.EveryEvent {
+		if opts.MaxPending == 0 {
+			opts.MaxPending = DefaultMaxPending
+		}
+		q = newFIFOQueue(opts.MaxPending)
+	}
+	r := &Registration{agg: a, h: h, q: q, opts: opts, done: make(chan struct{}), synced: map[string]bool{}}
 	a.mu.Lock()
 	a.regs = append(a.regs, r)
 	members := a.memberList()
 	a.mu.Unlock()
-	// client-go hands each binding the informer's current objects as initial adds, then every
-	// change, with no overlap between the two.
+	// Each member tells r what it has told every other handler, then every change.
 	for _, m := range members {
-		m.mu.Lock()
-		if !m.gone && m.bindings[r] == nil {
-			if err := m.bindLocked(r, nil); err != nil {
-				m.mu.Unlock()
-				return nil, fmt.Errorf("aggregate %s: cluster %q: %w", a.resource, m.cluster, err)
-			}
-		}
-		m.mu.Unlock()
+		m.bind(r)
 	}
 	go r.run()
 	return r, nil
@@ -108,46 +125,59 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 func (r *Registration) run() {
 	defer close(r.done)
 	for {
-		cluster, _, evs, since, ok := r.q.pop()
+		cluster, evs, since, ok := r.q.pop()
 		if !ok {
 			return
 		}
 		r.lag.Store(int64(time.Since(since)))
 		for _, ev := range evs {
-			if ev.kind == evSynced {
+			switch ev.kind {
+			case evSynced:
 				r.mu.Lock()
 				r.synced[cluster] = true
 				r.mu.Unlock()
-				continue
+			case evLeft:
+				r.mu.Lock()
+				delete(r.synced, cluster)
+				r.mu.Unlock()
+				r.q.forget(cluster)
+			case evOverflow:
+				r.overflows.Add(1)
+				r.agg.log.Error("handler backlog overflowed: pending events dropped", zap.Int("maxPending", r.opts.MaxPending))
+				if r.opts.OnOverflow != nil {
+					r.call(cluster, r.opts.OnOverflow)
+				}
+			default:
+				r.deliver(cluster, ev)
 			}
-			r.deliver(cluster, ev)
 		}
 	}
 }
 
-// deliver calls the handler, recovering and counting a panic so that the others go on.
-func (r *Registration) deliver(cluster string, ev event) {
+// call runs f, recovering and counting a panic so that the others go on.
+func (r *Registration) call(cluster string, f func()) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.panics.Add(1)
 			r.agg.log.Error("handler panicked", zap.String("cluster", cluster), zap.Any("panic", p))
 		}
 	}()
-	r.delivered.Add(1)
-	switch ev.kind {
-	case evAdd:
-		r.h.OnAdd(cluster, ev.obj, ev.initial)
-	case evUpdate:
-		r.h.OnUpdate(cluster, ev.old, ev.obj)
-	case evDelete:
-		r.h.OnDelete(cluster, ev.obj)
-	}
+	f()
 }
 
-func (r *Registration) leave(cluster string) {
-	r.mu.Lock()
-	delete(r.synced, cluster)
-	r.mu.Unlock()
+// deliver calls the handler for one event.
+func (r *Registration) deliver(cluster string, ev event) {
+	r.delivered.Add(1)
+	r.call(cluster, func() {
+		switch ev.kind {
+		case evAdd:
+			r.h.OnAdd(cluster, ev.obj, ev.initial)
+		case evUpdate:
+			r.h.OnUpdate(cluster, ev.old, ev.obj)
+		case evDelete:
+			r.h.OnDelete(cluster, ev.obj)
+		}
+	})
 }
 
 // HasSynced is true once this handler has had the initial list of every member whose informer
@@ -169,8 +199,9 @@ func (r *Registration) HasSynced() bool {
 	return some
 }
 
-// Pending is the number of events queued for this handler and not yet delivered. It is bounded
-// by the number of distinct objects with pending changes (twice that at most).
+// Pending is the number of events queued for this handler and not yet delivered. By default
+// it is bounded by the distinct objects with pending changes (at most two events each); for
+// an EveryEvent handler, by MaxPending.
 func (r *Registration) Pending() int { return r.q.len() }
 
 // Lag is how long the most recently delivered object's events waited in this handler's queue.
@@ -181,6 +212,9 @@ func (r *Registration) Panics() int64 { return r.panics.Load() }
 
 // Delivered counts handler calls made.
 func (r *Registration) Delivered() int64 { return r.delivered.Load() }
+
+// Overflows counts the times an EveryEvent handler's backlog hit MaxPending.
+func (r *Registration) Overflows() int64 { return r.overflows.Load() }
 
 // Remove stops deliveries and drops pending events. A call in flight may still be running when
 // Remove returns; Done is closed once it has returned. Remove may be called from the handler.
@@ -194,13 +228,7 @@ func (r *Registration) Remove() {
 	members := a.memberList()
 	a.mu.Unlock()
 	for _, m := range members {
-		m.mu.Lock()
-		b := m.bindings[r]
-		delete(m.bindings, r)
-		m.mu.Unlock()
-		if b != nil {
-			b.close()
-		}
+		m.unbind(r)
 	}
 	r.q.close()
 }

@@ -8,50 +8,62 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 )
 
 // member is one cluster's informer as the Aggregate sees it.
 //
-// Queries read `store`: while a replacement informer syncs it is still the previous informer's
-// store, then the new informer's. Handlers are wired per (handler, member) by a binding, which
-// is a client-go event handler of its own: client-go then guarantees that a handler added late
-// gets the store's contents once and every later change exactly once.
+// Queries read store. Handlers are fed by one client-go event handler per member (feed), which
+// keeps told: for every object, the state every bound handler has been told (delivered, or
+// queued for delivery). Every event a handler gets is the transition from told to the new
+// state, so a handler's story stays consistent whatever client-go drops: client-go discards a
+// listener's undelivered notifications when its informer stops, which is why leaving and
+// replacing work from told, never from the informer's store.
+//
+// Invariants:
+//   - told changes only under mu, and every change is pushed to every bound handler's queue
+//     under the same lock, so a handler bound later (a snapshot of told, then every change) gets
+//     each object exactly once.
+//   - store is ahead of told or equal to it: a query answered from store reflects every event
+//     a handler has been given, so a list taken after an event has its effect.
 type member struct {
 	cluster  string
 	agg      *Aggregate
 	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	synced   atomic.Bool
-	degraded atomic.Bool // set by the owner (SetDegraded) while the cluster is failing
+	feed     cache.ResourceEventHandlerRegistration
+	stop     context.CancelFunc // ends awaitSync
+	synced   atomic.Bool        // store holds the informer's synced state (and any swap is done)
+	degraded atomic.Bool        // set by the owner (SetDegraded) while the cluster is failing
+	store    atomic.Pointer[storeRef]
 
 	mu       sync.Mutex
-	store    cache.Indexer
-	bindings map[*Registration]*binding
+	told     map[string]any
+	shadow   map[string]any // while replacing another member: this informer's state, not yet told
+	bindings map[*Registration]struct{}
+	fed      bool // the feed has had the informer's initial list; handlers got evSynced
 	gone     bool
 }
 
-// binding forwards one member's events to one handler's queue.
+type storeRef struct{ cache.Indexer }
+
+// current is the store queries read.
+func (m *member) current() cache.Indexer { return m.store.Load().Indexer }
+
+// feed adapts a member to client-go's handler interface without exporting the methods.
+type feed struct{ m *member }
+
+func (f feed) OnAdd(obj any, isInInitialList bool) { f.m.observe(obj, isInInitialList, false) }
+func (f feed) OnUpdate(_, newObj any)              { f.m.observe(newObj, false, false) }
+func (f feed) OnDelete(obj any)                    { f.m.observe(obj, false, true) }
+
+// Join makes inf the member for cluster. inf may be started before or after Join.
 //
-// Invariant: the handler has been told exactly the state of `prev` (when set) or of the
-// informer's store, plus the events forwarded since. While prev is set (a replacement informer
-// is delivering its initial list) events are judged against prev, so that unchanged objects
-// produce nothing; once client-go reports the binding synced, objects of prev the new informer
-// never mentioned are deleted and prev is dropped.
-type binding struct {
-	m   *member
-	r   *Registration
-	reg cache.ResourceEventHandlerRegistration
-
-	mu   sync.Mutex // client-go calls one handler sequentially; this orders them with promote/close
-	prev cache.Indexer
-	seen map[string]struct{}
-	done bool
-}
-
-// Join makes inf the member for cluster. inf may be started before or after Join. If cluster is
-// already a member, inf replaces its informer: queries keep reading the old store until inf has
-// synced, and handlers then see only what differs. The caller stops the old informer.
+// If cluster is already a member, inf replaces its informer (rotated credentials, a new
+// server): the old informer must have stopped, so that its store is final. Handlers are first
+// told whatever the old informer stored that client-go had not yet delivered; queries then keep
+// reading that store until inf has synced, and handlers are told only what differs. Until then
+// nothing of inf reaches them.
 func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 	if err := ValidateClusterName(cluster); err != nil {
 		return err
@@ -60,193 +72,189 @@ func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 		return fmt.Errorf("cluster %q: %s: indexes: %w", cluster, a.resource, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &member{cluster: cluster, agg: a, informer: inf, cancel: cancel, store: inf.GetIndexer(), bindings: map[*Registration]*binding{}}
+	m := &member{cluster: cluster, agg: a, informer: inf, stop: cancel, told: map[string]any{}, bindings: map[*Registration]struct{}{}}
+	m.store.Store(&storeRef{inf.GetIndexer()})
 
+	// Lock order: m (not yet published) → a → the member m replaces. Only Join holds a.mu
+	// while taking a member's lock, and feeds take only their own member's.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	reg, err := inf.AddEventHandler(feed{m})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("cluster %q: %s: %w", cluster, a.resource, err)
+	}
+	m.feed = reg
 	a.mu.Lock()
 	old := a.members[cluster]
-	regs := slices.Clone(a.regs)
+	if old != nil && !old.informer.IsStopped() {
+		a.mu.Unlock()
+		_ = inf.RemoveEventHandler(reg)
+		cancel()
+		return fmt.Errorf("cluster %q: %s: the member's informer is still running; stop it before replacing it", cluster, a.resource)
+	}
+	// The replacement takes over told and the final store before it is published, so that
+	// no query ever sees its informer's store before it has synced.
+	var inherited map[*Registration]struct{}
+	if old != nil {
+		var store *storeRef
+		m.told, store, inherited = old.retire()
+		m.shadow = map[string]any{}
+		m.store.Store(store)
+	}
 	a.members[cluster] = m
+	regs := slices.Clone(a.regs)
 	a.resort()
 	a.mu.Unlock()
 
-	var prev cache.Indexer
-	if old != nil {
-		prev = old.retire()
-		m.store = prev
-	}
-	m.mu.Lock()
 	for _, r := range regs {
-		if err := m.bindLocked(r, prev); err != nil {
-			m.mu.Unlock()
-			a.Leave(cluster)
-			return fmt.Errorf("cluster %q: %s: %w", cluster, a.resource, err)
+		if _, ok := inherited[r]; ok {
+			m.bindings[r] = struct{}{}
+			continue
 		}
+		m.bindLocked(r)
 	}
-	m.mu.Unlock()
 	go m.awaitSync(ctx)
 	a.log.Debug("member joined")
 	return nil
 }
 
-// retire detaches a replaced member's handlers and returns the store they were told about.
-func (m *member) retire() cache.Indexer {
+// retire ends a member that is being replaced. Its informer has stopped, so its store is
+// final: handlers are told what it holds beyond told (client-go's undelivered notifications),
+// and told, the store and the handlers pass to the replacement.
+func (m *member) retire() (told map[string]any, store *storeRef, bindings map[*Registration]struct{}) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.gone = true
-	m.cancel()
-	bs := m.bindings
-	m.bindings = nil
-	store := m.store
-	m.mu.Unlock()
-	for _, b := range bs {
-		b.close()
+	m.stop()
+	_ = m.informer.RemoveEventHandler(m.feed)
+	if m.shadow == nil {
+		// The store is this informer's. (A member itself replacing another still serves that
+		// one's final store, which equals told.)
+		final := map[string]any{}
+		for _, obj := range m.current().List() {
+			if key, ok := objectKey(obj); ok {
+				final[key] = obj
+			}
+		}
+		m.becomeLocked(final, false)
 	}
-	return store
+	told, store, bindings = m.told, m.store.Load(), m.bindings
+	m.told, m.shadow, m.bindings = nil, nil, nil
+	return told, store, bindings
 }
 
-// bindLocked wires r to m. With prev, the binding starts in the shadow phase. Callers hold m.mu.
-func (m *member) bindLocked(r *Registration, prev cache.Indexer) error {
-	b := &binding{m: m, r: r, prev: prev}
-	if prev != nil {
-		b.seen = map[string]struct{}{}
+// observe is the feed: one client-go notification.
+func (m *member) observe(obj any, initial, deleted bool) {
+	key, ok := objectKey(obj)
+	if !ok {
+		return
 	}
-	reg, err := m.informer.AddEventHandler(b)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.gone:
+	case m.shadow != nil:
+		if deleted {
+			delete(m.shadow, key)
+		} else {
+			m.shadow[key] = obj
+		}
+	case deleted:
+		if _, ok := m.told[key]; ok {
+			delete(m.told, key)
+			m.pushLocked(key, event{kind: evDelete, obj: obj})
+		}
+	default:
+		m.tellLocked(key, obj, initial)
+	}
+}
+
+// tellLocked makes obj the told state of key and pushes the transition: an add, an update, a
+// delete then an add when another object (UID) took the name, or nothing when the version is
+// the one already told. Callers hold m.mu.
+func (m *member) tellLocked(key string, obj any, initial bool) {
+	old, had := m.told[key]
+	m.told[key] = obj
+	if !had {
+		m.pushLocked(key, event{kind: evAdd, obj: obj, initial: initial})
+		return
+	}
+	ou, ov := identity(old)
+	nu, nv := identity(obj)
+	switch {
+	case ou == nu && ov == nv:
+	case ou != nu:
+		m.pushLocked(key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: old}})
+		m.pushLocked(key, event{kind: evAdd, obj: obj, initial: initial})
+	default:
+		m.pushLocked(key, event{kind: evUpdate, old: old, obj: obj})
+	}
+}
+
+// becomeLocked tells the handlers how view differs from told, then makes view told. Callers
+// hold m.mu.
+func (m *member) becomeLocked(view map[string]any, initial bool) {
+	for key, obj := range view {
+		m.tellLocked(key, obj, initial)
+	}
+	for key, old := range m.told {
+		if _, ok := view[key]; !ok {
+			m.pushLocked(key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: old}})
+		}
+	}
+	m.told = view
+}
+
+func (m *member) pushLocked(key string, ev event) {
+	for r := range m.bindings {
+		r.q.push(m.cluster, key, ev)
+	}
+}
+
+func identity(obj any) (uid, resourceVersion string) {
+	acc, err := meta.Accessor(obj)
 	if err != nil {
-		return err
+		return "", ""
 	}
-	b.reg = reg
-	m.bindings[r] = b
-	go b.awaitSync(m.agg.poll)
-	return nil
+	return string(acc.GetUID()), acc.GetResourceVersion()
 }
 
-// close stops forwarding; client-go may still be inside a call, which then finds done set.
-func (b *binding) close() {
-	_ = b.m.informer.RemoveEventHandler(b.reg)
-	b.mu.Lock()
-	b.done = true
-	b.mu.Unlock()
-}
-
-func (b *binding) awaitSync(poll time.Duration) {
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for !b.reg.HasSynced() {
-		<-t.C
-		b.mu.Lock()
-		done := b.done
-		b.mu.Unlock()
-		if done {
-			return
-		}
+// bindLocked tells r what every bound handler has been told, as initial adds, and binds it.
+// Callers hold m.mu.
+func (m *member) bindLocked(r *Registration) {
+	for key, obj := range m.told {
+		r.q.push(m.cluster, key, event{kind: evAdd, obj: obj, initial: true})
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done {
-		return
-	}
-	if b.prev != nil {
-		for _, key := range b.prev.ListKeys() {
-			if _, ok := b.seen[key]; ok {
-				continue
-			}
-			if obj, ok, _ := b.prev.GetByKey(key); ok {
-				b.r.q.push(b.m.cluster, key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
-			}
-		}
-		b.prev, b.seen = nil, nil
-	}
-	b.r.q.push(b.m.cluster, markerKey, event{kind: evSynced})
-}
-
-// enter locks b for one event on obj and records it as seen; ok is false (and b unlocked) when
-// the event is to be dropped. Callers unlock b.
-func (b *binding) enter(obj any) (key string, ok bool) {
-	key, ok = objectKey(obj)
-	if !ok {
-		return "", false
-	}
-	b.mu.Lock()
-	if b.done {
-		b.mu.Unlock()
-		return "", false
-	}
-	if b.seen != nil {
-		b.seen[key] = struct{}{}
-	}
-	return key, true
-}
-
-func (b *binding) OnAdd(obj any, isInInitialList bool) {
-	key, ok := b.enter(obj)
-	if !ok {
-		return
-	}
-	defer b.mu.Unlock()
-	if b.prev != nil {
-		if old, ok, _ := b.prev.GetByKey(key); ok {
-			if resourceVersion(old) != resourceVersion(obj) {
-				b.r.q.push(b.m.cluster, key, event{kind: evUpdate, old: old, obj: obj})
-			}
-			return // unchanged across the informer swap: nothing to say
-		}
-	}
-	b.r.q.push(b.m.cluster, key, event{kind: evAdd, obj: obj, initial: isInInitialList})
-}
-
-func (b *binding) OnUpdate(oldObj, newObj any) {
-	if key, ok := b.enter(newObj); ok {
-		b.r.q.push(b.m.cluster, key, event{kind: evUpdate, old: oldObj, obj: newObj})
-		b.mu.Unlock()
+	m.bindings[r] = struct{}{}
+	if m.fed {
+		r.q.push(m.cluster, "", event{kind: evSynced})
 	}
 }
 
-func (b *binding) OnDelete(obj any) {
-	if key, ok := b.enter(obj); ok {
-		b.r.q.push(b.m.cluster, key, event{kind: evDelete, obj: obj})
-		b.mu.Unlock()
-	}
-}
-
-// Leave removes cluster. Every handler receives a cache.DeletedFinalStateUnknown for each object
-// it was told about. The caller stops the informer.
-func (a *Aggregate) Leave(cluster string) {
-	a.mu.Lock()
-	m := a.members[cluster]
-	delete(a.members, cluster)
-	a.resort()
-	a.mu.Unlock()
-	if m == nil {
-		return
-	}
+// bind binds r unless the member is gone or r is bound already.
+func (m *member) bind(r *Registration) {
 	m.mu.Lock()
-	m.gone = true
-	m.cancel()
-	bs := m.bindings
-	m.bindings = nil
-	m.mu.Unlock()
-	for _, b := range bs {
-		b.close()
-		b.mu.Lock()
-		known := b.prev
-		b.mu.Unlock()
-		if known == nil {
-			known = m.informer.GetIndexer()
-		}
-		for _, key := range known.ListKeys() {
-			if obj, ok, _ := known.GetByKey(key); ok {
-				b.r.q.push(cluster, key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
-			}
-		}
-		b.r.leave(cluster)
+	defer m.mu.Unlock()
+	if _, ok := m.bindings[r]; ok || m.gone {
+		return
 	}
-	a.log.Debug("member left")
+	m.bindLocked(r)
 }
 
-// awaitSync swaps the query store to the informer's once it has synced.
+func (m *member) unbind(r *Registration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.bindings, r)
+}
+
+// awaitSync waits for the feed to have had the informer's initial list. A replacement then
+// swaps the query store to its informer's, which is ahead of what the feed has seen, and tells
+// the handlers what differs; then every bound handler gets evSynced.
 func (m *member) awaitSync(ctx context.Context) {
 	t := time.NewTicker(m.agg.poll)
 	defer t.Stop()
-	for !m.informer.HasSynced() {
+	for !m.feed.HasSynced() {
 		select {
 		case <-ctx.Done():
 			return
@@ -258,6 +266,42 @@ func (m *member) awaitSync(ctx context.Context) {
 	if m.gone {
 		return
 	}
-	m.store = m.informer.GetIndexer()
+	if m.shadow != nil {
+		m.store.Store(&storeRef{m.informer.GetIndexer()})
+		view := m.shadow
+		m.shadow = nil
+		m.becomeLocked(view, true)
+	}
+	m.fed = true
 	m.synced.Store(true)
+	for r := range m.bindings {
+		r.q.push(m.cluster, "", event{kind: evSynced})
+	}
+}
+
+// Leave removes cluster. Every handler receives a cache.DeletedFinalStateUnknown for each object
+// it was told about, whatever the informer's state. The caller stops the informer (before or
+// after Leave).
+func (a *Aggregate) Leave(cluster string) {
+	a.mu.Lock()
+	m := a.members[cluster]
+	delete(a.members, cluster)
+	a.resort()
+	a.mu.Unlock()
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.gone = true
+	m.stop()
+	for key, obj := range m.told {
+		m.pushLocked(key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
+	}
+	for r := range m.bindings {
+		r.q.push(cluster, "", event{kind: evLeft})
+	}
+	m.told, m.shadow, m.bindings = nil, nil, nil
+	m.mu.Unlock()
+	_ = m.informer.RemoveEventHandler(m.feed)
+	a.log.Debug("member left")
 }

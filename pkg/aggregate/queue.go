@@ -12,14 +12,30 @@ const (
 	evAdd eventKind = iota
 	evUpdate
 	evDelete
-	evSynced // marker: every event of the cluster's initial list is before it
+	// Markers: no object.
+	evSynced   // every event of the cluster's initial list is before it
+	evLeft     // the cluster left; its deletes are before it
+	evOverflow // an every-event backlog hit its bound and its pending events were dropped
 )
+
+func (k eventKind) marker() bool { return k >= evSynced }
 
 type event struct {
 	kind    eventKind
 	old     any
 	obj     any
 	initial bool
+}
+
+// backlog is a handler's queue of pending events: fair across clusters (round robin) and FIFO
+// within a cluster. pop blocks until an event is pending or the backlog is closed.
+type backlog interface {
+	push(cluster, key string, ev event)
+	pop() (cluster string, evs []event, since time.Time, ok bool)
+	// forget drops the per-cluster state of cluster if nothing of it is pending.
+	forget(cluster string)
+	len() int
+	close()
 }
 
 // entry holds the pending events of one object, oldest first. Merging keeps it at one event,
@@ -49,39 +65,33 @@ func (e *entry) merge(ev event) bool {
 	return len(e.evs) > 0
 }
 
-// clusterQueue is one cluster's pending objects in order of first arrival. order may hold keys
-// whose entry was merged away; they are skipped.
-type clusterQueue struct {
+// mergedCluster is one cluster's pending objects in order of first arrival. order may hold
+// keys whose entry was merged away; they are skipped.
+type mergedCluster struct {
 	order []string
 	head  int
 	items map[string]*entry
 }
 
-// queue is a handler's backlog: fair across clusters (round robin), FIFO per cluster, coalescing
-// per object. Its size is bounded by the number of distinct objects with pending events (unless
-// everyEvent).
-type queue struct {
+// mergedQueue coalesces per object: its size is bounded by the number of distinct objects
+// with pending events (each at most two events), plus markers.
+type mergedQueue struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
-	clusters map[string]*clusterQueue
+	clusters map[string]*mergedCluster
 	ring     []string // clusters with pending work, in service order
 	depth    int      // pending events
 	closed   bool
-	// everyEvent keeps every event as its own entry instead of merging per object.
-	everyEvent bool
-	seq        uint64
+	markers  uint64 // makes marker keys unique: markers never merge
 }
 
-func newQueue() *queue {
-	q := &queue{clusters: map[string]*clusterQueue{}}
+func newMergedQueue() *mergedQueue {
+	q := &mergedQueue{clusters: map[string]*mergedCluster{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
 
-// markerKey cannot collide with an object key: those are never empty.
-const markerKey = ""
-
-func (q *queue) push(cluster, key string, ev event) {
+func (q *mergedQueue) push(cluster, key string, ev event) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -89,19 +99,17 @@ func (q *queue) push(cluster, key string, ev event) {
 	}
 	cq := q.clusters[cluster]
 	if cq == nil {
-		cq = &clusterQueue{items: map[string]*entry{}}
+		cq = &mergedCluster{items: map[string]*entry{}}
 		q.clusters[cluster] = cq
 	}
 	if len(cq.items) == 0 {
 		q.ring = append(q.ring, cluster)
 	}
-	if q.everyEvent && key != markerKey {
-		// Each event is its own entry, so a cluster's events come out exactly in arrival
-		// order (client-go's, which is resourceVersion order), across objects too.
-		q.seq++
-		key += "\x00" + strconv.FormatUint(q.seq, 10)
-	}
-	if e, ok := cq.items[key]; ok && key != markerKey {
+	if ev.kind.marker() {
+		// Object keys are never empty and never start with NUL.
+		q.markers++
+		key = "\x00" + strconv.FormatUint(q.markers, 10)
+	} else if e, ok := cq.items[key]; ok {
 		before := len(e.evs)
 		if !e.merge(ev) {
 			delete(cq.items, key)
@@ -110,17 +118,13 @@ func (q *queue) push(cluster, key string, ev event) {
 		q.depth += len(e.evs) - before
 		return
 	}
-	if _, ok := cq.items[key]; ok {
-		// A marker is already pending for this cluster: a second would say nothing more.
-		return
-	}
 	cq.items[key] = &entry{evs: []event{ev}, since: time.Now()}
 	cq.order = append(cq.order, key)
 	q.depth++
 	q.cond.Signal()
 }
 
-func (q *queue) dropIfIdle(cluster string, cq *clusterQueue) {
+func (q *mergedQueue) dropIfIdle(cluster string, cq *mergedCluster) {
 	if len(cq.items) > 0 {
 		return
 	}
@@ -133,21 +137,19 @@ func (q *queue) dropIfIdle(cluster string, cq *clusterQueue) {
 	}
 }
 
-// pop blocks until work is pending and returns the next object's events, taking clusters in
-// turn. ok is false once the queue is closed.
-func (q *queue) pop() (cluster, key string, evs []event, since time.Time, ok bool) {
+func (q *mergedQueue) pop() (cluster string, evs []event, since time.Time, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.ring) == 0 && !q.closed {
 		q.cond.Wait()
 	}
 	if q.closed {
-		return "", "", nil, time.Time{}, false
+		return "", nil, time.Time{}, false
 	}
 	cluster = q.ring[0]
 	cq := q.clusters[cluster]
 	for {
-		key = cq.order[cq.head]
+		key := cq.order[cq.head]
 		cq.head++
 		if e, ok := cq.items[key]; ok {
 			delete(cq.items, key)
@@ -168,32 +170,157 @@ func (q *queue) pop() (cluster, key string, evs []event, since time.Time, ok boo
 	} else {
 		cq.order, cq.head = cq.order[:0], 0
 	}
-	return cluster, key, evs, since, true
+	return cluster, evs, since, true
 }
 
-// forget drops every pending event of cluster.
-func (q *queue) forget(cluster string) {
+func (q *mergedQueue) forget(cluster string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	cq := q.clusters[cluster]
-	if cq == nil {
-		return
+	if cq := q.clusters[cluster]; cq != nil && len(cq.items) == 0 {
+		delete(q.clusters, cluster)
 	}
-	for _, e := range cq.items {
-		q.depth -= len(e.evs)
-	}
-	cq.items = map[string]*entry{}
-	q.dropIfIdle(cluster, cq)
-	delete(q.clusters, cluster)
 }
 
-func (q *queue) len() int {
+func (q *mergedQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.depth
 }
 
-func (q *queue) close() {
+func (q *mergedQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+// timedEvent is an event with its arrival time.
+type timedEvent struct {
+	event
+	at time.Time
+}
+
+// fifoCluster is one cluster's pending events in arrival order.
+type fifoCluster struct {
+	evs  []timedEvent
+	head int
+}
+
+func (f *fifoCluster) pending() int { return len(f.evs) - f.head }
+
+// fifoQueue keeps every event, in each cluster's arrival order. It holds at most max object
+// events: a push beyond that drops every pending object event (markers are kept, in order) and
+// makes the next pop report an overflow, so that the handler learns it lost events before it
+// sees anything newer.
+type fifoQueue struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	clusters map[string]*fifoCluster
+	ring     []string
+	depth    int // pending events, markers included
+	max      int
+	overflow bool // an overflow is to be reported by the next pop
+	closed   bool
+}
+
+func newFIFOQueue(max int) *fifoQueue {
+	q := &fifoQueue{clusters: map[string]*fifoCluster{}, max: max}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *fifoQueue) push(cluster, _ string, ev event) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	if !ev.kind.marker() && q.depth >= q.max {
+		q.dropObjectsLocked()
+	}
+	f := q.clusters[cluster]
+	if f == nil {
+		f = &fifoCluster{}
+		q.clusters[cluster] = f
+	}
+	if f.pending() == 0 {
+		q.ring = append(q.ring, cluster)
+	}
+	f.evs = append(f.evs, timedEvent{ev, time.Now()})
+	q.depth++
+	q.cond.Signal()
+}
+
+// dropObjectsLocked empties the queue of object events, keeping markers.
+func (q *fifoQueue) dropObjectsLocked() {
+	q.depth = 0
+	ring := q.ring[:0]
+	for _, c := range q.ring {
+		f := q.clusters[c]
+		var kept []timedEvent
+		for _, e := range f.evs[f.head:] {
+			if e.kind.marker() {
+				kept = append(kept, e)
+			}
+		}
+		f.evs, f.head = kept, 0
+		q.depth += len(kept)
+		if len(kept) > 0 {
+			ring = append(ring, c)
+		}
+	}
+	q.ring = ring
+	q.overflow = true
+	q.cond.Signal()
+}
+
+func (q *fifoQueue) pop() (cluster string, evs []event, since time.Time, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.ring) == 0 && !q.overflow && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return "", nil, time.Time{}, false
+	}
+	if q.overflow {
+		q.overflow = false
+		return "", []event{{kind: evOverflow}}, time.Now(), true
+	}
+	cluster = q.ring[0]
+	f := q.clusters[cluster]
+	e := f.evs[f.head]
+	f.evs[f.head] = timedEvent{}
+	f.head++
+	q.depth--
+	q.ring = q.ring[1:]
+	if f.pending() > 0 {
+		q.ring = append(q.ring, cluster)
+		if f.head > 1024 && f.head*2 > len(f.evs) {
+			f.evs = append(f.evs[:0], f.evs[f.head:]...)
+			f.head = 0
+		}
+	} else {
+		f.evs, f.head = f.evs[:0], 0
+	}
+	return cluster, []event{e.event}, e.at, true
+}
+
+func (q *fifoQueue) forget(cluster string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if f := q.clusters[cluster]; f != nil && f.pending() == 0 {
+		delete(q.clusters, cluster)
+	}
+}
+
+func (q *fifoQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.depth
+}
+
+func (q *fifoQueue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.cond.Broadcast()
