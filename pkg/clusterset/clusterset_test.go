@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 )
@@ -186,5 +187,49 @@ func TestTransform(t *testing.T) {
 	out, _ = newTransform(TransformOptions{KeepManagedFields: true, KeepLastApplied: true})(pod2)
 	if p := out.(*corev1.Pod); len(p.ManagedFields) != 1 || p.Annotations[LastAppliedAnnotation] != "{}" {
 		t.Errorf("keep-all transform: %+v", p.ObjectMeta)
+	}
+}
+
+// TestUserTransformCannotCorruptSharedParts: a user transform that mutates objects in place
+// runs before sharing, so it changes only the object it was given, never the label maps,
+// tolerations or security contexts other cached objects share.
+func TestUserTransformCannotCorruptSharedParts(t *testing.T) {
+	mkPod := func(name string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"app": "web", "tier": "front"}},
+			Spec: corev1.PodSpec{
+				SecurityContext: &corev1.PodSecurityContext{},
+				Tolerations:     []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists}},
+				Containers:      []corev1.Container{{Name: "c", Image: "nginx"}},
+			},
+		}
+	}
+	tf := newTransform(TransformOptions{Func: func(obj any) (any, error) {
+		p := obj.(*corev1.Pod)
+		if p.Name == "marked" {
+			p.Labels["marked"] = "true"
+			p.Spec.SecurityContext.RunAsNonRoot = ptr.To(true)
+			p.Spec.Tolerations[0].Key = "marked"
+		}
+		return p, nil
+	}})
+	var others []*corev1.Pod
+	for i := range 3 {
+		out, err := tf(mkPod(fmt.Sprintf("other-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, out.(*corev1.Pod))
+	}
+	out, _ := tf(mkPod("marked"))
+	if m := out.(*corev1.Pod); m.Labels["marked"] != "true" || m.Spec.SecurityContext.RunAsNonRoot == nil {
+		t.Fatalf("the transform's own change is missing: %+v", m.ObjectMeta)
+	}
+	later, _ := tf(mkPod("other-later"))
+	for _, p := range append(others, later.(*corev1.Pod)) {
+		if p.Labels["marked"] != "" || p.Spec.SecurityContext.RunAsNonRoot != nil || p.Spec.Tolerations[0].Key != "node.kubernetes.io/not-ready" {
+			t.Errorf("pod %s was changed by a transform of another pod: labels %v, securityContext %+v, tolerations %+v",
+				p.Name, p.Labels, p.Spec.SecurityContext, p.Spec.Tolerations)
+		}
 	}
 }

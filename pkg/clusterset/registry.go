@@ -205,17 +205,18 @@ func (r *Registry) reload(ctx context.Context) {
 		} else {
 			r.log.Info("engaging cluster", zap.String("cluster", c.Name), zap.String("origin", c.Origin))
 		}
+		// A restarted cluster's old stacks stop first, so that their stores are final when
+		// the new informers replace them in the aggregates (aggregate.Join); until then the
+		// old stores keep answering queries, marked unsynced.
+		if old != nil {
+			old.stop()
+		}
 		run := newRunner(r, c)
 		if old != nil {
 			run.restarts = old.restarts + 1
 		}
 		r.clusters[c.Name] = run
-		// The new stacks replace the old ones in the aggregates; the old informers stop now and
-		// their stores keep answering until the new ones have synced.
 		go run.run(ctx)
-		if old != nil {
-			old.stop()
-		}
 	}
 }
 

@@ -127,6 +127,8 @@ type TransformOptions struct {
 	// contexts and low-cardinality strings are shared across cached objects (see package
 	// intern); cached objects are read-only either way.
 	KeepDuplicates bool
-	// Func, if set, runs after the built-in steps. It must be idempotent and may mutate in place.
+	// Func, if set, runs first, on a freshly decoded object that nothing else holds: it may
+	// mutate it in place, and must be idempotent. The built-in steps run on what it returns;
+	// sharing runs last, so Func never sees, and cannot change, parts shared with other objects.
 	Func cache.TransformFunc
 }

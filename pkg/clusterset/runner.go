@@ -105,10 +105,12 @@ func (r *runner) run(parent context.Context) {
 			case err == nil:
 				inf, mode, berr := s.build(cfg, res)
 				if berr != nil {
+					r.leaveStale(s)
 					s.set(Failed, berr.Error())
 					continue
 				}
 				if jerr := r.reg.aggs[s.spec.Name].Join(r.cfg.Name, inf); jerr != nil {
+					r.leaveStale(s)
 					s.set(Failed, jerr.Error())
 					continue
 				}
@@ -118,6 +120,7 @@ func (r *runner) run(parent context.Context) {
 					s.run(ctx, inf, res, mode)
 				}()
 			case meta.IsNoMatchError(err):
+				r.leaveStale(s)
 				s.set(NotServed, "not served: no resource "+s.spec.Name+" in this cluster's discovery")
 				next = append(next, s)
 			default:
@@ -148,6 +151,13 @@ func (r *runner) run(parent context.Context) {
 		cached.Invalidate()
 		mapper.(interface{ Reset() }).Reset()
 	}
+}
+
+// leaveStale removes what an earlier run of this cluster left in s's aggregate: this run will
+// not replace it (the resource is not served here, or its stack could not be built), and its
+// stopped informer's objects must not linger.
+func (r *runner) leaveStale(s *stack) {
+	r.reg.aggs[s.spec.Name].Leave(r.cfg.Name)
 }
 
 // probe checks the API server every ProbeInterval and reports failures to every started stack.

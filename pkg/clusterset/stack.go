@@ -41,7 +41,7 @@ func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Lo
 	return &stack{
 		cluster: cluster, spec: spec, board: board,
 		log: log.With(zap.String("resource", spec.Name)),
-		st:  ResourceStatus{Resource: spec.Name, State: Pending},
+		st:  ResourceStatus{Resource: spec.Name, State: Pending, Since: time.Now()},
 	}
 }
 
@@ -61,6 +61,7 @@ func (s *stack) setStateLocked(to State, errText string) {
 	from := s.st.State
 	s.st.State, s.st.Error = to, errText
 	if from != to {
+		s.st.Since = time.Now()
 		s.board.publish(StatusChange{Cluster: s.cluster, Resource: s.spec.Name, From: from, To: to, Error: errText})
 		s.log.Info("resource state", zap.String("from", string(from)), zap.String("to", string(to)), zap.String("error", errText))
 		if s.onState != nil {
@@ -251,7 +252,8 @@ func (s *stack) probeOK() {
 	}
 }
 
-// run starts the informer and follows its sync and recovery until ctx ends.
+// run starts the informer and follows its sync and recovery until ctx ends. It returns once
+// the informer has stopped, so its store is final.
 func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolved, mode Mode) {
 	s.mu.Lock()
 	s.informer = inf
@@ -262,7 +264,12 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 		s.setStateLocked(Syncing, "")
 	}
 	s.mu.Unlock()
-	go inf.RunWithContext(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		inf.RunWithContext(ctx)
+	}()
+	defer func() { <-stopped }()
 	start := time.Now()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()

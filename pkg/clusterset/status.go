@@ -45,8 +45,10 @@ type ResourceStatus struct {
 	Namespaced           bool
 	Aliases              []string
 	State                State
-	Error                string    // the last error, in words; empty when healthy
-	LastSync             time.Time // the last time the cache was known in step with the server
+	// Since is when the resource entered State.
+	Since    time.Time
+	Error    string    // the last error, in words; empty when healthy
+	LastSync time.Time // the last time the cache was known in step with the server
 	// SyncDuration is how long the initial list took (0 until synced).
 	SyncDuration time.Duration
 	Objects      int

@@ -11,12 +11,23 @@ import (
 const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // newTransform returns the informer transform for opts. It runs once per object, before the
-// object is stored, on an object no one else holds yet, so mutating in place is safe. It is
-// idempotent.
+// object is stored, on an object no one else holds yet. It is idempotent.
+//
+// The user's Func runs first, while the object is still entirely its own, so it may mutate in
+// place. Sharing (package intern) runs last: after it, the object's label maps, resource lists,
+// tolerations and empty security contexts may be shared with other cached objects, and nothing
+// may change them.
 func newTransform(opts TransformOptions) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			return obj, nil
+		}
+		if opts.Func != nil {
+			out, err := opts.Func(obj)
+			if err != nil {
+				return nil, err
+			}
+			obj = out
 		}
 		if m, err := meta.Accessor(obj); err == nil {
 			if !opts.KeepManagedFields && m.GetManagedFields() != nil {
@@ -35,9 +46,6 @@ func newTransform(opts TransformOptions) cache.TransformFunc {
 		}
 		if !opts.KeepDuplicates {
 			intern.Shared().Object(obj)
-		}
-		if opts.Func != nil {
-			return opts.Func(obj)
 		}
 		return obj, nil
 	}
