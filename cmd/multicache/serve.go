@@ -168,7 +168,8 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	srv, err := server.New(server.Options{
 		Registry: reg, Logger: log, IndexFuncs: indexFuncs, Tokens: tokens,
 		MaxPageSize: cfg.Server.MaxPageSize, RequestTimeout: cfg.Server.RequestTimeout.Duration,
-		WatchBuffer: cfg.Server.WatchBuffer, BookmarkInterval: cfg.Server.BookmarkInterval.Duration,
+		WatchBuffer: cfg.Server.WatchBuffer, WatchBufferBytes: cfg.Server.WatchBufferBytes, BookmarkInterval: cfg.Server.BookmarkInterval.Duration,
+		MaxWatches: cfg.Server.MaxWatches, MaxRequestsInFlight: cfg.Server.MaxRequestsInFlight,
 		DeadClusterTimeout: cfg.Readiness.DeadClusterTimeout.Duration, AllowSecretData: cfg.Secrets.AllowData,
 	})
 	if err != nil {

@@ -86,6 +86,13 @@ type Server struct {
 	RequestTimeout Duration `json:"requestTimeout,omitempty"`
 	// WatchBuffer is how many recent events per resource a watch can resume from. Default 100000.
 	WatchBuffer int `json:"watchBuffer,omitempty"`
+	// WatchBufferBytes bounds the same events by the approximate encoded size of the objects
+	// they hold. Default 64 MiB.
+	WatchBufferBytes int `json:"watchBufferBytes,omitempty"`
+	// MaxWatches caps open watches (429 beyond). Default 1000.
+	MaxWatches int `json:"maxWatches,omitempty"`
+	// MaxRequestsInFlight caps concurrent requests other than watches (429 beyond). Default 400.
+	MaxRequestsInFlight int `json:"maxRequestsInFlight,omitempty"`
 	// BookmarkInterval between BOOKMARK events on a watch. Default 5s.
 	BookmarkInterval Duration `json:"bookmarkInterval,omitempty"`
 }
@@ -111,8 +118,8 @@ type Logging struct {
 
 // Readiness policy for /readyz.
 type Readiness struct {
-	// DeadClusterTimeout: a cluster that cannot sync holds readiness back at most this long
-	// after start. Default 2m.
+	// DeadClusterTimeout: a cluster × resource that has been failing (Failed or Degraded) this
+	// long stops holding readiness back; a slow one, not failing, always holds it. Default 2m.
 	DeadClusterTimeout Duration `json:"deadClusterTimeout,omitempty"`
 }
 
@@ -285,8 +292,11 @@ func (c *Config) Validate() error {
 	if c.Server.Auth != nil && c.Server.Auth.TokenFile == "" {
 		bad("server.auth.tokenFile", "required")
 	}
-	if c.Server.MaxPageSize < 0 {
-		bad("server.maxPageSize", "must be positive")
+	for field, v := range map[string]int{"maxPageSize": c.Server.MaxPageSize, "watchBuffer": c.Server.WatchBuffer,
+		"watchBufferBytes": c.Server.WatchBufferBytes, "maxWatches": c.Server.MaxWatches, "maxRequestsInFlight": c.Server.MaxRequestsInFlight} {
+		if v < 0 {
+			bad("server."+field, "%d: must not be negative", v)
+		}
 	}
 	if !IsLoopback(c.Server.Listen) && c.Server.Auth == nil && !c.Server.AllowInsecure {
 		bad("server.listen", "%s is not loopback: set server.auth (and server.tls), or allowInsecure: true", c.Server.Listen)

@@ -19,6 +19,7 @@ var reasons = map[int]string{
 	http.StatusNotFound:            "NotFound",
 	http.StatusMethodNotAllowed:    "MethodNotAllowed",
 	http.StatusGone:                "Expired",
+	http.StatusTooManyRequests:     "TooManyRequests",
 	http.StatusServiceUnavailable:  "ServiceUnavailable",
 	http.StatusInternalServerError: "InternalError",
 	http.StatusGatewayTimeout:      "Timeout",

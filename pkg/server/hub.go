@@ -6,45 +6,61 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/multicache/multicache/pkg/aggregate"
 )
 
 // event is one change in the fleet as a watch sends it.
 type event struct {
-	seq     uint64
+	seq     uint64 // the hub's position of this event: consecutive, from 1
 	cluster string
 	typ     string // ADDED, MODIFIED, DELETED
 	obj     any
-	old     any    // MODIFIED only
-	rv      uint64 // 0 when unknown (tombstones): such events are never skipped
+	prev    *attrs // MODIFIED only: what filters read of the previous state
+	size    int    // bytes charged against the ring's bound
 }
 
-// hub keeps the recent events of one resource, for watches to resume from, and fans live events
-// out to the watches. It is an aggregate handler: it sees what every other handler sees.
+// hub keeps the recent events of one resource, in the order the aggregate delivered them, for
+// watches to read and resume from. It is an every-event aggregate handler.
+//
+// Positions are the hub's own sequence numbers, never the clusters' resourceVersions: those
+// come from different etcds, and a cluster that restarts against another server (new
+// credentials, a new address, a name reused) starts another resourceVersion sequence. A
+// restarted cluster's differences arrive as ordinary events (aggregate.Join), so a watch
+// relays them; it never compares resourceVersions.
+//
+// A list's position is the hub's sequence read before the stores are: every event at or before
+// it has reached the stores, so the list reflects it; the stores may be ahead, so a watch from
+// that position may repeat a change the list already showed, and never misses one.
+//
+// The ring holds at most maxEvents events and about maxBytes bytes of objects (their encoded
+// size, estimated). A watch whose next event was evicted ends with 410 Expired, unless none of
+// the evicted events concerned the clusters it watches.
 type hub struct {
-	resource string
-	epoch    string
+	resource  string
+	attrsOf   func(obj any) *attrs // what filters need of a previous state
+	maxEvents int
+	maxBytes  int
 
-	mu        sync.Mutex
-	ring      []event
-	start     int // index of the oldest event in ring
-	n         int // events held
-	seq       uint64
-	applied   map[string]uint64 // per cluster: highest rv appended
-	evicted   map[string]uint64 // per cluster: highest rv evicted from the ring
-	watchers  map[*watcher]struct{}
-	overflows int64
+	mu         sync.Mutex
+	epoch      string // tokens of another epoch are expired; changes when events were lost
+	ring       []event
+	start, n   int
+	bytes      int
+	seq        uint64            // of the newest event
+	evicted    map[string]uint64 // per cluster, the seq of its newest evicted event
+	evictedAll uint64            // the seq of the newest evicted event
+	wake       chan struct{}     // closed when events arrive or the epoch changes
+	waiting    bool              // someone holds wake
+	resets     int64             // epochs ended because the hub's backlog overflowed
+	expired    int64             // watches ended because they fell behind the ring
 }
 
-func newHub(resource, epoch string, size int) *hub {
-	return &hub{resource: resource, epoch: epoch, ring: make([]event, size),
-		applied: map[string]uint64{}, evicted: map[string]uint64{}, watchers: map[*watcher]struct{}{}}
+func newHub(resource string, maxEvents, maxBytes int, attrsOf func(any) *attrs) *hub {
+	return &hub{resource: resource, attrsOf: attrsOf, maxEvents: maxEvents, maxBytes: maxBytes,
+		epoch: newEpoch(), ring: make([]event, min(maxEvents, 1024)), evicted: map[string]uint64{}, wake: make(chan struct{})}
 }
 
 func newEpoch() string {
@@ -53,124 +69,151 @@ func newEpoch() string {
 	return hex.EncodeToString(b)
 }
 
-func rvOf(obj any) uint64 {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
-	return v
-}
-
 func (h *hub) OnAdd(cluster string, obj any, _ bool) {
-	h.append(event{cluster: cluster, typ: "ADDED", obj: obj, rv: rvOf(obj)})
+	h.append(event{cluster: cluster, typ: "ADDED", obj: obj})
 }
 
 func (h *hub) OnUpdate(cluster string, oldObj, newObj any) {
-	h.append(event{cluster: cluster, typ: "MODIFIED", obj: newObj, old: oldObj, rv: rvOf(newObj)})
+	h.append(event{cluster: cluster, typ: "MODIFIED", obj: newObj, prev: h.attrsOf(oldObj)})
 }
 
 func (h *hub) OnDelete(cluster string, obj any) {
-	rv := rvOf(obj)
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj, rv = d.Obj, 0 // the cluster left or a delete was missed: no comparable rv
+		obj = d.Obj
 	}
-	h.append(event{cluster: cluster, typ: "DELETED", obj: obj, rv: rv})
+	h.append(event{cluster: cluster, typ: "DELETED", obj: obj})
+}
+
+// overflow is the hub's aggregate.HandlerOptions.OnOverflow: events were dropped before
+// reaching it, so no position it handed out can be resumed from. Every watch ends with 410 and
+// every token expires; clients relist.
+func (h *hub) overflow() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.epoch = newEpoch()
+	for i := range h.n {
+		h.ring[(h.start+i)%len(h.ring)] = event{}
+	}
+	h.start, h.n, h.bytes = 0, 0, 0
+	clear(h.evicted)
+	h.evictedAll = h.seq
+	h.resets++
+	h.wakeLocked()
 }
 
 func (h *hub) append(ev event) {
+	ev.size = approxSize(ev.obj)
+	if ev.prev != nil {
+		ev.size += ev.prev.size
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seq++
 	ev.seq = h.seq
+	for h.n > 0 && (h.n == h.maxEvents || h.bytes+ev.size > h.maxBytes) {
+		h.evictLocked()
+	}
 	if h.n == len(h.ring) {
-		old := h.ring[h.start]
-		if old.rv > h.evicted[old.cluster] {
-			h.evicted[old.cluster] = old.rv
-		}
-		h.ring[h.start] = event{}
-		h.start = (h.start + 1) % len(h.ring)
-		h.n--
+		h.growLocked()
 	}
 	h.ring[(h.start+h.n)%len(h.ring)] = ev
 	h.n++
-	if ev.rv > h.applied[ev.cluster] {
-		h.applied[ev.cluster] = ev.rv
+	h.bytes += ev.size
+	h.wakeLocked()
+}
+
+func (h *hub) evictLocked() {
+	old := h.ring[h.start]
+	h.evicted[old.cluster] = old.seq
+	h.evictedAll = old.seq
+	h.bytes -= old.size
+	h.ring[h.start] = event{}
+	h.start = (h.start + 1) % len(h.ring)
+	h.n--
+}
+
+// growLocked doubles the ring, up to maxEvents slots.
+func (h *hub) growLocked() {
+	bigger := make([]event, min(2*len(h.ring), h.maxEvents))
+	for i := range h.n {
+		bigger[i] = h.ring[(h.start+i)%len(h.ring)]
 	}
-	for w := range h.watchers {
-		select {
-		case w.ch <- ev:
-		default:
-			// The watch fell behind by a whole buffer: end it with 410 so the client relists
-			// rather than silently missing events.
-			delete(h.watchers, w)
-			close(w.ch)
-			h.overflows++
-		}
+	h.ring, h.start = bigger, 0
+}
+
+func (h *hub) wakeLocked() {
+	if h.waiting {
+		close(h.wake)
+		h.wake = make(chan struct{})
+		h.waiting = false
 	}
 }
 
-// appliedSnapshot returns the per-cluster highest rv seen so far.
-func (h *hub) appliedSnapshot() map[string]uint64 {
+// position is where the hub stands: a list read after it reflects every event up to it.
+func (h *hub) position() token {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make(map[string]uint64, len(h.applied))
-	for c, v := range h.applied {
-		out[c] = v
-	}
-	return out
+	return token{Epoch: h.epoch, Seq: h.seq}
 }
 
-// watcher is one watch's live feed.
-type watcher struct {
-	ch chan event
-}
-
-// errExpired is returned for tokens the hub cannot resume from.
+// errExpired is returned for positions the hub cannot continue from.
 type errExpired struct{ msg string }
 
 func (e errExpired) Error() string { return e.msg }
 
-// subscribe registers a watcher. With from != nil it also returns the kept events after from
-// (per cluster, rv > from[cluster]); it fails with errExpired when some of those were evicted.
-func (h *hub) subscribe(from map[string]uint64, buf int) (*watcher, []event, error) {
+// next appends to buf the events after pos (at most cap(buf)-len(buf), at least one if any),
+// and returns wake, closed once there may be more. It fails with errExpired when an event
+// after pos that concerns clusters (every cluster when empty) is no longer kept, or when pos
+// is from another epoch.
+func (h *hub) next(pos token, clusters []string, buf []event) ([]event, <-chan struct{}, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var replay []event
-	if from != nil {
-		for c, ev := range h.evicted {
-			if ev > from[c] {
-				return nil, nil, errExpired{fmt.Sprintf("resourceVersion too old for cluster %q: events up to %d are no longer kept; list again", c, ev)}
-			}
-		}
-		for i := 0; i < h.n; i++ {
-			ev := h.ring[(h.start+i)%len(h.ring)]
-			if ev.rv == 0 || ev.rv > from[ev.cluster] {
-				replay = append(replay, ev)
-			}
-		}
+	if pos.Epoch != h.epoch {
+		return buf, nil, errExpired{"it comes from an earlier run of the daemon, or the watch cache was reset since (it fell behind); list again"}
 	}
-	w := &watcher{ch: make(chan event, buf)}
-	h.watchers[w] = struct{}{}
-	return w, replay, nil
+	first := h.seq - uint64(h.n) + 1 // seq of the oldest event kept
+	if pos.Seq+1 < first && h.lostLocked(pos.Seq, clusters) {
+		h.expired++
+		return buf, nil, errExpired{fmt.Sprintf("resourceVersion too old: events after it are no longer kept (the oldest kept is %d events later); list again", first-pos.Seq-1)}
+	}
+	if pos.Seq >= h.seq {
+		h.waiting = true
+		return buf, h.wake, nil
+	}
+	from := 0
+	if pos.Seq >= first {
+		from = int(pos.Seq - first + 1)
+	}
+	for i := from; i < h.n && len(buf) < cap(buf); i++ {
+		buf = append(buf, h.ring[(h.start+i)%len(h.ring)])
+	}
+	return buf, nil, nil
 }
 
-func (h *hub) unsubscribe(w *watcher) {
+// lostLocked reports whether an event after seq that concerns clusters was evicted.
+func (h *hub) lostLocked(seq uint64, clusters []string) bool {
+	if len(clusters) == 0 {
+		return h.evictedAll > seq
+	}
+	for _, c := range clusters {
+		if h.evicted[c] > seq {
+			return true
+		}
+	}
+	return false
+}
+
+// held reports how many events and bytes the ring holds.
+func (h *hub) held() (events, bytes int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.watchers[w]; ok {
-		delete(h.watchers, w)
-		close(w.ch)
-	}
+	return h.n, h.bytes
 }
 
-// token is a resumable position: the epoch and per-cluster rvs.
+// token is a watch position: the hub's epoch and sequence. Clients treat it as opaque.
 type token struct {
-	Epoch string            `json:"e"`
-	RVs   map[string]uint64 `json:"v"`
+	Epoch string `json:"e"`
+	Seq   uint64 `json:"s"`
 }
 
 func (t token) encode() string {
@@ -187,10 +230,39 @@ func parseToken(s string) (token, error) {
 	if err := json.Unmarshal(b, &t); err != nil || t.Epoch == "" {
 		return t, fmt.Errorf("resourceVersion %q: not a multicache token", s)
 	}
-	for c := range t.RVs {
-		if aggregate.ValidateClusterName(c) != nil {
-			return t, fmt.Errorf("resourceVersion: bad cluster name %q", c)
-		}
-	}
 	return t, nil
+}
+
+// sizer is implemented by typed API objects (their protobuf size).
+type sizer interface{ Size() int }
+
+// approxSize estimates an object's encoded size, for the ring's memory bound.
+func approxSize(obj any) int {
+	switch o := obj.(type) {
+	case sizer:
+		return o.Size() + 64
+	case *unstructured.Unstructured:
+		return sizeOfValue(o.Object) + 64
+	}
+	return 1024
+}
+
+func sizeOfValue(v any) int {
+	switch x := v.(type) {
+	case map[string]any:
+		n := 16
+		for k, e := range x {
+			n += len(k) + 8 + sizeOfValue(e)
+		}
+		return n
+	case []any:
+		n := 16
+		for _, e := range x {
+			n += 8 + sizeOfValue(e)
+		}
+		return n
+	case string:
+		return len(x) + 16
+	}
+	return 16
 }

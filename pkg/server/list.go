@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -134,18 +135,60 @@ func (s *Server) fieldValues(resource, field string, obj any) []string {
 	return nil
 }
 
-func (f filter) matches(s *Server, cluster string, obj any) bool {
-	if len(f.clusters) > 0 && !slices.Contains(f.clusters, cluster) {
-		return false
+// attrs is what a filter reads of an object: its namespace, labels and the values of every
+// field a field selector can name. The watch ring keeps attrs, not the object, for the previous
+// state of a MODIFIED event.
+type attrs struct {
+	namespace string
+	labels    map[string]string
+	fields    map[string][]string
+	size      int // approximate bytes, for the ring's bound
+}
+
+// attrsOf computes obj's attrs for resource.
+func (s *Server) attrsOf(resource string, obj any) *attrs {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return &attrs{}
 	}
+	a := &attrs{namespace: m.GetNamespace(), labels: m.GetLabels(), fields: map[string][]string{}, size: 64}
+	for f := range knownFields {
+		a.fields[f] = s.fieldValues(resource, f, obj)
+	}
+	for f := range s.opts.IndexFuncs[resource] {
+		a.fields[f] = s.fieldValues(resource, f, obj)
+	}
+	for f, vs := range a.fields {
+		a.size += len(f) + 16
+		for _, v := range vs {
+			a.size += len(v) + 16
+		}
+	}
+	return a
+}
+
+// matches reports whether obj, in cluster, passes f.
+func (f filter) matches(s *Server, cluster string, obj any) bool {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return false
 	}
-	if f.query.Namespace != "" && m.GetNamespace() != f.query.Namespace {
+	return f.matchesAttrs(cluster, m.GetNamespace(), m.GetLabels(), func(field string) []string { return s.fieldValues(f.resource, field, obj) })
+}
+
+// matchesPrev reports whether a previous state, kept as attrs, passed f.
+func (f filter) matchesPrev(cluster string, a *attrs) bool {
+	return f.matchesAttrs(cluster, a.namespace, a.labels, func(field string) []string { return a.fields[field] })
+}
+
+func (f filter) matchesAttrs(cluster, namespace string, lbls map[string]string, field func(string) []string) bool {
+	if len(f.clusters) > 0 && !slices.Contains(f.clusters, cluster) {
 		return false
 	}
-	if f.query.Labels != nil && !f.query.Labels.Matches(labels.Set(m.GetLabels())) {
+	if f.query.Namespace != "" && namespace != f.query.Namespace {
+		return false
+	}
+	if f.query.Labels != nil && !f.query.Labels.Matches(labels.Set(lbls)) {
 		return false
 	}
 	if f.query.Index != "" {
@@ -155,21 +198,21 @@ func (f filter) matches(s *Server, cluster string, obj any) bool {
 				return false
 			}
 		case aggregate.IndexClusterNamespace:
-			if cluster+"/"+m.GetNamespace() != f.query.Value {
+			if cluster+"/"+namespace != f.query.Value {
 				return false
 			}
 		case aggregate.IndexNamespace:
-			if m.GetNamespace() != f.query.Value {
+			if namespace != f.query.Value {
 				return false
 			}
 		default:
-			if !slices.Contains(s.fieldValues(f.resource, f.query.Index, obj), f.query.Value) {
+			if !slices.Contains(field(f.query.Index), f.query.Value) {
 				return false
 			}
 		}
 	}
 	for _, fr := range f.fields {
-		if slices.Contains(s.fieldValues(f.resource, fr.field, obj), fr.value) == fr.not {
+		if slices.Contains(field(fr.field), fr.value) == fr.not {
 			return false
 		}
 	}
@@ -212,9 +255,19 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	s.dropNamespaceIfClusterScoped(res, &f)
 	if q.Get("watch") == "true" || q.Get("watch") == "1" {
+		release, ok := s.limits.acquireWatch(w)
+		if !ok {
+			return
+		}
+		defer release()
 		s.handleWatch(w, r, res, agg, f)
 		return
 	}
+	release, ok := s.limits.acquireRequest(w)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	limit := s.opts.MaxPageSize
@@ -246,7 +299,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		after = &k
 	}
 	views, info := s.views(res, f.clusters)
-	applied := s.hubs[res].appliedSnapshot()
+	pos := s.hubs[res].position() // before the stores are read: the list reflects every event up to it
 	pg, err := s.selectPage(agg, f, after, limit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -259,7 +312,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	page := pg.items
 	rv := c.RV
 	if rv == "" {
-		rv = s.tokenOf(pg.maxRV, applied)
+		rv = pos.encode()
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)
@@ -299,20 +352,6 @@ func (s *Server) dropNamespaceIfClusterScoped(res string, f *filter) {
 	}
 }
 
-// selectItems answers f from the aggregate, sorted by key.
-func (s *Server) selectItems(agg *aggregate.Aggregate, f filter) ([]item, error) {
-	result, err := agg.Select(f.query)
-	if err != nil {
-		return nil, err
-	}
-	items := make([]item, 0, len(result.Items))
-	for it := range s.matching(f, result) {
-		items = append(items, it)
-	}
-	sort.Slice(items, func(i, j int) bool { return less(items[i].key, items[j].key) })
-	return items, nil
-}
-
 // matching yields the items of result that pass f's per-object field terms, with their keys.
 func (s *Server) matching(f filter, result aggregate.Result) iter.Seq[item] {
 	return func(yield func(item) bool) {
@@ -331,25 +370,10 @@ func (s *Server) matching(f filter, result aggregate.Result) iter.Seq[item] {
 	}
 }
 
-// tokenOf is the watch position of a list: per cluster, the higher of what the watch hub had
-// applied before the list was read (applied) and the newest object listed (maxRV). The stores
-// are ahead of the hub, so every event at or below that position is reflected in the list.
-func (s *Server) tokenOf(maxRV, applied map[string]uint64) string {
-	v := map[string]uint64{}
-	for c, rv := range applied {
-		v[c] = rv
-	}
-	for c, rv := range maxRV {
-		v[c] = max(v[c], rv)
-	}
-	return token{Epoch: s.epoch, RVs: v}.encode()
-}
-
 // page is one page of a list answer.
 type page struct {
-	items []item            // sorted by key
-	more  bool              // items follow the last one
-	maxRV map[string]uint64 // per cluster, the newest resourceVersion of the whole selection
+	items []item // sorted by key
+	more  bool   // items follow the last one
 }
 
 // selectPage answers f from the aggregate: the first limit items after the key after (all
@@ -357,12 +381,8 @@ type page struct {
 // limit+1 smallest keys in a bounded heap, so a page of 100 out of 500,000 objects costs no
 // sort of 500,000. Keys sort by cluster first, so it reads the clusters in order and stops
 // at the first cluster that completes the page: later clusters cannot contribute.
-//
-// maxRV covers every cluster read. When it stops early, the token built from it holds the
-// watch hub's position for the clusters not read; a watch from it may then repeat events
-// already reflected in later pages (which are read later anyway), and never misses one.
 func (s *Server) selectPage(agg *aggregate.Aggregate, f filter, after *aggregate.Key, limit int) (page, error) {
-	pg := page{maxRV: map[string]uint64{}}
+	var pg page
 	h := &keyHeap{}
 	for _, c := range agg.Clusters() {
 		if (len(f.query.Clusters) > 0 && !slices.Contains(f.query.Clusters, c)) || (after != nil && c < after.Cluster) {
@@ -378,9 +398,6 @@ func (s *Server) selectPage(agg *aggregate.Aggregate, f filter, after *aggregate
 			return page{}, err
 		}
 		for it := range s.matching(f, result) {
-			if rv := rvOf(it.obj); rv > pg.maxRV[it.cluster] {
-				pg.maxRV[it.cluster] = rv
-			}
 			if after != nil && !less(*after, it.key) {
 				continue
 			}
@@ -543,29 +560,14 @@ func (s *Server) encodeItems(buf *bytes.Buffer, page []item, info map[string]clu
 }
 
 // appendEncoded appends obj as JSON to buf, with apiVersion and kind (typed objects from lists
-// carry neither), and without Secret data unless allowed. It never modifies obj: it is the
-// cache's.
+// carry neither), and without Secret data unless allowed (redactSecret). It never modifies
+// obj: it is the cache's.
 func (s *Server) appendEncoded(buf *bytes.Buffer, obj any, rs clusterset.ResourceStatus) error {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	if !s.opts.AllowSecretData {
-		switch o := obj.(type) {
-		case *corev1.Secret:
-			c := *o
-			c.Data, c.StringData = nil, nil
-			obj = &c
-		case *unstructured.Unstructured:
-			if o.GetKind() == "Secret" && o.GetAPIVersion() == "v1" {
-				m := make(map[string]any, len(o.Object))
-				for k, v := range o.Object {
-					if k != "data" && k != "stringData" {
-						m[k] = v
-					}
-				}
-				obj = &unstructured.Unstructured{Object: m}
-			}
-		}
+		obj = redactSecret(obj, rs.Kind == "Secret" && rs.Group == "")
 	}
 	scratch := getBuffer()
 	defer putBuffer(scratch)
@@ -589,9 +591,13 @@ func (s *Server) appendEncoded(buf *bytes.Buffer, obj any, rs clusterset.Resourc
 	return nil
 }
 
+// watchBatch is how many hub events a watch takes per read.
+const watchBatch = 256
+
 // handleWatch streams NDJSON events: first the current objects as ADDED (or, with a
 // resourceVersion token, the kept events after it), then live events, with periodic BOOKMARKs
-// carrying a token to resume from.
+// carrying a token to resume from. A watch reads the hub's ring at its own pace; it ends with
+// 410 Expired only when events it needs were evicted before it read them.
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string, agg *aggregate.Aggregate, f filter) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -601,98 +607,79 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string,
 	h := s.hubs[res]
 	q := r.URL.Query()
 	bookmarks := q.Get("allowWatchBookmarks") != "false"
-	var pos map[string]uint64
-	var replay []event
-	var wt *watcher
-	var initial []item
+	var pos token
+	resume := false
 	if tok := q.Get("resourceVersion"); tok != "" && tok != "0" {
 		t, err := parseToken(tok)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		if t.Epoch != s.epoch {
-			writeError(w, http.StatusGone, "resourceVersion expired: it comes from an earlier run of the daemon; list again")
-			return
-		}
-		pos = t.RVs
-		if pos == nil {
-			pos = map[string]uint64{}
-		}
-		wt, replay, err = h.subscribe(pos, 4096)
-		var ex errExpired
-		if errors.As(err, &ex) {
-			writeError(w, http.StatusGone, "resourceVersion expired: "+ex.msg)
+		pos, resume = t, true
+		// Fail before the stream starts when the position is gone already.
+		if _, _, err := h.next(pos, f.clusters, make([]event, 0, 1)); err != nil {
+			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
 			return
 		}
 	} else {
-		applied := h.appliedSnapshot()
-		wt, _, _ = h.subscribe(nil, 4096)
-		var err error
-		initial, err = s.selectItems(agg, f)
-		if err != nil {
-			h.unsubscribe(wt)
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		pos = map[string]uint64{}
-		for c, rv := range applied {
-			pos[c] = rv
-		}
-		for _, it := range initial {
-			if rv := rvOf(it.obj); rv > pos[it.cluster] {
-				pos[it.cluster] = rv
-			}
-		}
+		pos = h.position() // before the stores are read
 	}
-	defer h.unsubscribe(wt)
 	s.metrics.watches.Inc()
 	defer s.metrics.watches.Dec()
 
 	_, info := s.views(res, f.clusters)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
+	line := getBuffer()
+	defer putBuffer(line)
 	enc := func(typ, cluster string, obj any) error {
-		var b []byte
-		if obj != nil {
-			rs, ok := info[cluster]
-			if !ok {
-				_, info = s.views(res, f.clusters)
-				rs = info[cluster]
-			}
-			ob, err := s.encode(obj, rs)
-			if err != nil {
-				return err
-			}
-			b = ob
+		rs, ok := info[cluster]
+		if !ok {
+			_, info = s.views(res, f.clusters)
+			rs = info[cluster]
 		}
-		var line bytes.Buffer
-		fmt.Fprintf(&line, `{"type":%q,"cluster":%q`, typ, cluster)
-		if b != nil {
-			line.WriteString(`,"object":`)
-			line.Write(b)
+		line.Reset()
+		line.WriteString(`{"type":`)
+		line.WriteString(strconv.Quote(typ))
+		line.WriteString(`,"cluster":`)
+		line.WriteString(strconv.Quote(cluster))
+		line.WriteString(`,"object":`)
+		if err := s.appendEncoded(line, obj, rs); err != nil {
+			return err
 		}
 		line.WriteString("}\n")
 		_, err := w.Write(line.Bytes())
 		return err
 	}
-	for _, it := range initial {
-		if err := enc("ADDED", it.cluster, it.obj); err != nil {
-			return
+	if !resume {
+		// The current objects, one cluster at a time, so that memory stays bounded by one
+		// cluster's selection.
+		for _, c := range agg.Clusters() {
+			if len(f.query.Clusters) > 0 && !slices.Contains(f.query.Clusters, c) {
+				continue
+			}
+			q := f.query
+			q.Clusters = []string{c}
+			result, err := agg.Select(q)
+			if err != nil {
+				_ = enc("ERROR", "", statusObject(http.StatusBadRequest, err.Error()))
+				return
+			}
+			for it := range s.matching(f, result) {
+				if err := enc("ADDED", it.cluster, it.obj); err != nil {
+					return
+				}
+			}
+			fl.Flush()
 		}
 	}
-	// send applies one hub event: advance the position, filter, translate filter transitions.
+	// send relays one hub event through the filter, translating filter transitions: an object
+	// that starts matching is ADDED, one that stops is DELETED.
 	send := func(ev event) error {
-		if ev.rv != 0 {
-			if ev.rv <= pos[ev.cluster] {
-				return nil // already reflected in what the client has
-			}
-			pos[ev.cluster] = ev.rv
-		}
 		now := f.matches(s, ev.cluster, ev.obj)
 		switch ev.typ {
 		case "MODIFIED":
-			was := ev.old != nil && f.matches(s, ev.cluster, ev.old)
+			was := ev.prev != nil && f.matchesPrev(ev.cluster, ev.prev)
 			switch {
 			case now && !was:
 				return enc("ADDED", ev.cluster, ev.obj)
@@ -708,54 +695,41 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string,
 		}
 		return enc(ev.typ, ev.cluster, ev.obj)
 	}
-	for _, ev := range replay {
-		if err := send(ev); err != nil {
-			return
-		}
-	}
-	fl.Flush()
-	tick := time.NewTicker(s.opts.BookmarkInterval)
-	defer tick.Stop()
 	bookmark := func() error {
-		line := fmt.Sprintf(`{"type":"BOOKMARK","cluster":"","object":{"kind":"Bookmark","metadata":{"resourceVersion":%q}}}`+"\n", token{Epoch: s.epoch, RVs: pos}.encode())
-		_, err := w.Write([]byte(line))
+		_, err := fmt.Fprintf(w, `{"type":"BOOKMARK","cluster":"","object":{"kind":"Bookmark","metadata":{"resourceVersion":%q}}}`+"\n", pos.encode())
 		return err
 	}
+	tick := time.NewTicker(s.opts.BookmarkInterval)
+	defer tick.Stop()
 	if bookmarks {
 		if bookmark() != nil {
 			return
 		}
-		fl.Flush()
 	}
+	fl.Flush()
+	buf := make([]event, 0, watchBatch)
 	for {
-		select {
-		case <-r.Context().Done():
+		evs, wake, err := h.next(pos, f.clusters, buf[:0])
+		if err != nil {
+			_ = enc("ERROR", "", statusObject(http.StatusGone, err.Error()))
+			fl.Flush()
 			return
-		case ev, ok := <-wt.ch:
-			if !ok {
-				_, _ = w.Write([]byte(`{"type":"ERROR","cluster":"","object":{"kind":"Status","code":410,"reason":"Expired","message":"watch fell behind and was closed; resume from the last bookmark or list again"}}` + "\n"))
-				fl.Flush()
-				return
-			}
+		}
+		for _, ev := range evs {
+			pos.Seq = ev.seq
 			if send(ev) != nil {
 				return
 			}
-			// Drain what is queued before flushing, to batch writes.
-			for drained := false; !drained; {
-				select {
-				case ev, ok := <-wt.ch:
-					if !ok {
-						drained = true
-						break
-					}
-					if send(ev) != nil {
-						return
-					}
-				default:
-					drained = true
-				}
-			}
-			fl.Flush()
+		}
+		clear(evs) // drop references to the objects
+		if wake == nil {
+			continue // more may be kept: read on before flushing
+		}
+		fl.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-wake:
 		case <-tick.C:
 			if bookmarks {
 				if bookmark() != nil {
@@ -765,4 +739,73 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string,
 			}
 		}
 	}
+}
+
+// statusObject is a metav1.Status-shaped error object for an ERROR event.
+func statusObject(code int, msg string) *metav1.Status {
+	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+		Code: int32(code), Reason: metav1.StatusReason(reasons[code]), Message: msg}
+}
+
+// redactSecret returns obj without what would reveal a Secret's data: data, stringData and
+// kubectl's last-applied annotation, which holds a full copy of the Secret as applied. secret
+// says the resource is core Secrets (a metadata-only object does not say its kind). obj is
+// never modified; a redacted copy shares what it does not change.
+func redactSecret(obj any, secret bool) any {
+	withoutLastApplied := func(a map[string]string) map[string]string {
+		if _, ok := a[clusterset.LastAppliedAnnotation]; !ok {
+			return a
+		}
+		out := make(map[string]string, len(a))
+		for k, v := range a {
+			if k != clusterset.LastAppliedAnnotation {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		c := *o
+		c.Data, c.StringData = nil, nil
+		c.Annotations = withoutLastApplied(o.Annotations)
+		return &c
+	case *metav1.PartialObjectMetadata:
+		if !secret {
+			return obj
+		}
+		c := *o
+		c.Annotations = withoutLastApplied(o.Annotations)
+		return &c
+	case *unstructured.Unstructured:
+		if !secret && (o.GetKind() != "Secret" || o.GetAPIVersion() != "v1") {
+			return obj
+		}
+		m := make(map[string]any, len(o.Object))
+		for k, v := range o.Object {
+			if k != "data" && k != "stringData" {
+				m[k] = v
+			}
+		}
+		if md, ok := o.Object["metadata"].(map[string]any); ok {
+			if ann, ok := md["annotations"].(map[string]any); ok {
+				if _, has := ann[clusterset.LastAppliedAnnotation]; has {
+					mdc := make(map[string]any, len(md))
+					for k, v := range md {
+						mdc[k] = v
+					}
+					annc := make(map[string]any, len(ann))
+					for k, v := range ann {
+						if k != clusterset.LastAppliedAnnotation {
+							annc[k] = v
+						}
+					}
+					mdc["annotations"] = annc
+					m["metadata"] = mdc
+				}
+			}
+		}
+		return &unstructured.Unstructured{Object: m}
+	}
+	return obj
 }

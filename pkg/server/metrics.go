@@ -21,11 +21,12 @@ type statusCollector struct {
 	s                                  *Server
 	state, objects, restarts, lastSync *prometheus.Desc
 	events, queue, watchOverflows, lag *prometheus.Desc
-	syncSeconds                        *prometheus.Desc
+	syncSeconds, hubResets             *prometheus.Desc
+	ringEvents, ringBytes              *prometheus.Desc
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds} {
+	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds, c.hubResets, c.ringEvents, c.ringBytes} {
 		ch <- d
 	}
 }
@@ -54,10 +55,13 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for res, h := range c.s.hubs {
 		h.mu.Lock()
-		seq, overflows := h.seq, h.overflows
+		seq, expired, resets, n, bytes := h.seq, h.expired, h.resets, h.n, h.bytes
 		h.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(seq), res)
-		ch <- prometheus.MustNewConstMetric(c.watchOverflows, prometheus.CounterValue, float64(overflows), res)
+		ch <- prometheus.MustNewConstMetric(c.watchOverflows, prometheus.CounterValue, float64(expired), res)
+		ch <- prometheus.MustNewConstMetric(c.hubResets, prometheus.CounterValue, float64(resets), res)
+		ch <- prometheus.MustNewConstMetric(c.ringEvents, prometheus.GaugeValue, float64(n), res)
+		ch <- prometheus.MustNewConstMetric(c.ringBytes, prometheus.GaugeValue, float64(bytes), res)
 	}
 	for res, r := range c.s.hubRegs {
 		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(r.Pending()), res, "watch-hub")
@@ -83,7 +87,10 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		queue:          prometheus.NewDesc("multicache_handler_queue_depth", "Events queued for a handler and not yet delivered.", []string{"resource", "handler"}, nil),
 		syncSeconds:    prometheus.NewDesc("multicache_initial_sync_seconds", "How long the initial list (sync) took per cluster × resource.", []string{"cluster", "resource"}, nil),
 		lag:            prometheus.NewDesc("multicache_handler_lag_seconds", "How long the last delivered event waited in the handler's queue.", []string{"resource", "handler"}, nil),
-		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches closed because the client fell a whole buffer behind.", []string{"resource"}, nil),
+		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches ended with 410 because events they had not read were evicted from the watch ring.", []string{"resource"}, nil),
+		hubResets:      prometheus.NewDesc("multicache_watch_hub_resets_total", "Times the watch hub's backlog passed its bound: events were dropped, every watch ended with 410.", []string{"resource"}, nil),
+		ringEvents:     prometheus.NewDesc("multicache_watch_ring_events", "Events the watch ring holds for watches to resume from.", []string{"resource"}, nil),
+		ringBytes:      prometheus.NewDesc("multicache_watch_ring_bytes", "Approximate encoded bytes of the objects the watch ring holds.", []string{"resource"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.watches, sc, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {

@@ -36,9 +36,19 @@ type Options struct {
 	RequestTimeout time.Duration
 	// WatchBuffer is how many events per resource a watch can resume from. Default 100000.
 	WatchBuffer int
+	// WatchBufferBytes bounds the same events by the approximate encoded size of the objects
+	// they hold: under churn most of them are replaced objects the cache no longer holds.
+	// Default 64 MiB.
+	WatchBufferBytes int
+	// MaxWatches caps open watches; more get 429 Too Many Requests. Default 1000.
+	MaxWatches int
+	// MaxRequestsInFlight caps concurrent requests other than watches (and health checks);
+	// more get 429 Too Many Requests. Default 400.
+	MaxRequestsInFlight int
 	// BookmarkInterval between BOOKMARK events. Default 5s.
 	BookmarkInterval time.Duration
-	// DeadClusterTimeout: how long after start a cluster that cannot sync holds /readyz back.
+	// DeadClusterTimeout: a cluster × resource that has been failing (Failed or Degraded) for
+	// this long stops holding /readyz back; one that is slow, not failing, always does.
 	// Default 2m.
 	DeadClusterTimeout time.Duration
 	// AllowSecretData serves Secrets' data and stringData; otherwise they are removed.
@@ -52,11 +62,11 @@ type Server struct {
 	opts    Options
 	reg     *clusterset.Registry
 	log     *zap.Logger
-	epoch   string
 	started time.Time
 	hubs    map[string]*hub
 	hubRegs map[string]*aggregate.Registration
 	metrics *metrics
+	limits  *limits
 
 	aliasMu sync.Mutex
 	aliases map[string]string // lower-cased alias → configured resource name
@@ -80,6 +90,20 @@ func New(opts Options) (*Server, error) {
 	if opts.WatchBuffer == 0 {
 		opts.WatchBuffer = 100000
 	}
+	if opts.WatchBufferBytes == 0 {
+		opts.WatchBufferBytes = 64 << 20
+	}
+	if opts.MaxWatches == 0 {
+		opts.MaxWatches = 1000
+	}
+	if opts.MaxRequestsInFlight == 0 {
+		opts.MaxRequestsInFlight = 400
+	}
+	for name, v := range map[string]int{"WatchBuffer": opts.WatchBuffer, "WatchBufferBytes": opts.WatchBufferBytes, "MaxWatches": opts.MaxWatches, "MaxRequestsInFlight": opts.MaxRequestsInFlight, "MaxPageSize": opts.MaxPageSize} {
+		if v < 0 {
+			return nil, fmt.Errorf("server: Options.%s %d: must not be negative", name, v)
+		}
+	}
 	if opts.BookmarkInterval == 0 {
 		opts.BookmarkInterval = 5 * time.Second
 	}
@@ -89,14 +113,16 @@ func New(opts Options) (*Server, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = prometheus.NewRegistry()
 	}
-	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, epoch: newEpoch(), started: time.Now(),
-		hubs: map[string]*hub{}, hubRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{}}
+	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, started: time.Now(),
+		hubs: map[string]*hub{}, hubRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{},
+		limits: newLimits(opts.MaxWatches, opts.MaxRequestsInFlight)}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
-		h := newHub(res, s.epoch, opts.WatchBuffer)
-		// Every event: a watch relays the change stream, so an add and delete of the same
-		// object while the hub is behind must both reach it.
-		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true})
+		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func(obj any) *attrs { return s.attrsOf(res, obj) })
+		// Every event, in order: a watch relays the change stream, so an add and delete of the
+		// same object while the hub is behind must both reach it. A backlog of more than a
+		// ring's worth could not be served anyway: past it, the hub resets (every watch 410).
+		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true, MaxPending: opts.WatchBuffer, OnOverflow: h.overflow})
 		if err != nil {
 			return nil, err
 		}
@@ -116,12 +142,29 @@ func (s *Server) Handler() http.Handler {
 	api := func(route string, h http.HandlerFunc) {
 		mux.Handle(route, s.metrics.instrument(route, s.auth(h)))
 	}
-	api("GET /api/v1/clusters", s.withTimeout(s.handleClusters))
-	api("GET /api/v1/resources/{resource}", s.handleList) // watch has no timeout
-	api("GET /api/v1/resources/{resource}/{cluster}/{namespace}/{name}", s.withTimeout(s.handleGet))
+	limited := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			release, ok := s.limits.acquireRequest(w)
+			if !ok {
+				return
+			}
+			defer release()
+			h(w, r)
+		}
+	}
+	api("GET /api/v1/clusters", limited(s.withTimeout(s.handleClusters)))
+	api("GET /api/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
+	api("GET /api/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(s.withTimeout(s.handleGet)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.opts.Metrics, promhttp.HandlerOpts{}).ServeHTTP))
+	verbose := s.auth(s.handleReady)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("verbose") {
+			verbose(w, r) // names clusters: behind auth
+			return
+		}
+		s.handleReady(w, r)
+	})
+	mux.Handle("GET /metrics", s.auth(limited(promhttp.HandlerFor(s.opts.Metrics, promhttp.HandlerOpts{}).ServeHTTP)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -284,33 +327,46 @@ func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"clusters": out})
 }
 
-// ready applies the readiness policy: every cluster has synced every resource it serves, except
-// that a cluster that never synced stops counting DeadClusterTimeout after start.
+// ready applies the readiness policy: every cluster × resource is Synced or NotServed, except
+// dead ones, which have been failing (Failed or Degraded) for DeadClusterTimeout without a
+// break. A slow one, syncing without an error, always counts. It returns the others.
 func (s *Server) ready() (bool, []string) {
 	var waiting []string
-	grace := time.Since(s.started) < s.opts.DeadClusterTimeout
+	now := time.Now()
 	for _, cs := range s.reg.Snapshot(false) {
 		for _, rs := range cs.Resources {
 			switch rs.State {
-			case clusterset.Synced, clusterset.NotServed, clusterset.Degraded:
+			case clusterset.Synced, clusterset.NotServed:
 				continue
+			case clusterset.Failed, clusterset.Degraded:
+				if now.Sub(rs.Since) >= s.opts.DeadClusterTimeout {
+					continue // dead: it no longer holds the fleet back
+				}
 			}
-			if grace {
-				waiting = append(waiting, cs.Name+"/"+rs.Resource+": "+string(rs.State))
+			w := cs.Name + "/" + rs.Resource + ": " + string(rs.State)
+			if rs.Error != "" {
+				w += " (" + rs.Error + ")"
 			}
+			waiting = append(waiting, w)
 		}
 	}
 	return len(waiting) == 0, waiting
 }
 
-func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+// handleReady answers "ok" or "not ready" with a count; ?verbose (behind auth) names what is
+// waiting.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ok, waiting := s.ready()
-	if !ok {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintf(w, "waiting for: %s\n", strings.Join(waiting, ", "))
+	if ok {
+		_, _ = w.Write([]byte("ok\n"))
 		return
 	}
-	_, _ = w.Write([]byte("ok\n"))
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if r.URL.Query().Has("verbose") {
+		_, _ = fmt.Fprintf(w, "not ready; waiting for:\n%s\n", strings.Join(waiting, "\n"))
+		return
+	}
+	_, _ = fmt.Fprintf(w, "not ready: %d cluster resources are not synced\n", len(waiting))
 }
 
 func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *aggregate.Aggregate, bool) {
@@ -322,4 +378,49 @@ func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *agg
 	}
 	agg, _ := s.reg.Aggregate(res)
 	return res, agg, true
+}
+
+// RingHeld reports how many events the watch ring of resource holds, and about how many bytes
+// of objects, for reports and tests.
+func (s *Server) RingHeld(resource string) (events, bytes int) {
+	if h, ok := s.hubs[resource]; ok {
+		return h.held()
+	}
+	return 0, 0
+}
+
+// Close removes the server's watch hubs from the aggregates; open watches end. Serving after
+// Close is not supported.
+func (s *Server) Close() {
+	for _, r := range s.hubRegs {
+		r.Remove()
+	}
+}
+
+// limits caps concurrent watches and other requests.
+type limits struct {
+	watches, requests chan struct{}
+}
+
+func newLimits(watches, requests int) *limits {
+	return &limits{watches: make(chan struct{}, watches), requests: make(chan struct{}, requests)}
+}
+
+func (l *limits) acquireWatch(w http.ResponseWriter) (func(), bool) {
+	return acquire(w, l.watches, "too many open watches (server.maxWatches is %d); retry later")
+}
+
+func (l *limits) acquireRequest(w http.ResponseWriter) (func(), bool) {
+	return acquire(w, l.requests, "too many requests in flight (server.maxRequestsInFlight is %d); retry later")
+}
+
+func acquire(w http.ResponseWriter, sem chan struct{}, msg string) (func(), bool) {
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, true
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf(msg, cap(sem)))
+		return nil, false
+	}
 }

@@ -2,14 +2,20 @@ package server
 
 import (
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
 )
@@ -46,41 +52,68 @@ func TestEncodeAddsTypeAndRedactsSecrets(t *testing.T) {
 var appsDeployment = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
 
 func TestTokenRoundTrip(t *testing.T) {
-	tok := token{Epoch: "abc", RVs: map[string]uint64{"fleet-1": 10, "fleet-2": 7}}
+	tok := token{Epoch: "abc", Seq: 10}
 	got, err := parseToken(tok.encode())
-	if err != nil || got.Epoch != "abc" || got.RVs["fleet-2"] != 7 {
+	if err != nil || got != tok {
 		t.Errorf("round trip: %+v %v", got, err)
 	}
-	for _, bad := range []string{"", "!!", "e30", "eyJlIjoiIn0", "eyJlIjoiYSIsInYiOnsiYSBiIjoxfX0"} {
+	for _, bad := range []string{"", "!!", "e30", "eyJlIjoiIn0"} {
 		if _, err := parseToken(bad); err == nil {
 			t.Errorf("parseToken(%q) accepted", bad)
 		}
 	}
 }
 
+func cmAt(name, rv string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: rv}}
+}
+
+func newTestHub(maxEvents, maxBytes int) *hub {
+	return newHub("cm", maxEvents, maxBytes, func(obj any) *attrs { return (&Server{}).attrsOf("cm", obj) })
+}
+
+// TestHubResumeAndExpiry: positions are the hub's sequence; a position whose later events were
+// evicted expires, unless none of them concern the clusters watched; another epoch expires.
 func TestHubResumeAndExpiry(t *testing.T) {
-	h := newHub("cm", "e", 3)
+	h := newTestHub(3, 1<<30)
 	for i := 1; i <= 5; i++ {
-		h.OnAdd("c1", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: string(rune('0' + i))}}, false)
+		h.OnAdd("c1", cmAt("x"+strconv.Itoa(i), strconv.Itoa(i)), false)
 	}
-	if _, _, err := h.subscribe(map[string]uint64{"c1": 1}, 10); err == nil {
-		t.Error("resume from an evicted rv: no error")
+	if _, _, err := h.next(token{Epoch: h.epoch, Seq: 1}, nil, make([]event, 0, 10)); err == nil {
+		t.Error("resume from an evicted position: no error")
 	}
-	w, replay, err := h.subscribe(map[string]uint64{"c1": 3}, 10)
-	if err != nil || len(replay) != 2 || replay[0].rv != 4 {
-		t.Errorf("resume from 3: %v %v", replay, err)
+	evs, wake, err := h.next(token{Epoch: h.epoch, Seq: 3}, nil, make([]event, 0, 10))
+	if err != nil || len(evs) != 2 || evs[0].seq != 4 || wake != nil {
+		t.Errorf("resume from 3: %+v %v", evs, err)
 	}
-	h.unsubscribe(w)
-	// A deleted object seen through a tombstone has no comparable rv: always replayed.
-	h.OnDelete("c1", cache.DeletedFinalStateUnknown{Key: "x", Obj: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: "5"}}})
-	_, replay, _ = h.subscribe(map[string]uint64{"c1": 5}, 10)
-	if len(replay) != 1 || replay[0].typ != "DELETED" {
-		t.Errorf("tombstone replay: %+v", replay)
+	// Only c1's events were evicted: a watch of c2 alone keeps its position.
+	if _, _, err := h.next(token{Epoch: h.epoch, Seq: 1}, []string{"c2"}, make([]event, 0, 10)); err != nil {
+		t.Errorf("a watch of c2 from an old position, only c1's events evicted: %v", err)
+	}
+	// Caught up: nothing, and a channel that closes on the next event.
+	evs, wake, err = h.next(h.position(), nil, make([]event, 0, 10))
+	if err != nil || len(evs) != 0 || wake == nil {
+		t.Fatalf("caught up: %v %v %v", evs, wake, err)
+	}
+	h.OnDelete("c1", cache.DeletedFinalStateUnknown{Key: "ns/x5", Obj: cmAt("x5", "5")})
+	select {
+	case <-wake:
+	case <-time.After(time.Second):
+		t.Fatal("an appended event did not wake the watch")
+	}
+	if _, _, err := h.next(token{Epoch: "other", Seq: 5}, nil, make([]event, 0, 10)); err == nil {
+		t.Error("a position of another epoch: no error")
+	}
+	// An overflow of the hub's own backlog expires every position.
+	pos := h.position()
+	h.overflow()
+	if _, _, err := h.next(pos, nil, make([]event, 0, 10)); err == nil {
+		t.Error("a position from before an overflow: no error")
 	}
 }
 
 func FuzzParseToken(f *testing.F) {
-	f.Add(token{Epoch: "e", RVs: map[string]uint64{"fleet-1": 1}}.encode())
+	f.Add(token{Epoch: "e", Seq: 1}.encode())
 	f.Add("eyJlIjoib2xkIiwidiI6e319")
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := parseToken(s)
@@ -88,19 +121,27 @@ func FuzzParseToken(f *testing.F) {
 			return
 		}
 		again, err := parseToken(tok.encode())
-		if err != nil || again.Epoch != tok.Epoch || len(again.RVs) != len(tok.RVs) {
+		if err != nil || again != tok {
 			t.Fatalf("accepted token does not round-trip: %q", s)
 		}
 	})
 }
 
-// FuzzParseFilter: no query string panics the parser, and what it accepts filters without error.
+// FuzzParseFilter: no query string panics the parser, and every filter it accepts matches an
+// object exactly when an independent evaluation of the same parameters does (cluster,
+// namespace, label selector, index and field selector, each checked on its own).
 func FuzzParseFilter(f *testing.F) {
 	s := &Server{opts: Options{IndexFuncs: map[string]map[string]cache.IndexFunc{"pods": {index.NodeName: index.ByNodeName, index.Image: index.ByImage}}}}
-	for _, q := range []string{"labelSelector=app%3Dweb", "fieldSelector=spec.nodeName%3Dn1,metadata.name!%3Dx", "index=image&value=nginx", "cluster=fleet-1&namespace=a", "fieldSelector=image%3Dx", "labelSelector=a+in+(b"} {
+	for _, q := range []string{"labelSelector=app%3Dweb", "fieldSelector=spec.nodeName%3Dn1,metadata.name!%3Dx", "index=image&value=nginx",
+		"cluster=fleet-1&namespace=a", "fieldSelector=image%3Dx", "labelSelector=a+in+(b", "cluster=fleet-2", "index=cluster&value=fleet-1",
+		"index=cluster-namespace&value=fleet-1/a", "fieldSelector=status.phase%3DRunning,metadata.namespace%3Db", "labelSelector=app!%3Dweb"} {
 		f.Add(q)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "a", Labels: map[string]string{"app": "web"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "a", Labels: map[string]string{"app": "web"}},
+		Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "nginx"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	values := map[string]string{"metadata.name": "p", "metadata.namespace": "a", "spec.nodeName": "n1", "status.phase": "Running",
+		index.NodeName: "n1", index.Image: "nginx", aggregate.IndexCluster: "fleet-1", aggregate.IndexClusterNamespace: "fleet-1/a", aggregate.IndexNamespace: "a"}
 	f.Fuzz(func(t *testing.T, raw string) {
 		q, err := url.ParseQuery(raw)
 		if err != nil {
@@ -110,6 +151,27 @@ func FuzzParseFilter(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_ = flt.matches(s, "fleet-1", pod)
+		want := true
+		if cs := q["cluster"]; len(cs) > 0 && !slices.Contains(cs, "fleet-1") {
+			want = false
+		}
+		if ns := q.Get("namespace"); ns != "" && ns != "a" {
+			want = false
+		}
+		if ls := q.Get("labelSelector"); ls != "" {
+			sel, _ := labels.Parse(ls)
+			want = want && sel.Matches(labels.Set(pod.Labels))
+		}
+		if ix := q.Get("index"); ix != "" {
+			v, known := values[ix]
+			want = want && known && v == q.Get("value")
+		}
+		if fs := q.Get("fieldSelector"); fs != "" {
+			sel, _ := fields.ParseSelector(fs)
+			want = want && sel.Matches(fields.Set(values))
+		}
+		if got := flt.matches(s, "fleet-1", pod); got != want {
+			t.Fatalf("query %q: filter says %v, independent evaluation %v", raw, got, want)
+		}
 	})
 }

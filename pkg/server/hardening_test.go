@@ -1,0 +1,247 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"weak"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/clusterset"
+)
+
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// TestSecretRedactionEveryShape: no shape a Secret can be cached in (typed, unstructured,
+// metadata-only, a tombstone of any of them) lets its data out, through data, stringData or
+// kubectl's last-applied annotation, which holds a full copy of the applied Secret.
+func TestSecretRedactionEveryShape(t *testing.T) {
+	const secret = "aHVudGVyMg" // base64 of the password, as last-applied holds it
+	applied := `{"apiVersion":"v1","kind":"Secret","data":{"password":"aHVudGVyMg=="},"metadata":{"name":"s"}}`
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: "s", Namespace: "ns", Annotations: map[string]string{lastApplied: applied, "keep": "me"}}
+	}
+	typed := &corev1.Secret{ObjectMeta: meta(), Data: map[string][]byte{"password": []byte("hunter2")}, StringData: map[string]string{"k": "hunter2"}}
+	unstr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "s", "namespace": "ns", "annotations": map[string]any{lastApplied: applied, "keep": "me"}},
+		"data":     map[string]any{"password": "aHVudGVyMg=="}}}
+	partial := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}, ObjectMeta: meta()}
+	rs := clusterset.ResourceStatus{Version: "v1", Kind: "Secret"}
+	for name, obj := range map[string]any{
+		"typed": typed, "unstructured": unstr, "metadata": partial,
+		"typed tombstone":    cache.DeletedFinalStateUnknown{Key: "ns/s", Obj: typed},
+		"metadata tombstone": cache.DeletedFinalStateUnknown{Key: "ns/s", Obj: partial},
+	} {
+		b, err := (&Server{}).encode(obj, rs)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if strings.Contains(string(b), secret) || strings.Contains(string(b), "hunter2") || strings.Contains(string(b), "aHVudGVyMg==") {
+			t.Errorf("%s: Secret data served: %s", name, b)
+		}
+		if !strings.Contains(string(b), `"keep":"me"`) {
+			t.Errorf("%s: other annotations lost: %s", name, b)
+		}
+	}
+	if typed.Annotations[lastApplied] == "" || partial.Annotations[lastApplied] == "" || typed.Data == nil {
+		t.Error("redaction modified the cached objects")
+	}
+}
+
+// TestHubRingIsBoundedByMemory: under churn the watch ring holds replaced objects for resuming
+// watches. It keeps them within a memory bound (64 MiB by default), not a count alone: 2,000
+// updates of distinct 64 KiB objects must not keep 2,000 (or, with previous states, 4,000) of
+// them reachable.
+func TestHubRingIsBoundedByMemory(t *testing.T) {
+	h := newHub("cm", 100000, 64<<20, func(obj any) *attrs { return (&Server{}).attrsOf("cm", obj) })
+	var refs []weak.Pointer[corev1.ConfigMap]
+	big := strings.Repeat("x", 64<<10)
+	for i := range 2000 {
+		name := "o" + strconv.Itoa(i)
+		old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: strconv.Itoa(2 * i)}, Data: map[string]string{"v": big + "a"}}
+		cur := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: strconv.Itoa(2*i + 1)}, Data: map[string]string{"v": big + "b"}}
+		h.OnUpdate("c1", old, cur)
+		refs = append(refs, weak.Make(old), weak.Make(cur))
+	}
+	runtime.GC()
+	runtime.GC()
+	reachable := 0
+	for _, w := range refs {
+		if w.Value() != nil {
+			reachable++
+		}
+	}
+	runtime.KeepAlive(h)
+	if reachable > 1100 {
+		t.Errorf("%d objects of 64 KiB (%d MiB) are reachable through the watch ring after 2,000 updates", reachable, reachable*64>>10)
+	}
+}
+
+func get(t *testing.T, h http.Handler, path, token string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest("GET", path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+func waitUntil(t *testing.T, what string, within time.Duration, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReadinessPolicy: /readyz is open and terse; the details need a token. Readiness waits
+// for every cluster to sync every resource; a cluster that keeps failing (Failed or Degraded)
+// stops counting after DeadClusterTimeout of failure, a slow one never does.
+func TestReadinessPolicy(t *testing.T) {
+	good, slow := newFakeAPI(t), newFakeAPI(t)
+	slow.setSlow(true)
+	defer slow.setSlow(false)
+	src := clusterset.Static{
+		{Name: "good", Config: good.config(), Fingerprint: "1"},
+		{Name: "slow", Config: slow.config(), Fingerprint: "1"},
+		{Name: "dead", Config: &rest.Config{Host: "http://127.0.0.1:1"}, Fingerprint: "1"},
+	}
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}},
+		ProbeInterval: 100 * time.Millisecond, ProbeTimeout: time.Second, RetryMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dead = time.Second
+	s, err := New(Options{Registry: reg, Tokens: []string{"t"}, DeadClusterTimeout: dead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	runRegistry(t, reg.Start)
+	state := func(cluster string) clusterset.State {
+		cs, _ := reg.ClusterStatus(cluster)
+		return cs.State
+	}
+	waitUntil(t, "good synced", 10*time.Second, func() bool { return state("good") == clusterset.Synced })
+
+	code, body := get(t, h, "/readyz", "")
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with a slow cluster: %d %s", code, body)
+	}
+	for _, secret := range []string{"good", "slow", "dead", "pods"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("/readyz without a token names %q: %s", secret, body)
+		}
+	}
+	if code, _ := get(t, h, "/readyz?verbose", ""); code != http.StatusUnauthorized {
+		t.Errorf("/readyz?verbose without a token: %d, want 401", code)
+	}
+	if code, body := get(t, h, "/readyz?verbose", "t"); code != http.StatusServiceUnavailable || !strings.Contains(body, "slow/pods") {
+		t.Errorf("/readyz?verbose with a token: %d %s", code, body)
+	}
+
+	time.Sleep(dead + 500*time.Millisecond)
+	if code, body := get(t, h, "/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz %s after start with a cluster still syncing (not failing): %d %s, want 503", dead+500*time.Millisecond, code, body)
+	}
+	slow.setSlow(false)
+	waitUntil(t, "ready once the slow cluster synced, the dead one no longer counting", 10*time.Second, func() bool {
+		code, _ := get(t, h, "/readyz", "")
+		return code == http.StatusOK
+	})
+
+	good.setDown(true)
+	waitUntil(t, "good degraded", 10*time.Second, func() bool { return state("good") == clusterset.Degraded })
+	if code, body := get(t, h, "/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz right after a cluster degraded: %d %s, want 503 until it has failed for %s", code, body, dead)
+	}
+	waitUntil(t, "ready again once the degraded cluster counts as dead", 10*time.Second, func() bool {
+		code, _ := get(t, h, "/readyz", "")
+		return code == http.StatusOK
+	})
+	good.setDown(false)
+}
+
+// TestLimits: watches and other requests beyond their caps get 429 with a message naming the
+// setting, and a Retry-After; health checks are never limited.
+func TestLimits(t *testing.T) {
+	good := newFakeAPI(t)
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "good", Config: good.config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg, MaxWatches: 2, MaxRequestsInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	defer hs.CloseClientConnections()
+	watch := func() *http.Response {
+		resp, err := http.Get(hs.URL + "/api/v1/resources/pods?watch=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	open := []*http.Response{watch(), watch()}
+	for _, r := range open {
+		if r.StatusCode != 200 {
+			t.Fatalf("watch within the cap: %d", r.StatusCode)
+		}
+	}
+	third := watch()
+	body, _ := io.ReadAll(third.Body)
+	third.Body.Close()
+	if third.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), "maxWatches") || third.Header.Get("Retry-After") == "" {
+		t.Errorf("third watch with maxWatches 2: %d %s", third.StatusCode, body)
+	}
+	open[0].Body.Close()
+	waitUntil(t, "a closed watch frees its slot", 5*time.Second, func() bool {
+		r := watch()
+		defer r.Body.Close()
+		if r.StatusCode == 200 {
+			open = append(open, r)
+			return true
+		}
+		return false
+	})
+	for _, r := range open[1:] {
+		r.Body.Close()
+	}
+
+	release, ok := s.limits.acquireRequest(httptest.NewRecorder()) // one request in flight
+	if !ok {
+		t.Fatal("the only request slot is taken")
+	}
+	for _, path := range []string{"/api/v1/resources/pods", "/api/v1/clusters", "/api/v1/resources/pods/good/ns/x"} {
+		code, body := get(t, s.Handler(), path, "")
+		if code != http.StatusTooManyRequests || !strings.Contains(body, "maxRequestsInFlight") {
+			t.Errorf("%s with every request slot taken: %d %s", path, code, body)
+		}
+	}
+	if code, _ := get(t, s.Handler(), "/healthz", ""); code != 200 {
+		t.Errorf("/healthz limited: %d", code)
+	}
+	release()
+	if code, body := get(t, s.Handler(), "/api/v1/clusters", ""); code != 200 {
+		t.Errorf("after the slot is released: %d %s", code, body)
+	}
+}
