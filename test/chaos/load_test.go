@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"runtime"
 	"strconv"
@@ -18,13 +19,16 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/server"
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
 )
 
 // TestLoad writes at MULTICACHE_LOAD_RATE ops/s (default 1000: creates, updates, deletes of
 // ConfigMaps) across 3 clusters for MULTICACHE_LOAD_SECONDS (default 60; `make soak` runs 600)
-// with a fast handler, a slow one (10 ms per event) and one that panics now and then attached.
+// with a fast handler, a slow one (10 ms per event) and one that panics now and then attached,
+// and the daemon's HTTP API with its watch hub and a list-then-watch client (unless
+// MULTICACHE_LOAD_HUB=0, to measure the heap without the hub).
 // Each writer keeps at most 40 objects, so the object count levels off (3 × 48 × 40 = 5,760)
 // and a flat heap can be told from a leak. Afterwards the cache and the fast handler must equal what the API servers list, and the slow
 // handler must catch up. It reports the achieved rate, where the CPU went, handler backlog and
@@ -66,6 +70,25 @@ func TestLoad(t *testing.T) {
 		AddFunc:    func(_ string, obj any, initial bool) { mcLat.Observe(obj, initial) },
 		UpdateFunc: func(_ string, _, obj any) { mcLat.Observe(obj, false) },
 	})
+	hubOn := os.Getenv("MULTICACHE_LOAD_HUB") != "0"
+	var watch *watchClient
+	var srv *server.Server
+	if hubOn {
+		var err error
+		if srv, err = server.New(server.Options{Registry: reg}); err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(srv.Handler())
+		defer hs.Close()
+		defer hs.CloseClientConnections()
+		defer func() {
+			if watch != nil {
+				watch.stop()
+			}
+		}()
+		defer srv.Close()
+		watch = startWatchClient(ctx, hs.URL, "configmaps", nil)
+	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = reg.Start(rctx); close(done) }()
@@ -145,6 +168,17 @@ func TestLoad(t *testing.T) {
 	want := cached(cms)
 	waitFor(t, "fast handler converged", 60*time.Second, func() bool { return len(diffMaps(want, fast.forClusters(f.Names()))) == 0 })
 	fastConverged := time.Since(t0)
+	watchNote := "hub off"
+	if watch != nil {
+		waitFor(t, "watch client converged", 60*time.Second, func() bool { return len(diffMaps(want, watch.forClusters(f.Names()))) == 0 })
+		lists, expired, resumes, errs := watch.counts()
+		if len(errs) > 0 {
+			t.Errorf("watch client: %v", errs[:min(5, len(errs))])
+		}
+		events, bytes := srv.RingHeld("configmaps")
+		watchNote = fmt.Sprintf("hub on: watch client converged %s after the load (%d lists, %d 410s, %d resumes); watch ring holds %d events, about %.1f MiB",
+			time.Since(t0).Round(time.Millisecond), lists, expired, resumes, events, float64(bytes)/(1<<20))
+	}
 	slowBacklog := slowReg.Pending()
 	if int64(slowBacklog) > res.Creates+int64(len(want)) {
 		t.Errorf("slow handler backlog %d exceeds the objects that ever existed (%d)", slowBacklog, res.Creates+int64(len(want)))
@@ -170,6 +204,7 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(&sb, "CPU during the load: %s\n", fleet.CPUSplit(cpu0, cpu1, res.Elapsed)+" (self = loader + cache + handlers)")
 	fmt.Fprintf(&sb, "after the load: cache converged in %s (%d objects, 0 diverged), fast handler in %s; slow handler (10 ms/event) backlog %d events, caught up in %s (0s: not waited for); panics recovered: %d\n",
 		cacheConverged.Round(time.Millisecond), rep.Objects, fastConverged.Round(time.Millisecond), slowBacklog, slowConverged.Round(time.Millisecond), panicky.Panics())
+	fmt.Fprintf(&sb, "%s\n", watchNote)
 	fmt.Fprintf(&sb, "write → handler latency: multicache p50 %s p99 %s (%d events); client-go informer per cluster p50 %s p99 %s (%d events)\n",
 		mcLat.Pct(50), mcLat.Pct(99), mcLat.N(), bLat.Pct(50), bLat.Pct(99), bLat.N())
 	sb.WriteString("| t | heap (MiB, after GC) | fast handler backlog | fast handler lag | slow handler backlog |\n|---|---|---|---|---|\n")

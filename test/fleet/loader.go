@@ -475,6 +475,9 @@ type ChurnSpec struct {
 	// MaxLive caps the objects each worker keeps; at the cap its creates become deletes, so the
 	// object count reaches a steady state. 0: no cap.
 	MaxLive int
+	// Prefix starts every object name (then the worker, then a sequence number), so that
+	// successive churns in one namespace do not collide. Default "w".
+	Prefix string
 }
 
 // WrittenAtKey is the ConfigMap data key where Churn records when it sent a create or update
@@ -503,6 +506,9 @@ func (l *Loader) Churn(ctx context.Context, spec ChurnSpec) (ChurnResult, error)
 	if spec.Workers == 0 {
 		spec.Workers = 32
 	}
+	if spec.Prefix == "" {
+		spec.Prefix = "w"
+	}
 	for _, c := range l.fleet.Clusters {
 		// A cluster that is down now is not skipped: its writes fail and count as errors, and
 		// it takes part again once it is back.
@@ -520,7 +526,7 @@ func (l *Loader) Churn(ctx context.Context, spec ChurnSpec) (ChurnResult, error)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				churnWorker(ctx, cs, spec.Namespace, "w"+strconv.Itoa(w), spec.MaxLive, limiter, &res)
+				churnWorker(ctx, cs, spec.Namespace, spec.Prefix+strconv.Itoa(w), spec.MaxLive, limiter, &res)
 			}()
 		}
 	}

@@ -366,6 +366,7 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		// Ground truth for content, not only UID and resourceVersion: the default transform
 		// drops managedFields and shares repeated parts, and must change nothing else.
 		deploys, _ := reg.Aggregate("deployments.apps")
+		compared, total := 0, 0
 		for _, name := range all {
 			cs, _ := f.Clientset(name)
 			pl, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -395,11 +396,22 @@ func TestCoreOnLocalFleet(t *testing.T) {
 					t.Errorf("%s missing", k)
 					continue
 				}
-				if g := got.(metav1.Object); g.GetResourceVersion() == want.GetResourceVersion() && !apiequality.Semantic.DeepEqual(got, want) {
+				if g := got.(metav1.Object); g.GetResourceVersion() != want.GetResourceVersion() {
+					t.Errorf("%s: cache has resourceVersion %s, the API server %s (nothing writes meanwhile)", k, g.GetResourceVersion(), want.GetResourceVersion())
+					continue
+				}
+				compared++
+				if !apiequality.Semantic.DeepEqual(got, want) {
 					t.Errorf("%s differs from the API server's object:\n got %+v\nwant %+v", k, got, want)
 				}
 			}
+			total += len(live)
 		}
+		// 3 clusters × (180 Pods + 9 Deployments).
+		if compared != total || total < 3*(180+9) {
+			t.Errorf("compared %d of %d objects listed (want every one of at least %d)", compared, total, 3*(180+9))
+		}
+		t.Logf("compared %d Pods and Deployments field by field with their API servers", compared)
 		var p1, p2 *corev1.Pod
 		for _, o := range pods.List() {
 			p := o.(*corev1.Pod)
