@@ -389,11 +389,13 @@ func (s *Server) RingHeld(resource string) (events, bytes int) {
 	return 0, 0
 }
 
-// Close removes the server's watch hubs from the aggregates; open watches end. Serving after
-// Close is not supported.
+// Close removes the server's watch hubs from the aggregates and empties their rings; open
+// watches end with 410. Serving after Close is not supported.
 func (s *Server) Close() {
-	for _, r := range s.hubRegs {
+	for res, r := range s.hubRegs {
 		r.Remove()
+		<-r.Done()
+		s.hubs[res].overflow()
 	}
 }
 
