@@ -65,11 +65,15 @@ type Aggregate struct {
 	log      *zap.Logger
 	poll     time.Duration
 
-	mu      sync.RWMutex // guards members, indexes, regs; held while taking a member's mu only by Join
+	mu      sync.RWMutex // guards members, indexes, regs, lifecycle; never held while taking a member's mu
 	members map[string]*member
-	sorted  atomic.Pointer[[]*member] // members by cluster name; replaced whole under mu
-	indexes map[string]IndexSpec
-	regs    []*Registration
+	// lifecycle serializes Join and Leave per cluster, so that one cluster's membership
+	// changes happen one at a time while other clusters' and queries go on. One small mutex
+	// per cluster name ever joined.
+	lifecycle map[string]*sync.Mutex
+	sorted    atomic.Pointer[[]*member] // members by cluster name; replaced whole under mu
+	indexes   map[string]IndexSpec
+	regs      []*Registration
 }
 
 // New returns an empty Aggregate.
@@ -84,11 +88,12 @@ func New(opts Options) (*Aggregate, error) {
 		opts.SyncPollInterval = 50 * time.Millisecond
 	}
 	return &Aggregate{
-		resource: opts.Resource,
-		log:      opts.Logger.With(zap.String("resource", opts.Resource)),
-		poll:     opts.SyncPollInterval,
-		members:  map[string]*member{},
-		indexes:  map[string]IndexSpec{},
+		resource:  opts.Resource,
+		log:       opts.Logger.With(zap.String("resource", opts.Resource)),
+		poll:      opts.SyncPollInterval,
+		members:   map[string]*member{},
+		indexes:   map[string]IndexSpec{},
+		lifecycle: map[string]*sync.Mutex{},
 	}, nil
 }
 
@@ -130,8 +135,13 @@ func (a *Aggregate) AddIndex(spec IndexSpec) error {
 	members := a.memberList()
 	a.mu.Unlock()
 	for _, m := range members {
-		if !spec.appliesTo(m.cluster) {
+		if !spec.appliesTo(m.cluster) || m.informer.IsStopped() {
+			// A stopped informer's store is final and takes no index; its member is about
+			// to be replaced or to leave, and its replacement gets the index when it joins.
 			continue
+		}
+		if _, ok := m.informer.GetIndexer().GetIndexers()[spec.Name]; ok {
+			continue // installed by a Join that published after the spec was added
 		}
 		if err := m.informer.AddIndexers(cache.Indexers{spec.Name: spec.Func}); err != nil {
 			return fmt.Errorf("index %q: cluster %q: %w", spec.Name, m.cluster, err)
@@ -140,7 +150,21 @@ func (a *Aggregate) AddIndex(spec IndexSpec) error {
 	return nil
 }
 
-func (a *Aggregate) installIndexes(cluster string, inf cache.SharedIndexInformer) error {
+// lifecycleLock returns the mutex that serializes cluster's Join and Leave.
+func (a *Aggregate) lifecycleLock(cluster string) *sync.Mutex {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.lifecycle[cluster]
+	if l == nil {
+		l = &sync.Mutex{}
+		a.lifecycle[cluster] = l
+	}
+	return l
+}
+
+// installIndexesLocked installs in inf the namespace index and every index that applies to
+// cluster. Callers hold a.mu.
+func (a *Aggregate) installIndexesLocked(cluster string, inf cache.SharedIndexInformer) error {
 	have := inf.GetIndexer().GetIndexers()
 	if have == nil {
 		// client-go's store cannot take indexers later if it was built without a map.
@@ -150,13 +174,11 @@ func (a *Aggregate) installIndexes(cluster string, inf cache.SharedIndexInformer
 	if _, ok := have[IndexNamespace]; !ok {
 		want[IndexNamespace] = cache.MetaNamespaceIndexFunc
 	}
-	a.mu.RLock()
 	for name, spec := range a.indexes {
 		if _, ok := have[name]; !ok && spec.appliesTo(cluster) {
 			want[name] = spec.Func
 		}
 	}
-	a.mu.RUnlock()
 	if len(want) == 0 {
 		return nil
 	}

@@ -53,7 +53,7 @@ type Registration struct {
 	done chan struct{}
 
 	mu     sync.Mutex
-	synced map[string]bool // clusters whose initial list this handler has had
+	synced map[string]*member // per cluster, the member whose initial list this handler has had
 
 	lag       atomic.Int64 // nanoseconds the last delivered object waited in the queue
 	panics    atomic.Int64
@@ -109,7 +109,7 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 		}
 		q = newFIFOQueue(opts.MaxPending)
 	}
-	r := &Registration{agg: a, h: h, q: q, opts: opts, done: make(chan struct{}), synced: map[string]bool{}}
+	r := &Registration{agg: a, h: h, q: q, opts: opts, done: make(chan struct{}), synced: map[string]*member{}}
 	a.mu.Lock()
 	a.regs = append(a.regs, r)
 	members := a.memberList()
@@ -134,7 +134,7 @@ func (r *Registration) run() {
 			switch ev.kind {
 			case evSynced:
 				r.mu.Lock()
-				r.synced[cluster] = true
+				r.synced[cluster] = ev.obj.(*member)
 				r.mu.Unlock()
 			case evLeft:
 				r.mu.Lock()
@@ -181,8 +181,8 @@ func (r *Registration) deliver(cluster string, ev event) {
 }
 
 // HasSynced is true once this handler has had the initial list of every member whose informer
-// has synced (and at least one has). Like client-go's, it never turns false again for a member
-// that stays.
+// has synced (and at least one has); for a replaced member, its differences. Like client-go's,
+// it never turns false again for a member that stays.
 func (r *Registration) HasSynced() bool {
 	members := r.agg.snapshot()
 	r.mu.Lock()
@@ -190,7 +190,7 @@ func (r *Registration) HasSynced() bool {
 	some := false
 	for _, m := range members {
 		if m.synced.Load() {
-			if !r.synced[m.cluster] {
+			if r.synced[m.cluster] != m {
 				return false
 			}
 			some = true

@@ -68,15 +68,19 @@ func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 	if err := ValidateClusterName(cluster); err != nil {
 		return err
 	}
-	if err := a.installIndexes(cluster, inf); err != nil {
-		return fmt.Errorf("cluster %q: %s: indexes: %w", cluster, a.resource, err)
+	lc := a.lifecycleLock(cluster)
+	lc.Lock()
+	defer lc.Unlock()
+	old := a.member(cluster)
+	if old != nil && !old.informer.IsStopped() {
+		return fmt.Errorf("cluster %q: %s: the member's informer is still running; stop it before replacing it", cluster, a.resource)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{cluster: cluster, agg: a, informer: inf, stop: cancel, told: map[string]any{}, bindings: map[*Registration]struct{}{}}
 	m.store.Store(&storeRef{inf.GetIndexer()})
 
-	// Lock order: m (not yet published) → a → the member m replaces. Only Join holds a.mu
-	// while taking a member's lock, and feeds take only their own member's.
+	// Lock order: m (not yet published) → a. The feed's callbacks wait for m.mu until m is
+	// complete.
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	reg, err := inf.AddEventHandler(feed{m})
@@ -85,22 +89,33 @@ func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 		return fmt.Errorf("cluster %q: %s: %w", cluster, a.resource, err)
 	}
 	m.feed = reg
-	a.mu.Lock()
-	old := a.members[cluster]
-	if old != nil && !old.informer.IsStopped() {
-		a.mu.Unlock()
-		_ = inf.RemoveEventHandler(reg)
-		cancel()
-		return fmt.Errorf("cluster %q: %s: the member's informer is still running; stop it before replacing it", cluster, a.resource)
-	}
-	// The replacement takes over told and the final store before it is published, so that
-	// no query ever sees its informer's store before it has synced.
+	// The replacement takes over told, the handlers and the final store before it is
+	// published, so that no query ever sees its informer's store before it has synced. old
+	// stays published meanwhile: its store is final and its feed is gone.
 	var inherited map[*Registration]struct{}
 	if old != nil {
 		var store *storeRef
 		m.told, store, inherited = old.retire()
 		m.shadow = map[string]any{}
 		m.store.Store(store)
+	}
+	a.mu.Lock()
+	// Indexes are installed where AddIndex cannot miss them: it adds the spec, then installs
+	// it in the members published by then.
+	if err := a.installIndexesLocked(cluster, inf); err != nil {
+		a.mu.Unlock()
+		_ = inf.RemoveEventHandler(reg)
+		cancel()
+		if old != nil {
+			// old is retired and cannot serve handlers again: the cluster leaves.
+			m.bindings = inherited
+			m.leaveLocked()
+			a.mu.Lock()
+			delete(a.members, cluster)
+			a.resort()
+			a.mu.Unlock()
+		}
+		return fmt.Errorf("cluster %q: %s: indexes: %w", cluster, a.resource, err)
 	}
 	a.members[cluster] = m
 	regs := slices.Clone(a.regs)
@@ -228,7 +243,7 @@ func (m *member) bindLocked(r *Registration) {
 	}
 	m.bindings[r] = struct{}{}
 	if m.fed {
-		r.q.push(m.cluster, "", event{kind: evSynced})
+		r.q.push(m.cluster, "", event{kind: evSynced, obj: m})
 	}
 }
 
@@ -260,6 +275,9 @@ func (m *member) awaitSync(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if m.informer.IsStopped() && !m.feed.HasSynced() {
+			return // it will never sync; its replacement or its Leave ends the member
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -275,7 +293,7 @@ func (m *member) awaitSync(ctx context.Context) {
 	m.fed = true
 	m.synced.Store(true)
 	for r := range m.bindings {
-		r.q.push(m.cluster, "", event{kind: evSynced})
+		r.q.push(m.cluster, "", event{kind: evSynced, obj: m})
 	}
 }
 
@@ -283,6 +301,9 @@ func (m *member) awaitSync(ctx context.Context) {
 // it was told about, whatever the informer's state. The caller stops the informer (before or
 // after Leave).
 func (a *Aggregate) Leave(cluster string) {
+	lc := a.lifecycleLock(cluster)
+	lc.Lock()
+	defer lc.Unlock()
 	a.mu.Lock()
 	m := a.members[cluster]
 	delete(a.members, cluster)
@@ -292,16 +313,22 @@ func (a *Aggregate) Leave(cluster string) {
 		return
 	}
 	m.mu.Lock()
+	m.leaveLocked()
+	m.mu.Unlock()
+	_ = m.informer.RemoveEventHandler(m.feed)
+	a.log.Debug("member left")
+}
+
+// leaveLocked tells every bound handler that each object it was told of is gone, then that the
+// cluster left, and ends the member. Callers hold m.mu.
+func (m *member) leaveLocked() {
 	m.gone = true
 	m.stop()
 	for key, obj := range m.told {
 		m.pushLocked(key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
 	}
 	for r := range m.bindings {
-		r.q.push(cluster, "", event{kind: evLeft})
+		r.q.push(m.cluster, "", event{kind: evLeft})
 	}
 	m.told, m.shadow, m.bindings = nil, nil, nil
-	m.mu.Unlock()
-	_ = m.informer.RemoveEventHandler(m.feed)
-	a.log.Debug("member left")
 }

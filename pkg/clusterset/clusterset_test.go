@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/aggregate"
 )
 
@@ -231,5 +235,99 @@ func TestUserTransformCannotCorruptSharedParts(t *testing.T) {
 			t.Errorf("pod %s was changed by a transform of another pod: labels %v, securityContext %+v, tolerations %+v",
 				p.Name, p.Labels, p.Spec.SecurityContext, p.Spec.Tolerations)
 		}
+	}
+}
+
+// flipSource is a Source whose clusters a test changes at will.
+type flipSource struct {
+	mu      sync.Mutex
+	configs []ClusterConfig
+	changes chan struct{}
+}
+
+func (s *flipSource) Load() ([]ClusterConfig, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ClusterConfig(nil), s.configs...), nil
+}
+
+func (s *flipSource) Changes(context.Context) <-chan struct{} { return s.changes }
+
+func (s *flipSource) set(cfgs ...ClusterConfig) {
+	s.mu.Lock()
+	s.configs = cfgs
+	s.mu.Unlock()
+	s.changes <- struct{}{}
+}
+
+// TestRapidSourceChanges: clusters that join, leave, re-join and rotate faster than their
+// runners start and stop end exactly as the source last said, with one member per cluster in
+// the aggregate and no runner left behind.
+func TestRapidSourceChanges(t *testing.T) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	src := &flipSource{changes: make(chan struct{})}
+	reg, err := New(Options{Source: src, Resources: []ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = reg.Start(ctx); close(done) }()
+	c1 := func(fp string) ClusterConfig { return ClusterConfig{Name: "c1", Config: a.Config(), Fingerprint: fp} }
+	c2 := ClusterConfig{Name: "c2", Config: b.Config(), Fingerprint: "1"}
+	for i := range 30 {
+		switch i % 3 {
+		case 0:
+			src.set(c1("1"), c2)
+		case 1:
+			src.set(c2)
+		case 2:
+			src.set(c1(strconv.Itoa(i)), c2) // back, with other credentials
+		}
+	}
+	src.set(c1("final"))
+	pods, _ := reg.Aggregate("pods")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if fmt.Sprint(reg.Clusters()) == "[c1]" && fmt.Sprint(pods.Clusters()) == "[c1]" && pods.HasSynced("c1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registry %v, aggregate %v (synced %v): not what the source last said, [c1]", reg.Clusters(), pods.Clusters(), pods.HasSynced("c1"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	src.set()
+	deadline = time.Now().Add(20 * time.Second)
+	for len(reg.Clusters())+len(pods.Clusters()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after every cluster left: registry %v, aggregate %v", reg.Clusters(), pods.Clusters())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	// Idle HTTP connections keep goroutines of net/http; none of ours, nor of client-go's
+	// informer machinery, may be left.
+	var left string
+	deadline = time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		left = ""
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, "multicache/pkg/") || strings.Contains(g, "client-go/tools/cache") {
+				if !strings.Contains(g, "TestRapidSourceChanges") {
+					left += g + "\n\n"
+				}
+			}
+		}
+		if left == "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left != "" {
+		t.Errorf("goroutines left after Start returned:\n%s", left)
 	}
 }

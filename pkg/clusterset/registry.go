@@ -99,6 +99,7 @@ type Registry struct {
 
 	mu       sync.Mutex
 	clusters map[string]*runner
+	retiring map[string]*runner // stopping (and, if removed, leaving); a cluster's next runner waits for it
 	loadErr  string
 	started  bool
 }
@@ -108,7 +109,7 @@ func New(opts Options) (*Registry, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, clusters: map[string]*runner{}, loaded: make(chan struct{})}
+	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, clusters: map[string]*runner{}, retiring: map[string]*runner{}, loaded: make(chan struct{})}
 	for _, spec := range opts.Resources {
 		agg, err := aggregate.New(aggregate.Options{Resource: spec.Name, Logger: opts.Logger})
 		if err != nil {
@@ -166,7 +167,8 @@ func (r *Registry) Start(ctx context.Context) error {
 }
 
 // reload applies the source's current clusters: engage new ones, disengage removed ones and
-// restart changed ones.
+// restart changed ones. It never waits for a cluster: runners stop and leave in their own
+// goroutines, and a cluster's next runner starts once its previous one has retired.
 func (r *Registry) reload(ctx context.Context) {
 	cfgs, err := r.opts.Source.Load()
 	r.mu.Lock()
@@ -185,50 +187,74 @@ func (r *Registry) reload(ctx context.Context) {
 		want[c.Name] = c
 	}
 	for name, run := range r.clusters {
-		if _, ok := want[name]; !ok {
-			r.log.Info("disengaging cluster", zap.String("cluster", name))
-			run.stop()
-			for _, agg := range r.aggs {
-				agg.Leave(name)
-			}
-			delete(r.clusters, name)
-			r.board.publish(StatusChange{Cluster: name, From: Synced, To: "Removed"})
+		if _, ok := want[name]; ok {
+			continue
 		}
+		if err != nil {
+			// The load was partial: a cluster missing from it may be one of the bad entries
+			// (a kubeconfig caught mid-rotation), not a removed one. Keep it until a clean load.
+			continue
+		}
+		r.log.Info("disengaging cluster", zap.String("cluster", name))
+		delete(r.clusters, name)
+		r.retiring[name] = run
+		go r.retire(run, true)
 	}
 	for _, c := range cfgs {
 		old := r.clusters[c.Name]
 		if old != nil && old.cfg.Fingerprint == c.Fingerprint {
 			continue
 		}
+		prev := old
 		if old != nil {
 			r.log.Info("restarting cluster: server or credentials changed", zap.String("cluster", c.Name))
+			r.retiring[c.Name] = old
+			go r.retire(old, false)
 		} else {
 			r.log.Info("engaging cluster", zap.String("cluster", c.Name), zap.String("origin", c.Origin))
+			prev = r.retiring[c.Name] // removed a moment ago and back already
 		}
-		// A restarted cluster's old stacks stop first, so that their stores are final when
-		// the new informers replace them in the aggregates (aggregate.Join); until then the
-		// old stores keep answering queries, marked unsynced.
-		if old != nil {
-			old.stop()
-		}
-		run := newRunner(r, c)
+		// The new stacks replace the old ones in the aggregates once those have stopped, so
+		// that their stores are final (aggregate.Join); until then the old stores keep
+		// answering queries, marked unsynced.
+		run := newRunner(ctx, r, c, prev)
 		if old != nil {
 			run.restarts = old.restarts + 1
 		}
 		r.clusters[c.Name] = run
-		go run.run(ctx)
+		go run.run()
 	}
 }
 
+// retire retires run and forgets it once done.
+func (r *Registry) retire(run *runner, leave bool) {
+	run.retire(leave)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.retiring[run.cfg.Name] == run {
+		delete(r.retiring, run.cfg.Name)
+	}
+}
+
+// stopAll stops every runner, retiring ones included, and waits for them.
 func (r *Registry) stopAll() {
 	r.mu.Lock()
-	runs := make([]*runner, 0, len(r.clusters))
+	runs := make([]*runner, 0, len(r.clusters)+len(r.retiring))
 	for _, run := range r.clusters {
+		runs = append(runs, run)
+	}
+	for _, run := range r.retiring {
 		runs = append(runs, run)
 	}
 	r.mu.Unlock()
 	for _, run := range runs {
 		run.stop()
+	}
+	for _, run := range runs {
+		select {
+		case <-run.retired:
+		case <-run.done:
+		}
 	}
 }
 

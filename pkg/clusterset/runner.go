@@ -24,8 +24,11 @@ type runner struct {
 	cfg ClusterConfig
 	log *zap.Logger
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}   // closed when run has returned: every goroutine, informers included, ended
+	retired chan struct{}   // closed when retire has finished: stopped and, if removed, left
+	after   <-chan struct{} // the cluster's previous runner's retired, or nil: run and retire wait for it
 
 	mu     sync.Mutex
 	stacks []*stack // in Options.Resources order
@@ -35,8 +38,15 @@ type runner struct {
 	restarts int // set before run, read-only after
 }
 
-func newRunner(reg *Registry, cfg ClusterConfig) *runner {
-	r := &runner{reg: reg, cfg: cfg, log: reg.log.With(zap.String("cluster", cfg.Name)), done: make(chan struct{}), state: Pending}
+// newRunner prepares a runner under parent; prev, if not nil, is the cluster's previous runner:
+// the new one starts only once prev has retired, so that one cluster's stacks never overlap.
+func newRunner(parent context.Context, reg *Registry, cfg ClusterConfig, prev *runner) *runner {
+	ctx, cancel := context.WithCancel(parent)
+	r := &runner{reg: reg, cfg: cfg, log: reg.log.With(zap.String("cluster", cfg.Name)), ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), retired: make(chan struct{}), state: Pending}
+	if prev != nil {
+		r.after = prev.retired
+	}
 	for _, spec := range reg.opts.Resources {
 		s := newStack(cfg.Name, spec, &reg.board, r.log)
 		agg := reg.aggs[spec.Name]
@@ -46,13 +56,25 @@ func newRunner(reg *Registry, cfg ClusterConfig) *runner {
 	return r
 }
 
+// stop ends the runner and waits for every goroutine of it, informers included.
 func (r *runner) stop() {
-	r.mu.Lock()
-	cancel := r.cancel
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-r.done
+	r.cancel()
+	<-r.done
+}
+
+// retire stops the runner and, when the cluster left the source (leave), removes it from the
+// aggregates: every handler is told its objects are gone.
+func (r *runner) retire(leave bool) {
+	defer close(r.retired)
+	r.stop()
+	if r.after != nil {
+		<-r.after // a runner stopped before its predecessor retired: retired means the whole chain
+	}
+	if leave {
+		for _, agg := range r.reg.aggs {
+			agg.Leave(r.cfg.Name)
+		}
+		r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: Synced, To: "Removed"})
 	}
 }
 
@@ -63,23 +85,33 @@ func (r *runner) restConfig() *rest.Config {
 	return c
 }
 
-// run resolves the resources through discovery, starts a stack for each served one, and keeps
-// looking for the unserved ones until ctx ends.
-func (r *runner) run(parent context.Context) {
-	ctx, cancel := context.WithCancel(parent)
-	r.mu.Lock()
-	r.cancel = cancel
-	r.mu.Unlock()
+// run waits for the previous runner to retire, then resolves the resources through discovery,
+// starts a stack for each served one, and keeps looking for the others until the runner stops.
+func (r *runner) run() {
+	ctx := r.ctx
 	var wg sync.WaitGroup
 	defer func() {
-		cancel()
+		r.cancel()
 		wg.Wait()
 		close(r.done)
 	}()
+	if r.after != nil {
+		select {
+		case <-r.after:
+		case <-ctx.Done():
+			return
+		}
+	}
 	cfg := r.restConfig()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
+		// A configuration no request can be made with: nothing will change until the source
+		// does, and an earlier run's objects cannot be kept up to date.
 		r.setErr(fmt.Errorf("discovery client: %w", err))
+		for _, s := range r.stacks {
+			r.leaveStale(s)
+			s.set(Failed, "discovery client: "+describe(err))
+		}
 		return
 	}
 	wg.Add(1)
@@ -107,11 +139,13 @@ func (r *runner) run(parent context.Context) {
 				if berr != nil {
 					r.leaveStale(s)
 					s.set(Failed, berr.Error())
+					next = append(next, s) // tried again at the next discovery pass
 					continue
 				}
 				if jerr := r.reg.aggs[s.spec.Name].Join(r.cfg.Name, inf); jerr != nil {
 					r.leaveStale(s)
 					s.set(Failed, jerr.Error())
+					next = append(next, s)
 					continue
 				}
 				wg.Add(1)

@@ -86,8 +86,7 @@ type Server struct {
 	RequestTimeout Duration `json:"requestTimeout,omitempty"`
 	// WatchBuffer is how many recent events per resource a watch can resume from. Default 100000.
 	WatchBuffer int `json:"watchBuffer,omitempty"`
-	// WatchBufferBytes bounds the same events by the approximate encoded size of the objects
-	// they hold. Default 64 MiB.
+	// WatchBufferBytes bounds the memory those events keep alive (estimated). Default 128 MiB.
 	WatchBufferBytes int `json:"watchBufferBytes,omitempty"`
 	// MaxWatches caps open watches (429 beyond). Default 1000.
 	MaxWatches int `json:"maxWatches,omitempty"`

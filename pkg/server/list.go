@@ -628,15 +628,28 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string,
 	defer s.metrics.watches.Dec()
 
 	_, info := s.views(res, f.clusters)
+	refreshed := time.Now()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	line := getBuffer()
 	defer putBuffer(line)
 	enc := func(typ, cluster string, obj any) error {
 		rs, ok := info[cluster]
-		if !ok {
+		if !ok && time.Since(refreshed) > time.Second {
+			// A cluster that joined since: look again, at most once a second (the deletes of
+			// a cluster that left would otherwise each read the whole status).
 			_, info = s.views(res, f.clusters)
-			rs = info[cluster]
+			refreshed = time.Now()
+			rs, ok = info[cluster]
+		}
+		if !ok {
+			// A cluster that left: the resource's kind as another cluster serves it.
+			for _, other := range info {
+				if other.Kind != "" {
+					rs = other
+					break
+				}
+			}
 		}
 		line.Reset()
 		line.WriteString(`{"type":`)
@@ -708,6 +721,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string,
 	}
 	fl.Flush()
 	buf := make([]event, 0, watchBatch)
+	flushed := time.Now()
 	for {
 		evs, wake, err := h.next(pos, f.clusters, buf[:0])
 		if err != nil {
@@ -723,9 +737,19 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, res string,
 		}
 		clear(evs) // drop references to the objects
 		if wake == nil {
-			continue // more may be kept: read on before flushing
+			// More is kept: read on, flushing now and then, so that a watch catching up
+			// through a long backlog still delivers and still notices its client leaving.
+			if r.Context().Err() != nil {
+				return
+			}
+			if time.Since(flushed) > 100*time.Millisecond {
+				fl.Flush()
+				flushed = time.Now()
+			}
+			continue
 		}
 		fl.Flush()
+		flushed = time.Now()
 		select {
 		case <-r.Context().Done():
 			return

@@ -90,7 +90,7 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches ended with 410 because events they had not read were evicted from the watch ring.", []string{"resource"}, nil),
 		hubResets:      prometheus.NewDesc("multicache_watch_hub_resets_total", "Times the watch hub's backlog passed its bound: events were dropped, every watch ended with 410.", []string{"resource"}, nil),
 		ringEvents:     prometheus.NewDesc("multicache_watch_ring_events", "Events the watch ring holds for watches to resume from.", []string{"resource"}, nil),
-		ringBytes:      prometheus.NewDesc("multicache_watch_ring_bytes", "Approximate encoded bytes of the objects the watch ring holds.", []string{"resource"}, nil),
+		ringBytes:      prometheus.NewDesc("multicache_watch_ring_bytes", "Estimated memory the watch ring keeps alive (objects and previous states).", []string{"resource"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.watches, sc, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {

@@ -36,15 +36,21 @@ type Options struct {
 	RequestTimeout time.Duration
 	// WatchBuffer is how many events per resource a watch can resume from. Default 100000.
 	WatchBuffer int
-	// WatchBufferBytes bounds the same events by the approximate encoded size of the objects
-	// they hold: under churn most of them are replaced objects the cache no longer holds.
-	// Default 64 MiB.
+	// WatchBufferBytes bounds the memory those events keep alive, estimated from the objects'
+	// encoded size: under churn most of them are replaced objects the cache no longer holds.
+	// Default 128 MiB.
 	WatchBufferBytes int
 	// MaxWatches caps open watches; more get 429 Too Many Requests. Default 1000.
 	MaxWatches int
 	// MaxRequestsInFlight caps concurrent requests other than watches (and health checks);
 	// more get 429 Too Many Requests. Default 400.
 	MaxRequestsInFlight int
+	// HubMaxPending bounds, per resource, the events the aggregate has delivered to the watch
+	// hub and the hub has not yet put in its ring. Beyond it the hub loses events, so every
+	// watch of the resource ends with 410 and every token expires. It must exceed the largest
+	// burst: a cluster re-pointed at another server tells up to two events per object at once.
+	// Default 1,000,000 (about 80 MB of queue at most).
+	HubMaxPending int
 	// BookmarkInterval between BOOKMARK events. Default 5s.
 	BookmarkInterval time.Duration
 	// DeadClusterTimeout: a cluster × resource that has been failing (Failed or Degraded) for
@@ -91,7 +97,7 @@ func New(opts Options) (*Server, error) {
 		opts.WatchBuffer = 100000
 	}
 	if opts.WatchBufferBytes == 0 {
-		opts.WatchBufferBytes = 64 << 20
+		opts.WatchBufferBytes = 128 << 20
 	}
 	if opts.MaxWatches == 0 {
 		opts.MaxWatches = 1000
@@ -99,7 +105,10 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxRequestsInFlight == 0 {
 		opts.MaxRequestsInFlight = 400
 	}
-	for name, v := range map[string]int{"WatchBuffer": opts.WatchBuffer, "WatchBufferBytes": opts.WatchBufferBytes, "MaxWatches": opts.MaxWatches, "MaxRequestsInFlight": opts.MaxRequestsInFlight, "MaxPageSize": opts.MaxPageSize} {
+	if opts.HubMaxPending == 0 {
+		opts.HubMaxPending = 1000000
+	}
+	for name, v := range map[string]int{"WatchBuffer": opts.WatchBuffer, "WatchBufferBytes": opts.WatchBufferBytes, "MaxWatches": opts.MaxWatches, "MaxRequestsInFlight": opts.MaxRequestsInFlight, "MaxPageSize": opts.MaxPageSize, "HubMaxPending": opts.HubMaxPending} {
 		if v < 0 {
 			return nil, fmt.Errorf("server: Options.%s %d: must not be negative", name, v)
 		}
@@ -120,9 +129,9 @@ func New(opts Options) (*Server, error) {
 		agg, _ := s.reg.Aggregate(res)
 		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func(obj any) *attrs { return s.attrsOf(res, obj) })
 		// Every event, in order: a watch relays the change stream, so an add and delete of the
-		// same object while the hub is behind must both reach it. A backlog of more than a
-		// ring's worth could not be served anyway: past it, the hub resets (every watch 410).
-		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true, MaxPending: opts.WatchBuffer, OnOverflow: h.overflow})
+		// same object while the hub is behind must both reach it. Past HubMaxPending the hub
+		// resets (every watch 410) rather than grow without bound.
+		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true, MaxPending: opts.HubMaxPending, OnOverflow: h.overflow})
 		if err != nil {
 			return nil, err
 		}

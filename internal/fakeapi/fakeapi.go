@@ -1,0 +1,101 @@
+package fakeapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/rest"
+)
+
+// Server is one fake API server on 127.0.0.1, closed when the test ends.
+type Server struct {
+	srv *httptest.Server
+
+	mu   sync.Mutex
+	slow chan struct{} // while open, lists hang
+	down bool
+}
+
+// New starts a Server for t.
+func New(t testing.TB) *Server {
+	f := &Server{}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// Config reaches the server.
+func (f *Server) Config() *rest.Config { return &rest.Config{Host: f.srv.URL} }
+
+// SetSlow makes lists hang (true) or answer (false).
+func (f *Server) SetSlow(slow bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case slow && f.slow == nil:
+		f.slow = make(chan struct{})
+	case !slow && f.slow != nil:
+		close(f.slow)
+		f.slow = nil
+	}
+}
+
+// SetDown makes every request fail with 500 (true) or not (false).
+func (f *Server) SetDown(down bool) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+}
+
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	down, slow := f.down, f.slow
+	f.mu.Unlock()
+	reply := func(code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	if down {
+		reply(500, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "message": "down for the test"})
+		return
+	}
+	q := r.URL.Query()
+	switch r.URL.Path {
+	case "/version":
+		reply(200, map[string]string{"major": "1", "minor": "37", "gitVersion": "v1.37.1"})
+	case "/api":
+		reply(200, map[string]any{"kind": "APIVersions", "versions": []string{"v1"},
+			"serverAddressByClientCIDRs": []any{map[string]string{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}}})
+	case "/apis":
+		reply(200, map[string]any{"kind": "APIGroupList", "apiVersion": "v1", "groups": []any{}})
+	case "/api/v1":
+		reply(200, map[string]any{"kind": "APIResourceList", "groupVersion": "v1", "resources": []any{
+			map[string]any{"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod", "verbs": []string{"get", "list", "watch"}, "shortNames": []string{"po"}},
+		}})
+	case "/api/v1/pods":
+		switch {
+		case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
+			reply(400, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400, "reason": "BadRequest", "message": "no watch-list here"})
+		case q.Get("watch") == "true":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		default:
+			if slow != nil {
+				select {
+				case <-slow:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			reply(200, map[string]any{"kind": "PodList", "apiVersion": "v1", "metadata": map[string]string{"resourceVersion": "1"}, "items": []any{}})
+		}
+	default:
+		reply(404, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "not here"})
+	}
+}
