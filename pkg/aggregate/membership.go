@@ -16,7 +16,9 @@ import (
 //
 // Queries read store. Handlers are fed by one client-go event handler per member (feed), which
 // keeps told: for every object, the state every bound handler has been told (delivered, or
-// queued for delivery). Every event a handler gets is the transition from told to the new
+// queued for delivery). The feed is registered when the first handler is bound, so that an
+// Aggregate nobody handles events of costs client-go no listener; client-go then replays the
+// store to it, as to any handler added late. Every event a handler gets is the transition from told to the new
 // state, so a handler's story stays consistent whatever client-go drops: client-go discards a
 // listener's undelivered notifications when its informer stops, which is why leaving and
 // replacing work from told, never from the informer's store.
@@ -31,10 +33,11 @@ type member struct {
 	cluster  string
 	agg      *Aggregate
 	informer cache.SharedIndexInformer
-	feed     cache.ResourceEventHandlerRegistration
-	stop     context.CancelFunc // ends awaitSync
-	synced   atomic.Bool        // store holds the informer's synced state (and any swap is done)
-	degraded atomic.Bool        // set by the owner (SetDegraded) while the cluster is failing
+	feed     cache.ResourceEventHandlerRegistration // nil until a handler is bound; under mu
+	ctx      context.Context                        // ends with the member
+	stop     context.CancelFunc
+	synced   atomic.Bool // store holds the informer's synced state (and any swap is done)
+	degraded atomic.Bool // set by the owner (SetDegraded) while the cluster is failing
 	store    atomic.Pointer[storeRef]
 
 	mu       sync.Mutex
@@ -42,6 +45,7 @@ type member struct {
 	shadow   map[string]any // while replacing another member: this informer's state, not yet told
 	bindings map[*Registration]struct{}
 	fed      bool // the feed has had the informer's initial list; handlers got evSynced
+	frozen   bool // the informer stopped before a feed was registered: told is its final store
 	gone     bool
 }
 
@@ -76,19 +80,13 @@ func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 		return fmt.Errorf("cluster %q: %s: the member's informer is still running; stop it before replacing it", cluster, a.resource)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &member{cluster: cluster, agg: a, informer: inf, stop: cancel, told: map[string]any{}, bindings: map[*Registration]struct{}{}}
+	m := &member{cluster: cluster, agg: a, informer: inf, ctx: ctx, stop: cancel, told: map[string]any{}, bindings: map[*Registration]struct{}{}}
 	m.store.Store(&storeRef{inf.GetIndexer()})
 
-	// Lock order: m (not yet published) → a. The feed's callbacks wait for m.mu until m is
-	// complete.
+	// Lock order: m (not yet published) → the member it replaces → a. A feed's callbacks wait
+	// for m.mu until m is complete.
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	reg, err := inf.AddEventHandler(feed{m})
-	if err != nil {
-		cancel()
-		return fmt.Errorf("cluster %q: %s: %w", cluster, a.resource, err)
-	}
-	m.feed = reg
 	// The replacement takes over told, the handlers and the final store before it is
 	// published, so that no query ever sees its informer's store before it has synced. old
 	// stays published meanwhile: its store is final and its feed is gone.
@@ -104,7 +102,6 @@ func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 	// it in the members published by then.
 	if err := a.installIndexesLocked(cluster, inf); err != nil {
 		a.mu.Unlock()
-		_ = inf.RemoveEventHandler(reg)
 		cancel()
 		if old != nil {
 			// old is retired and cannot serve handlers again: the cluster leaves.
@@ -125,11 +122,12 @@ func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
 	for _, r := range regs {
 		if _, ok := inherited[r]; ok {
 			m.bindings[r] = struct{}{}
+			m.ensureFeedLocked()
 			continue
 		}
 		m.bindLocked(r)
 	}
-	go m.awaitSync(ctx)
+	go m.awaitSync()
 	a.log.Debug("member joined")
 	return nil
 }
@@ -142,6 +140,13 @@ func (m *member) retire() (told map[string]any, store *storeRef, bindings map[*R
 	defer m.mu.Unlock()
 	m.gone = true
 	m.stop()
+	if m.feed == nil {
+		// No feed: either no handler was ever bound (told is empty), or the informer had
+		// stopped and told is its final store. Nothing is pending either way.
+		told, store, bindings = m.told, m.store.Load(), m.bindings
+		m.told, m.shadow, m.bindings = nil, nil, nil
+		return told, store, bindings
+	}
 	_ = m.informer.RemoveEventHandler(m.feed)
 	if m.shadow == nil {
 		// The store is this informer's. (A member itself replacing another still serves that
@@ -238,6 +243,7 @@ func identity(obj any) (uid, resourceVersion string) {
 // bindLocked tells r what every bound handler has been told, as initial adds, and binds it.
 // Callers hold m.mu.
 func (m *member) bindLocked(r *Registration) {
+	m.ensureFeedLocked()
 	for key, obj := range m.told {
 		r.q.push(m.cluster, key, event{kind: evAdd, obj: obj, initial: true})
 	}
@@ -263,35 +269,105 @@ func (m *member) unbind(r *Registration) {
 	delete(m.bindings, r)
 }
 
-// awaitSync waits for the feed to have had the informer's initial list. A replacement then
-// swaps the query store to its informer's, which is ahead of what the feed has seen, and tells
-// the handlers what differs; then every bound handler gets evSynced.
-func (m *member) awaitSync(ctx context.Context) {
+// ensureFeedLocked registers the member's feed with its informer if it has none yet: client-go
+// then replays the informer's store to it as initial adds, and every change after. An informer
+// that has stopped takes no handler, but its store is final: told becomes that store, once.
+// Callers hold m.mu.
+func (m *member) ensureFeedLocked() {
+	if m.feed != nil || m.gone || m.frozen {
+		return
+	}
+	reg, err := m.informer.AddEventHandler(feed{m})
+	if err != nil {
+		m.frozen = true
+		if m.shadow == nil { // (a replacement's store is the previous member's, already told)
+			for _, obj := range m.current().List() {
+				if key, ok := objectKey(obj); ok {
+					m.told[key] = obj
+				}
+			}
+		}
+		return
+	}
+	m.feed = reg
+	if m.synced.Load() {
+		go m.awaitFeed() // the store swap is done; only the handlers' evSynced is to come
+	}
+}
+
+// awaitSync waits for the informer to sync and, if the member has a feed, for the feed to have
+// had the initial list. A replacement then swaps the query store to its informer's, which is
+// ahead of what the feed has seen, and tells the handlers what differs; then every bound
+// handler gets evSynced.
+func (m *member) awaitSync() {
 	t := time.NewTicker(m.agg.poll)
 	defer t.Stop()
-	for !m.feed.HasSynced() {
+	for {
 		select {
-		case <-ctx.Done():
+		case <-m.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if m.informer.IsStopped() && !m.feed.HasSynced() {
-			return // it will never sync; its replacement or its Leave ends the member
+		stopped := m.informer.IsStopped()
+		if !m.informer.HasSynced() {
+			if stopped {
+				return // it will never sync; its replacement or its Leave ends the member
+			}
+			continue
 		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.gone {
+		m.mu.Lock()
+		if m.gone {
+			m.mu.Unlock()
+			return
+		}
+		if m.feed != nil && !m.feed.HasSynced() {
+			m.mu.Unlock()
+			if stopped {
+				return // client-go dropped the rest of the feed's initial list
+			}
+			continue
+		}
+		if m.shadow != nil {
+			m.store.Store(&storeRef{m.informer.GetIndexer()})
+			view := m.shadow
+			m.shadow = nil
+			m.becomeLocked(view, true)
+		}
+		m.synced.Store(true)
+		m.markFedLocked()
+		m.mu.Unlock()
 		return
 	}
-	if m.shadow != nil {
-		m.store.Store(&storeRef{m.informer.GetIndexer()})
-		view := m.shadow
-		m.shadow = nil
-		m.becomeLocked(view, true)
+}
+
+// awaitFeed waits for a feed registered after the store swap to have had the initial list.
+func (m *member) awaitFeed() {
+	t := time.NewTicker(m.agg.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+		stopped := m.informer.IsStopped()
+		m.mu.Lock()
+		if m.gone || m.feed.HasSynced() || stopped {
+			m.markFedLocked()
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+	}
+}
+
+// markFedLocked tells every bound handler that it has had the cluster's initial list (or a
+// replacement's differences), once the feed has. Callers hold m.mu.
+func (m *member) markFedLocked() {
+	if m.gone || m.fed || m.feed == nil || !m.feed.HasSynced() {
+		return
 	}
 	m.fed = true
-	m.synced.Store(true)
 	for r := range m.bindings {
 		r.q.push(m.cluster, "", event{kind: evSynced, obj: m})
 	}
@@ -314,8 +390,11 @@ func (a *Aggregate) Leave(cluster string) {
 	}
 	m.mu.Lock()
 	m.leaveLocked()
+	feed := m.feed
 	m.mu.Unlock()
-	_ = m.informer.RemoveEventHandler(m.feed)
+	if feed != nil {
+		_ = m.informer.RemoveEventHandler(feed)
+	}
 	a.log.Debug("member left")
 }
 

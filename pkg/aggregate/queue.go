@@ -80,7 +80,7 @@ type mergedQueue struct {
 	cond     *sync.Cond
 	clusters map[string]*mergedCluster
 	ring     []string // clusters with pending work, in service order
-	depth    int      // pending events
+	depth    int      // pending object events (markers are not counted)
 	closed   bool
 	markers  uint64 // makes marker keys unique: markers never merge
 }
@@ -120,7 +120,9 @@ func (q *mergedQueue) push(cluster, key string, ev event) {
 	}
 	cq.items[key] = &entry{evs: []event{ev}, since: time.Now()}
 	cq.order = append(cq.order, key)
-	q.depth++
+	if !ev.kind.marker() {
+		q.depth++
+	}
 	q.cond.Signal()
 }
 
@@ -157,7 +159,9 @@ func (q *mergedQueue) pop() (cluster string, evs []event, since time.Time, ok bo
 			break
 		}
 	}
-	q.depth -= len(evs)
+	if !evs[0].kind.marker() {
+		q.depth -= len(evs)
+	}
 	// Compact the order slice once its consumed prefix dominates.
 	if cq.head > 1024 && cq.head*2 > len(cq.order) {
 		cq.order = append(cq.order[:0], cq.order[cq.head:]...)
