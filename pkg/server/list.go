@@ -85,12 +85,14 @@ func (s *Server) parseFilter(resource string, q url.Values) (filter, error) {
 				return f, fmt.Errorf("fieldSelector: field %q is not supported (use metadata.name, metadata.namespace, spec.nodeName, status.phase or an index name)", r.Field)
 			}
 			fr := fieldReq{field: r.Field, value: r.Value, not: r.Operator == selection.NotEquals}
-			// Equality on an indexed field narrows through the index when nothing else does.
+			// Equality on an indexed field narrows through the index when nothing else does. An
+			// empty value selects objects without the field (cluster-scoped ones, unscheduled
+			// Pods), which neither the namespace filter nor the node index can express.
 			switch {
-			case !fr.not && fr.field == "metadata.namespace" && f.query.Namespace == "":
+			case !fr.not && fr.value != "" && fr.field == "metadata.namespace" && f.query.Namespace == "":
 				f.query.Namespace = fr.value
 				continue
-			case !fr.not && f.query.Index == "" && fr.field == "spec.nodeName" && s.opts.IndexFuncs[resource][index.NodeName] != nil:
+			case !fr.not && fr.value != "" && f.query.Index == "" && fr.field == "spec.nodeName" && s.opts.IndexFuncs[resource][index.NodeName] != nil:
 				f.query.Index, f.query.Value = index.NodeName, fr.value
 				continue
 			case !fr.not && f.query.Index == "" && s.opts.IndexFuncs[resource][fr.field] != nil:
