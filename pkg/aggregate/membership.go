@@ -298,34 +298,13 @@ func (m *member) ensureFeedLocked() {
 // awaitSync waits for the informer to sync and, if the member has a feed, for the feed to have
 // had the initial list. A replacement then swaps the query store to its informer's, which is
 // ahead of what the feed has seen, and tells the handlers what differs; then every bound
-// handler gets evSynced.
+// handler gets evSynced. It gives up when the informer stops first: the member's replacement or
+// Leave ends it.
 func (m *member) awaitSync() {
-	t := time.NewTicker(m.agg.poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-t.C:
-		}
+	m.poll(func() bool {
 		stopped := m.informer.IsStopped()
-		if !m.informer.HasSynced() {
-			if stopped {
-				return // it will never sync; its replacement or its Leave ends the member
-			}
-			continue
-		}
-		m.mu.Lock()
-		if m.gone {
-			m.mu.Unlock()
-			return
-		}
-		if m.feed != nil && !m.feed.HasSynced() {
-			m.mu.Unlock()
-			if stopped {
-				return // client-go dropped the rest of the feed's initial list
-			}
-			continue
+		if !m.informer.HasSynced() || (m.feed != nil && !m.feed.HasSynced()) {
+			return stopped
 		}
 		if m.shadow != nil {
 			m.store.Store(&storeRef{m.informer.GetIndexer()})
@@ -335,13 +314,23 @@ func (m *member) awaitSync() {
 		}
 		m.synced.Store(true)
 		m.markFedLocked()
-		m.mu.Unlock()
-		return
-	}
+		return true
+	})
 }
 
 // awaitFeed waits for a feed registered after the store swap to have had the initial list.
 func (m *member) awaitFeed() {
+	m.poll(func() bool {
+		if m.feed.HasSynced() || m.informer.IsStopped() {
+			m.markFedLocked()
+			return true
+		}
+		return false
+	})
+}
+
+// poll runs step under m.mu every poll interval until it reports done or the member ends.
+func (m *member) poll(step func() bool) {
 	t := time.NewTicker(m.agg.poll)
 	defer t.Stop()
 	for {
@@ -350,14 +339,12 @@ func (m *member) awaitFeed() {
 			return
 		case <-t.C:
 		}
-		stopped := m.informer.IsStopped()
 		m.mu.Lock()
-		if m.gone || m.feed.HasSynced() || stopped {
-			m.markFedLocked()
-			m.mu.Unlock()
+		done := m.gone || step()
+		m.mu.Unlock()
+		if done {
 			return
 		}
-		m.mu.Unlock()
 	}
 }
 

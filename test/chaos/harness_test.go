@@ -302,8 +302,13 @@ func (s *finalStates) OnDelete(cluster string, obj any) {
 func (s *finalStates) forClusters(clusters []string) map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return inClusters(s.state, clusters)
+}
+
+// inClusters is the part of a key → state map whose keys are in clusters.
+func inClusters(m map[string]string, clusters []string) map[string]string {
 	out := map[string]string{}
-	for k, v := range s.state {
+	for k, v := range m {
 		for _, c := range clusters {
 			if strings.HasPrefix(k, c+aggregate.Separator) {
 				out[k] = v

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -218,15 +217,7 @@ func (c *watchClient) watch(ctx context.Context, rv string) (string, bool, error
 func (c *watchClient) forClusters(clusters []string) map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]string{}
-	for k, v := range c.state {
-		for _, cl := range clusters {
-			if strings.HasPrefix(k, cl+aggregate.Separator) {
-				out[k] = v
-			}
-		}
-	}
-	return out
+	return inClusters(c.state, clusters)
 }
 
 func (c *watchClient) counts() (lists, expired, resumes int, errs []string) {
