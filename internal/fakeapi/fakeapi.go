@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 )
 
@@ -17,6 +18,7 @@ type Server struct {
 	mu   sync.Mutex
 	slow chan struct{} // while open, lists hang
 	down bool
+	pods []corev1.Pod // what a list of pods returns
 }
 
 // New starts a Server for t.
@@ -25,6 +27,13 @@ func New(t testing.TB) *Server {
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// SetPods sets what a list of pods returns (nothing by default).
+func (f *Server) SetPods(pods []corev1.Pod) {
+	f.mu.Lock()
+	f.pods = pods
+	f.mu.Unlock()
 }
 
 // Config reaches the server.
@@ -52,7 +61,7 @@ func (f *Server) SetDown(down bool) {
 
 func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
-	down, slow := f.down, f.slow
+	down, slow, pods := f.down, f.slow, f.pods
 	f.mu.Unlock()
 	reply := func(code int, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -93,7 +102,10 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 			}
-			reply(200, map[string]any{"kind": "PodList", "apiVersion": "v1", "metadata": map[string]string{"resourceVersion": "1"}, "items": []any{}})
+			if pods == nil {
+				pods = []corev1.Pod{}
+			}
+			reply(200, map[string]any{"kind": "PodList", "apiVersion": "v1", "metadata": map[string]string{"resourceVersion": "1"}, "items": pods})
 		}
 	default:
 		reply(404, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "not here"})
