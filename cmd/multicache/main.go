@@ -14,15 +14,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-
-	"github.com/multicache/multicache/pkg/clusterset"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "v0.1.0-dev"
 
 func main() {
-	clusterset.Version = version
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if err := newRoot().ExecuteContext(ctx); err != nil {

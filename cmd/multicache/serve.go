@@ -148,7 +148,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		}
 		log.Warn("some kubeconfig contexts are unusable", zap.Error(err))
 	}
-	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst})
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst, UserAgent: "multicache/" + version})
 	if err != nil {
 		return err
 	}

@@ -76,10 +76,12 @@ type Aggregate struct {
 	regs      []*Registration
 }
 
-// New returns an empty Aggregate.
-func New(opts Options) (*Aggregate, error) {
+// New returns an empty Aggregate, and the Membership through which its owner (whoever runs the
+// informers, as clusterset.Registry does) adds, replaces and removes members. Readers get the
+// Aggregate only.
+func New(opts Options) (*Aggregate, *Membership, error) {
 	if opts.Resource == "" {
-		return nil, fmt.Errorf("aggregate: Options.Resource is required")
+		return nil, nil, fmt.Errorf("aggregate: Options.Resource is required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -87,14 +89,36 @@ func New(opts Options) (*Aggregate, error) {
 	if opts.SyncPollInterval == 0 {
 		opts.SyncPollInterval = 50 * time.Millisecond
 	}
-	return &Aggregate{
+	a := &Aggregate{
 		resource:  opts.Resource,
 		log:       opts.Logger.With(zap.String("resource", opts.Resource)),
 		poll:      opts.SyncPollInterval,
 		members:   map[string]*member{},
 		indexes:   map[string]IndexSpec{},
 		lifecycle: map[string]*sync.Mutex{},
-	}, nil
+	}
+	return a, &Membership{a: a}, nil
+}
+
+// Membership changes which clusters an Aggregate spans. Only the Aggregate's owner holds it.
+type Membership struct{ a *Aggregate }
+
+// Join makes inf the member for cluster; see Aggregate's doc for what handlers are told. To
+// replace a member (rotated credentials, a new server), stop its informer first.
+func (ms *Membership) Join(cluster string, inf cache.SharedIndexInformer) error {
+	return ms.a.join(cluster, inf)
+}
+
+// Leave removes cluster: every handler is told each object it was told of is gone.
+func (ms *Membership) Leave(cluster string) { ms.a.leave(cluster) }
+
+// SetDegraded marks cluster's member as failing (true) or healthy again (false). While
+// degraded, the member still answers from its last state, and every answer lists it as
+// unsynced.
+func (ms *Membership) SetDegraded(cluster string, degraded bool) {
+	if m := ms.a.member(cluster); m != nil {
+		m.degraded.Store(degraded)
+	}
 }
 
 // Resource is the name given in Options.
@@ -214,20 +238,6 @@ func (a *Aggregate) member(cluster string) *member {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return a.members[cluster]
-}
-
-// fresh reports whether the member's answers are current: synced, informer running, and not
-// marked degraded.
-func (m *member) fresh() bool {
-	return m.synced.Load() && !m.degraded.Load() && !m.informer.IsStopped()
-}
-
-// SetDegraded marks cluster's member as failing (true) or healthy again (false). While degraded,
-// the member still answers from its last state, and every answer lists it as unsynced.
-func (a *Aggregate) SetDegraded(cluster string, degraded bool) {
-	if m := a.member(cluster); m != nil {
-		m.degraded.Store(degraded)
-	}
 }
 
 // Clusters lists the member clusters, sorted.

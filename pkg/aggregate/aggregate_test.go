@@ -138,7 +138,7 @@ func eq(t *testing.T, what string, got, want []string) {
 }
 
 func newAgg(t *testing.T) *Aggregate {
-	a, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond})
+	a, _, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,10 +153,10 @@ func TestJoinQueryAndHandlers(t *testing.T) {
 	s2 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", map[string]string{"app": "db"})}}
 	i1, _ := startInformer(t, s1)
 	i2, _ := startInformer(t, s2)
-	if err := a.Join("c1", i1); err != nil {
+	if err := a.join("c1", i1); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Join("c2", i2); err != nil {
+	if err := a.join("c2", i2); err != nil {
 		t.Fatal(err)
 	}
 	if missing := a.WaitForSync(context.Background(), 5*time.Second); missing != nil {
@@ -224,13 +224,13 @@ func TestLateHandlerAndLeave(t *testing.T) {
 	a := newAgg(t)
 	s1 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", nil), *cm("a", "y", "1", nil)}}
 	i1, _ := startInformer(t, s1)
-	_ = a.Join("c1", i1)
+	_ = a.join("c1", i1)
 	a.WaitForSync(context.Background(), 5*time.Second)
 	rec := &recorder{}
 	reg, _ := a.AddEventHandler(rec)
 	eq(t, "late handler", sorted(rec.waitFor(t, 2)), []string{"add c1 a/x@1 initial=true", "add c1 a/y@1 initial=true"})
 	waitTrue(t, "late HasSynced", reg.HasSynced)
-	a.Leave("c1")
+	a.leave("c1")
 	eq(t, "leave", sorted(rec.waitFor(t, 4)[2:]), []string{"delete c1 tombstone:a/x", "delete c1 tombstone:a/y"})
 	if len(a.List()) != 0 || len(a.Clusters()) != 0 {
 		t.Errorf("after leave: %v %v", a.List(), a.Clusters())
@@ -243,7 +243,7 @@ func TestReplaceMemberDiffs(t *testing.T) {
 	a := newAgg(t)
 	s1 := &source{items: []corev1.ConfigMap{*cm("a", "same", "1", nil), *cm("a", "changed", "1", nil), *cm("a", "gone", "1", nil)}}
 	i1, stop1 := startInformer(t, s1)
-	_ = a.Join("c1", i1)
+	_ = a.join("c1", i1)
 	rec := &recorder{}
 	_, _ = a.AddEventHandler(rec)
 	a.WaitForSync(context.Background(), 5*time.Second)
@@ -252,12 +252,12 @@ func TestReplaceMemberDiffs(t *testing.T) {
 	block := make(chan struct{})
 	s2 := &source{rv: "5", block: block, items: []corev1.ConfigMap{*cm("a", "same", "1", nil), *cm("a", "changed", "4", nil), *cm("a", "new", "5", nil)}}
 	i2, _ := startInformer(t, s2)
-	if err := a.Join("c1", i2); err == nil {
+	if err := a.join("c1", i2); err == nil {
 		t.Fatal("Join replaced a member whose informer still runs")
 	}
 	stop1()
 	waitTrue(t, "old informer stopped", i1.IsStopped)
-	if err := a.Join("c1", i2); err != nil {
+	if err := a.join("c1", i2); err != nil {
 		t.Fatal(err)
 	}
 	// Until the new informer syncs, queries read the old store and say it is unsynced.
@@ -282,7 +282,7 @@ func TestPanickingAndSlowHandlers(t *testing.T) {
 	a := newAgg(t)
 	s1 := &source{}
 	i1, _ := startInformer(t, s1)
-	_ = a.Join("c1", i1)
+	_ = a.join("c1", i1)
 	a.WaitForSync(context.Background(), 5*time.Second)
 
 	bad, _ := a.AddEventHandler(HandlerFuncs{AddFunc: func(string, any, bool) { panic("boom") }})
@@ -414,7 +414,7 @@ func TestHandlerAddedDuringInitialList(t *testing.T) {
 		early := &recorder{}
 		_, _ = a.AddEventHandler(early) // slows client-go's delivery to the aggregate a little
 		i1, _ := startInformer(t, s)
-		_ = a.Join("c1", i1)
+		_ = a.join("c1", i1)
 		time.Sleep(time.Duration(len(s.items)%7) * time.Millisecond)
 		late := &recorder{}
 		reg, _ := a.AddEventHandler(late)

@@ -21,7 +21,7 @@ import (
 // per cluster, spread over the store.
 func benchFleet(b *testing.B, clusters, perCluster, hits int) (*Aggregate, []cache.SharedIndexInformer) {
 	b.Helper()
-	a, _ := New(Options{Resource: "configmaps", SyncPollInterval: time.Millisecond})
+	a, _, _ := New(Options{Resource: "configmaps", SyncPollInterval: time.Millisecond})
 	var infs []cache.SharedIndexInformer
 	_ = a.AddIndex(IndexSpec{Name: "sel", Func: func(obj any) ([]string, error) {
 		return []string{obj.(*corev1.ConfigMap).Labels["sel"]}, nil
@@ -46,7 +46,7 @@ func benchFleet(b *testing.B, clusters, perCluster, hits int) (*Aggregate, []cac
 		ctx, cancel := context.WithCancel(context.Background())
 		b.Cleanup(cancel)
 		go inf.RunWithContext(ctx)
-		if err := a.Join("cluster-"+strconv.Itoa(c), inf); err != nil {
+		if err := a.join("cluster-"+strconv.Itoa(c), inf); err != nil {
 			b.Fatal(err)
 		}
 		infs = append(infs, inf)

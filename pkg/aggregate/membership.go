@@ -51,6 +51,12 @@ type member struct {
 
 type storeRef struct{ cache.Indexer }
 
+// fresh reports whether the member's answers are current: synced, informer running, and not
+// marked degraded.
+func (m *member) fresh() bool {
+	return m.synced.Load() && !m.degraded.Load() && !m.informer.IsStopped()
+}
+
 // current is the store queries read.
 func (m *member) current() cache.Indexer { return m.store.Load().Indexer }
 
@@ -61,14 +67,14 @@ func (f feed) OnAdd(obj any, isInInitialList bool) { f.m.observe(obj, isInInitia
 func (f feed) OnUpdate(_, newObj any)              { f.m.observe(newObj, false, false) }
 func (f feed) OnDelete(obj any)                    { f.m.observe(obj, false, true) }
 
-// Join makes inf the member for cluster. inf may be started before or after Join.
+// join makes inf the member for cluster. inf may be started before or after join.
 //
 // If cluster is already a member, inf replaces its informer (rotated credentials, a new
 // server): the old informer must have stopped, so that its store is final. Handlers are first
 // told whatever the old informer stored that client-go had not yet delivered; queries then keep
 // reading that store until inf has synced, and handlers are told only what differs. Until then
 // nothing of inf reaches them.
-func (a *Aggregate) Join(cluster string, inf cache.SharedIndexInformer) error {
+func (a *Aggregate) join(cluster string, inf cache.SharedIndexInformer) error {
 	if err := ValidateClusterName(cluster); err != nil {
 		return err
 	}
@@ -360,10 +366,10 @@ func (m *member) markFedLocked() {
 	}
 }
 
-// Leave removes cluster. Every handler receives a cache.DeletedFinalStateUnknown for each object
+// leave removes cluster. Every handler receives a cache.DeletedFinalStateUnknown for each object
 // it was told about, whatever the informer's state. The caller stops the informer (before or
-// after Leave).
-func (a *Aggregate) Leave(cluster string) {
+// after).
+func (a *Aggregate) leave(cluster string) {
 	lc := a.lifecycleLock(cluster)
 	lc.Lock()
 	defer lc.Unlock()

@@ -246,7 +246,7 @@ func TestQueryDuringReplacement(t *testing.T) {
 	a := newAgg(t)
 	c := newCluster("c1", 50, 0)
 	i1, stop := startInformer(t, c.source())
-	if err := a.Join("c1", i1); err != nil {
+	if err := a.join("c1", i1); err != nil {
 		t.Fatal(err)
 	}
 	if missing := a.WaitForSync(context.Background(), 5*time.Second); missing != nil {
@@ -280,7 +280,7 @@ func TestQueryDuringReplacement(t *testing.T) {
 		inf, stopNext := startInformer(t, s)
 		stop()
 		waitTrue(t, "old informer stopped", func() bool { return i1.IsStopped() })
-		if err := a.Join("c1", inf); err != nil {
+		if err := a.join("c1", inf); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -304,7 +304,7 @@ func TestAddHandlerWithStoppedMember(t *testing.T) {
 	a := newAgg(t)
 	s1 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", nil), *cm("a", "y", "1", nil)}}
 	i1, stop1 := startInformer(t, s1)
-	if err := a.Join("c1", i1); err != nil {
+	if err := a.join("c1", i1); err != nil {
 		t.Fatal(err)
 	}
 	a.WaitForSync(context.Background(), 5*time.Second)
@@ -318,11 +318,11 @@ func TestAddHandlerWithStoppedMember(t *testing.T) {
 	}
 	s2 := &source{items: []corev1.ConfigMap{*cm("b", "z", "1", nil)}}
 	i2, _ := startInformer(t, s2)
-	if err := a.Join("c2", i2); err != nil {
+	if err := a.join("c2", i2); err != nil {
 		t.Fatal(err)
 	}
 	waitTrue(t, "handler got both clusters", func() bool { st, _ := v.snapshot(); return len(st) == 3 })
-	a.Leave("c1")
+	a.leave("c1")
 	waitTrue(t, "c1 left the handler's view", func() bool { st, _ := v.snapshot(); return len(st) == 1 })
 	waitTrue(t, "nothing left pending", func() bool { return reg.Pending() == 0 })
 	if _, errs := v.snapshot(); len(errs) > 0 {
@@ -352,13 +352,13 @@ func TestLeaveUnderWrites(t *testing.T) {
 		other := newCluster("c2", 20, 0)
 		i1, _ := startInformer(t, c.source())
 		i2, _ := startInformer(t, other.source())
-		_ = a.Join("c1", i1)
-		_ = a.Join("c2", i2)
+		_ = a.join("c1", i1)
+		_ = a.join("c2", i2)
 		a.WaitForSync(context.Background(), 5*time.Second)
 		stop := make(chan struct{})
 		done := c.churn(stop)
 		time.Sleep(time.Duration(20+i*5) * time.Millisecond)
-		a.Leave("c1")
+		a.leave("c1")
 		close(stop)
 		<-done
 		settle(t, fmt.Sprintf("round %d: after c1 left", i), other.truth(), map[string]*view{"fast": fast, "slow": slow})
@@ -375,7 +375,7 @@ func TestReplaceUnderWrites(t *testing.T) {
 		_, _ = a.AddEventHandler(slow)
 		c := newCluster("c1", 200, 0)
 		i1, stop1 := startInformer(t, c.source())
-		_ = a.Join("c1", i1)
+		_ = a.join("c1", i1)
 		a.WaitForSync(context.Background(), 5*time.Second)
 		stop := make(chan struct{})
 		done := c.churn(stop)
@@ -387,7 +387,7 @@ func TestReplaceUnderWrites(t *testing.T) {
 		waitTrue(t, "old informer stopped", i1.IsStopped)
 		time.Sleep(5 * time.Millisecond)
 		i2, _ := startInformer(t, c.source())
-		if err := a.Join("c1", i2); err != nil {
+		if err := a.join("c1", i2); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -406,7 +406,7 @@ func TestEveryEventBacklogIsBounded(t *testing.T) {
 	a := newAgg(t)
 	c := newCluster("c1", 10, 0)
 	i1, _ := startInformer(t, c.source())
-	_ = a.Join("c1", i1)
+	_ = a.join("c1", i1)
 	a.WaitForSync(context.Background(), 5*time.Second)
 	block := make(chan struct{})
 	reg, err := a.AddEventHandlerWithOptions(HandlerFuncs{UpdateFunc: func(string, any, any) { <-block }}, HandlerOptions{EveryEvent: true})
@@ -444,9 +444,9 @@ func TestLeaveForgetsHandlerState(t *testing.T) {
 	every, _ := a.AddEventHandlerWithOptions(newView(0), HandlerOptions{EveryEvent: true})
 	c := newCluster("c1", 20, 0)
 	i1, _ := startInformer(t, c.source())
-	_ = a.Join("c1", i1)
+	_ = a.join("c1", i1)
 	waitTrue(t, "handlers synced", func() bool { return merged.HasSynced() && every.HasSynced() })
-	a.Leave("c1")
+	a.leave("c1")
 	for name, r := range map[string]*Registration{"merged": merged, "every-event": every} {
 		waitTrue(t, name+" drained", func() bool {
 			r.mu.Lock()

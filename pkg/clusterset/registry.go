@@ -14,9 +14,6 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 )
 
-// Version is reported in the user agent, multicache/<Version>.
-var Version = "v0.1.0-dev"
-
 // Options configures a Registry.
 type Options struct {
 	// Source yields the clusters. Required.
@@ -28,7 +25,7 @@ type Options struct {
 	// QPS and Burst limit each cluster's client. Defaults 50 and 100.
 	QPS   float32
 	Burst int
-	// UserAgent. Default "multicache/<Version>".
+	// UserAgent of every request to the clusters. Default "multicache".
 	UserAgent string
 	// DiscoveryInterval is how often resources a cluster does not serve are looked up again
 	// (a CRD installed later). Default 30s.
@@ -70,7 +67,7 @@ func (o *Options) defaults() error {
 		o.Burst = 100
 	}
 	if o.UserAgent == "" {
-		o.UserAgent = "multicache/" + Version
+		o.UserAgent = "multicache"
 	}
 	if o.DiscoveryInterval == 0 {
 		o.DiscoveryInterval = 30 * time.Second
@@ -93,6 +90,7 @@ type Registry struct {
 	opts  Options
 	log   *zap.Logger
 	aggs  map[string]*aggregate.Aggregate
+	mems  map[string]*aggregate.Membership // the aggregates' owner hooks: only runners use them
 	board statusBoard
 
 	loaded chan struct{} // closed once the source has been loaded the first time
@@ -100,7 +98,6 @@ type Registry struct {
 	mu       sync.Mutex
 	clusters map[string]*runner
 	retiring map[string]*runner // stopping (and, if removed, leaving); a cluster's next runner waits for it
-	loadErr  string
 	started  bool
 }
 
@@ -109,9 +106,9 @@ func New(opts Options) (*Registry, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, clusters: map[string]*runner{}, retiring: map[string]*runner{}, loaded: make(chan struct{})}
+	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, mems: map[string]*aggregate.Membership{}, clusters: map[string]*runner{}, retiring: map[string]*runner{}, loaded: make(chan struct{})}
 	for _, spec := range opts.Resources {
-		agg, err := aggregate.New(aggregate.Options{Resource: spec.Name, Logger: opts.Logger})
+		agg, mem, err := aggregate.New(aggregate.Options{Resource: spec.Name, Logger: opts.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +117,7 @@ func New(opts Options) (*Registry, error) {
 				return nil, fmt.Errorf("resource %q: %w", spec.Name, err)
 			}
 		}
-		r.aggs[spec.Name] = agg
+		r.aggs[spec.Name], r.mems[spec.Name] = agg, mem
 	}
 	return r, nil
 }
@@ -174,13 +171,10 @@ func (r *Registry) reload(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.loadErr = err.Error()
 		r.log.Error("cluster source", zap.Error(err))
 		if cfgs == nil {
 			return // nothing usable: keep what runs
 		}
-	} else {
-		r.loadErr = ""
 	}
 	want := map[string]ClusterConfig{}
 	for _, c := range cfgs {
@@ -270,12 +264,9 @@ func (r *Registry) Clusters() []string {
 	return out
 }
 
-// Status returns every engaged cluster's status, sorted by name.
-func (r *Registry) Status() []ClusterStatus { return r.Snapshot(true) }
-
-// Snapshot is Status; without countObjects it skips the object counts, which cost a pass over
-// every store, for callers on a hot path.
-func (r *Registry) Snapshot(countObjects bool) []ClusterStatus {
+// Status returns every engaged cluster's status, sorted by name. It is cheap: object counts
+// come from the aggregates (Aggregate.Cluster).
+func (r *Registry) Status() []ClusterStatus {
 	r.mu.Lock()
 	runs := make([]*runner, 0, len(r.clusters))
 	for _, run := range r.clusters {
@@ -284,7 +275,7 @@ func (r *Registry) Snapshot(countObjects bool) []ClusterStatus {
 	r.mu.Unlock()
 	out := make([]ClusterStatus, 0, len(runs))
 	for _, run := range runs {
-		out = append(out, run.status(countObjects))
+		out = append(out, run.status())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -298,14 +289,7 @@ func (r *Registry) ClusterStatus(name string) (ClusterStatus, bool) {
 	if run == nil {
 		return ClusterStatus{}, false
 	}
-	return run.status(true), true
-}
-
-// SourceError is the last error loading the source ("" when the last load was clean).
-func (r *Registry) SourceError() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.loadErr
+	return run.status(), true
 }
 
 // Subscribe returns state changes as they happen, buffered up to buf; a subscriber that falls
@@ -328,7 +312,7 @@ func (r *Registry) WaitForSync(ctx context.Context, timeout time.Duration) []str
 	var missing []string
 	_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 		missing = missing[:0]
-		for _, cs := range r.Snapshot(false) {
+		for _, cs := range r.Status() {
 			for _, rs := range cs.Resources {
 				if rs.State != Synced && rs.State != NotServed {
 					missing = append(missing, cs.Name+"/"+rs.Resource)

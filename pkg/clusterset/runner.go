@@ -49,8 +49,8 @@ func newRunner(parent context.Context, reg *Registry, cfg ClusterConfig, prev *r
 	}
 	for _, spec := range reg.opts.Resources {
 		s := newStack(cfg.Name, spec, &reg.board, r.log)
-		agg := reg.aggs[spec.Name]
-		s.onState = func(st State) { agg.SetDegraded(cfg.Name, st == Degraded || st == Failed) }
+		mem := reg.mems[spec.Name]
+		s.onState = func(st State) { mem.SetDegraded(cfg.Name, st == Degraded || st == Failed) }
 		r.stacks = append(r.stacks, s)
 	}
 	return r
@@ -71,10 +71,10 @@ func (r *runner) retire(leave bool) {
 		<-r.after // a runner stopped before its predecessor retired: retired means the whole chain
 	}
 	if leave {
-		for _, agg := range r.reg.aggs {
-			agg.Leave(r.cfg.Name)
+		for _, mem := range r.reg.mems {
+			mem.Leave(r.cfg.Name)
 		}
-		r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: Synced, To: "Removed"})
+		r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: Synced, To: Removed})
 	}
 }
 
@@ -142,7 +142,7 @@ func (r *runner) run() {
 					next = append(next, s) // tried again at the next discovery pass
 					continue
 				}
-				if jerr := r.reg.aggs[s.spec.Name].Join(r.cfg.Name, inf); jerr != nil {
+				if jerr := r.reg.mems[s.spec.Name].Join(r.cfg.Name, inf); jerr != nil {
 					r.leaveStale(s)
 					s.set(Failed, jerr.Error())
 					next = append(next, s)
@@ -191,7 +191,7 @@ func (r *runner) run() {
 // not replace it (the resource is not served here, or its stack could not be built), and its
 // stopped informer's objects must not linger.
 func (r *runner) leaveStale(s *stack) {
-	r.reg.aggs[s.spec.Name].Leave(r.cfg.Name)
+	r.reg.mems[s.spec.Name].Leave(r.cfg.Name)
 }
 
 // probe checks the API server every ProbeInterval and reports failures to every started stack.
@@ -306,7 +306,7 @@ func (r *runner) setState(st State, errText string) {
 	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from, To: st, Error: errText})
 }
 
-func (r *runner) status(count bool) ClusterStatus {
+func (r *runner) status() ClusterStatus {
 	r.mu.Lock()
 	cs := ClusterStatus{Name: r.cfg.Name, Origin: r.cfg.Origin, Error: r.err, Restarts: r.restarts}
 	stacks := r.stacks
@@ -314,7 +314,7 @@ func (r *runner) status(count bool) ClusterStatus {
 	worst := Synced
 	var errs []string
 	for _, s := range stacks {
-		st := s.status(count)
+		st := s.status()
 		cs.Resources = append(cs.Resources, st)
 		if severity[st.State] > severity[worst] {
 			worst = st.State

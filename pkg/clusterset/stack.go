@@ -45,15 +45,10 @@ func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Lo
 	}
 }
 
-func (s *stack) status(count bool) ResourceStatus {
+func (s *stack) status() ResourceStatus {
 	s.mu.Lock()
-	st := s.st
-	inf := s.informer
-	s.mu.Unlock()
-	if count && inf != nil {
-		st.Objects = len(inf.GetStore().ListKeys())
-	}
-	return st
+	defer s.mu.Unlock()
+	return s.st
 }
 
 // setState changes state and error together and publishes the change. Callers hold s.mu.

@@ -29,6 +29,9 @@ const (
 	Failed State = "Failed"
 	// NotServed: the cluster does not serve this resource (a CRD it lacks). Fails nothing.
 	NotServed State = "NotServed"
+	// Removed: the cluster left the source; only StatusChange reports it (To), as its last
+	// change.
+	Removed State = "Removed"
 )
 
 // severity orders states for the cluster summary; NotServed counts as fine.
@@ -51,7 +54,6 @@ type ResourceStatus struct {
 	LastSync time.Time // the last time the cache was known in step with the server
 	// SyncDuration is how long the initial list took (0 until synced).
 	SyncDuration time.Duration
-	Objects      int
 	// WatchRestarts counts list/watch failures the reflector recovered from or is retrying.
 	WatchRestarts int64
 }
@@ -136,12 +138,10 @@ func rootCause(err error) string {
 	return s
 }
 
-// statusBoard holds every status and fans out changes.
+// statusBoard fans out status changes to subscribers.
 type statusBoard struct {
 	mu   sync.Mutex
 	subs map[chan StatusChange]struct{}
-	// dropped counts notifications a slow subscriber missed.
-	dropped int64
 }
 
 func (b *statusBoard) publish(c StatusChange) {
@@ -153,8 +153,7 @@ func (b *statusBoard) publish(c StatusChange) {
 	for ch := range b.subs {
 		select {
 		case ch <- c:
-		default:
-			b.dropped++
+		default: // the subscriber is behind: it misses this one (Status has the current state)
 		}
 	}
 }

@@ -7,15 +7,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/multicache/multicache/pkg/aggregate"
 )
 
-// Names of the built-in indexes.
+// Names of the built-in indexes. (The cluster, cluster-namespace and namespace indexes are the
+// aggregate's: aggregate.IndexCluster and the like.)
 const (
-	Cluster          = aggregate.IndexCluster
-	ClusterNamespace = aggregate.IndexClusterNamespace
-	Namespace        = aggregate.IndexNamespace
 	// Label values are "key=value" for every label, and "key" alone for its presence.
 	Label = "label"
 	// OwnerUID values are the UIDs of the owner references.
@@ -28,8 +24,7 @@ const (
 	Image = "image"
 )
 
-// Builtins returns the built-in index functions by name (Cluster, ClusterNamespace and
-// Namespace excepted: the aggregate provides them).
+// Builtins returns the built-in index functions by name.
 func Builtins() cache.Indexers {
 	return cache.Indexers{
 		Label:    ByLabel,

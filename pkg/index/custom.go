@@ -27,8 +27,6 @@ type Spec struct {
 	// CEL is an expression over `object` (the object as JSON-like data) that yields a string, a
 	// list of strings, a bool or a number. A missing field yields no value.
 	CEL string `json:"cel,omitempty"`
-	// Clusters limits the index to clusters matching these globs. Empty: every cluster.
-	Clusters []string `json:"clusters,omitempty"`
 }
 
 // compiled caches compiled expressions: configs repeat the same expression for many resources,
@@ -40,7 +38,7 @@ func Compile(spec Spec) (cache.IndexFunc, error) {
 	if spec.Name == "" {
 		return nil, fmt.Errorf("index: name is required")
 	}
-	if _, builtin := Builtins()[spec.Name]; builtin || spec.Name == Cluster || spec.Name == ClusterNamespace || spec.Name == Namespace {
+	if _, builtin := Builtins()[spec.Name]; builtin {
 		return nil, fmt.Errorf("index %q: name: taken by a built-in index", spec.Name)
 	}
 	switch {

@@ -4,6 +4,7 @@
 // objects, unstructured objects and, where the fields exist, metadata-only objects, so one
 // index serves every cluster whatever the decoding mode.
 //
-// The cluster and cluster+namespace indexes need no function: package aggregate answers them
-// from its membership (aggregate.IndexCluster, aggregate.IndexClusterNamespace).
+// It knows objects only, as client-go's IndexFuncs do: it imports no other package of
+// multicache. Where an index applies (which clusters), and the cluster and cluster+namespace
+// indexes, are the aggregate's business.
 package index

@@ -34,6 +34,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 var allStates = []clusterset.State{clusterset.Pending, clusterset.Syncing, clusterset.Synced, clusterset.Degraded, clusterset.Failed, clusterset.NotServed}
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.s.objectCounts()
 	for _, cs := range c.s.reg.Status() {
 		for _, rs := range cs.Resources {
 			for _, st := range allStates {
@@ -43,7 +44,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 				ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, v, cs.Name, rs.Resource, string(st))
 			}
-			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(rs.Objects), cs.Name, rs.Resource)
+			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(counts[cs.Name][rs.Resource]), cs.Name, rs.Resource)
 			ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(rs.WatchRestarts), cs.Name, rs.Resource)
 			if rs.SyncDuration > 0 {
 				ch <- prometheus.MustNewConstMetric(c.syncSeconds, prometheus.GaugeValue, rs.SyncDuration.Seconds(), cs.Name, rs.Resource)

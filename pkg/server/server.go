@@ -241,7 +241,7 @@ func (s *Server) resolve(name string) (string, bool) {
 	if res, ok := s.aliases[key]; ok {
 		return res, true
 	}
-	for _, cs := range s.reg.Snapshot(false) {
+	for _, cs := range s.reg.Status() {
 		for _, rs := range cs.Resources {
 			for _, a := range rs.Aliases {
 				s.aliases[strings.ToLower(a)] = rs.Resource
@@ -272,7 +272,7 @@ func (s *Server) views(resource string, clusters []string) ([]clusterView, map[s
 	var out []clusterView
 	info := map[string]clusterset.ResourceStatus{}
 	seen := map[string]bool{}
-	for _, cs := range s.reg.Snapshot(false) {
+	for _, cs := range s.reg.Status() {
 		if len(want) > 0 && !want[cs.Name] {
 			continue
 		}
@@ -319,6 +319,7 @@ func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 		Resources []resView  `json:"resources"`
 	}
 	var out []view
+	counts := s.objectCounts()
 	for _, cs := range s.reg.Status() {
 		v := view{Name: cs.Name, State: string(cs.State), Error: cs.Error, Resources: []resView{}}
 		if !cs.LastSync.IsZero() {
@@ -326,7 +327,7 @@ func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 			v.LastSync = &t
 		}
 		for _, rs := range cs.Resources {
-			v.Resources = append(v.Resources, resView{Resource: rs.Resource, State: string(rs.State), Objects: rs.Objects, Error: rs.Error})
+			v.Resources = append(v.Resources, resView{Resource: rs.Resource, State: string(rs.State), Objects: counts[cs.Name][rs.Resource], Error: rs.Error})
 		}
 		out = append(out, v)
 	}
@@ -336,13 +337,31 @@ func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"clusters": out})
 }
 
+// objectCounts is, per cluster and resource, the objects the aggregates hold. It reads every
+// store: O(objects).
+func (s *Server) objectCounts() map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for _, res := range s.reg.Resources() {
+		agg, _ := s.reg.Aggregate(res)
+		for _, c := range agg.Clusters() {
+			if idx, ok := agg.Cluster(c); ok {
+				if out[c] == nil {
+					out[c] = map[string]int{}
+				}
+				out[c][res] = len(idx.ListKeys())
+			}
+		}
+	}
+	return out
+}
+
 // ready applies the readiness policy: every cluster × resource is Synced or NotServed, except
 // dead ones, which have been failing (Failed or Degraded) for DeadClusterTimeout without a
 // break. A slow one, syncing without an error, always counts. It returns the others.
 func (s *Server) ready() (bool, []string) {
 	var waiting []string
 	now := time.Now()
-	for _, cs := range s.reg.Snapshot(false) {
+	for _, cs := range s.reg.Status() {
 		for _, rs := range cs.Resources {
 			switch rs.State {
 			case clusterset.Synced, clusterset.NotServed:
