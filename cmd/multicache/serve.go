@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -152,13 +151,6 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	indexFuncs := map[string]map[string]cache.IndexFunc{}
-	for _, s := range specs {
-		indexFuncs[s.Name] = map[string]cache.IndexFunc{}
-		for _, ix := range s.Indexes {
-			indexFuncs[s.Name][ix.Name] = ix.Func
-		}
-	}
 	var tokens []string
 	if cfg.Server.Auth != nil {
 		if tokens, err = server.ReadTokenFile(cfg.Server.Auth.TokenFile); err != nil {
@@ -166,7 +158,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	srv, err := server.New(server.Options{
-		Registry: reg, Logger: log, IndexFuncs: indexFuncs, Tokens: tokens,
+		Registry: reg, Logger: log, Tokens: tokens,
 		MaxPageSize: cfg.Server.MaxPageSize, RequestTimeout: cfg.Server.RequestTimeout.Duration,
 		WatchBuffer: cfg.Server.WatchBuffer, WatchBufferBytes: cfg.Server.WatchBufferBytes, BookmarkInterval: cfg.Server.BookmarkInterval.Duration,
 		MaxWatches: cfg.Server.MaxWatches, MaxRequestsInFlight: cfg.Server.MaxRequestsInFlight,

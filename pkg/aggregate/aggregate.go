@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 )
@@ -172,6 +170,18 @@ func (a *Aggregate) AddIndex(spec IndexSpec) error {
 		}
 	}
 	return nil
+}
+
+// GetIndexers returns the indexes added with AddIndex, by name, as client-go's Indexer does
+// (the built-in cluster, cluster-namespace and namespace indexes excepted).
+func (a *Aggregate) GetIndexers() cache.Indexers {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make(cache.Indexers, len(a.indexes))
+	for name, spec := range a.indexes {
+		out[name] = spec.Func
+	}
+	return out
 }
 
 // lifecycleLock returns the mutex that serializes cluster's Join and Leave.
@@ -415,121 +425,6 @@ func (a *Aggregate) ListIndexFuncValues(indexName string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// Item is one object with the cluster it came from.
-type Item struct {
-	Cluster string
-	Object  any
-}
-
-// Key returns the item's Key.
-func (it Item) Key() Key {
-	k, _ := KeyOf(it.Cluster, it.Object)
-	return k
-}
-
-// Query selects objects. Every set field narrows the answer.
-type Query struct {
-	// Clusters limits the answer to these members. Empty: every member.
-	Clusters []string
-	// Namespace limits the answer to one namespace.
-	Namespace string
-	// Index and Value select through an index (built-in or added).
-	Index, Value string
-	// Labels filters on labels.
-	Labels labels.Selector
-}
-
-// Result is an answer with its freshness: Unsynced lists the clusters it spans whose member was
-// not fresh (see Unsynced), so the answer may be partial or stale for them.
-type Result struct {
-	Items    []Item
-	Unsynced []string
-}
-
-// Select answers q from the members' indexes. Items come in cluster order, then in store order.
-func (a *Aggregate) Select(q Query) (Result, error) {
-	var res Result
-	ms := a.snapshot()
-	if len(q.Clusters) > 0 {
-		keep := ms[:0:0]
-		for _, m := range ms {
-			if slices.Contains(q.Clusters, m.cluster) {
-				keep = append(keep, m)
-			}
-		}
-		ms = keep
-	}
-	if q.Index != "" && q.Index != IndexCluster && q.Index != IndexClusterNamespace && q.Index != IndexNamespace {
-		a.mu.RLock()
-		_, ok := a.indexes[q.Index]
-		a.mu.RUnlock()
-		if !ok {
-			return res, fmt.Errorf("index %q does not exist", q.Index)
-		}
-	}
-	for _, m := range ms {
-		if !m.fresh() {
-			res.Unsynced = append(res.Unsynced, m.cluster)
-		}
-		objs, err := a.selectMember(m, q)
-		if err != nil {
-			return res, fmt.Errorf("cluster %q: %w", m.cluster, err)
-		}
-		for _, o := range objs {
-			if q.Labels != nil && !q.Labels.Empty() {
-				acc, err := meta.Accessor(o)
-				if err != nil || !q.Labels.Matches(labels.Set(acc.GetLabels())) {
-					continue
-				}
-			}
-			if q.Namespace != "" && q.Index != "" && q.Index != IndexNamespace {
-				if acc, err := meta.Accessor(o); err != nil || acc.GetNamespace() != q.Namespace {
-					continue
-				}
-			}
-			res.Items = append(res.Items, Item{Cluster: m.cluster, Object: o})
-		}
-	}
-	return res, nil
-}
-
-func (a *Aggregate) selectMember(m *member, q Query) ([]any, error) {
-	store := m.current()
-	switch q.Index {
-	case "":
-		if q.Namespace != "" {
-			return store.ByIndex(IndexNamespace, q.Namespace)
-		}
-		return store.List(), nil
-	case IndexCluster:
-		if q.Value != m.cluster {
-			return nil, nil
-		}
-		if q.Namespace != "" {
-			return store.ByIndex(IndexNamespace, q.Namespace)
-		}
-		return store.List(), nil
-	case IndexClusterNamespace:
-		cluster, ns, _ := strings.Cut(q.Value, "/")
-		if cluster != m.cluster || (q.Namespace != "" && q.Namespace != ns) {
-			return nil, nil
-		}
-		return store.ByIndex(IndexNamespace, ns)
-	case IndexNamespace:
-		if q.Namespace != "" && q.Namespace != q.Value {
-			return nil, nil
-		}
-		return store.ByIndex(IndexNamespace, q.Value)
-	}
-	a.mu.RLock()
-	spec := a.indexes[q.Index]
-	a.mu.RUnlock()
-	if !spec.appliesTo(m.cluster) {
-		return nil, nil
-	}
-	return store.ByIndex(q.Index, q.Value)
 }
 
 // WaitForSync waits until every member has synced, ctx ends, or timeout passes, whichever is

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -53,7 +52,7 @@ func BenchmarkHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Options{Registry: reg, IndexFuncs: map[string]map[string]cache.IndexFunc{"pods": {index.NodeName: index.ByNodeName, index.Label: index.ByLabel}}})
+	s, err := New(Options{Registry: reg})
 	if err != nil {
 		b.Fatal(err)
 	}

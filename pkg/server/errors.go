@@ -3,14 +3,9 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-)
 
-// apiError is the error body every endpoint uses.
-type apiError struct {
-	Code    int    `json:"code"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
+	"github.com/multicache/multicache/pkg/api"
+)
 
 var reasons = map[int]string{
 	http.StatusBadRequest:          "BadRequest",
@@ -25,13 +20,9 @@ var reasons = map[int]string{
 	http.StatusGatewayTimeout:      "Timeout",
 }
 
+// writeError answers an api.Error.
 func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(apiError{Code: code, Reason: reasons[code], Message: msg})
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(api.Error{Code: code, Reason: reasons[code], Message: msg})
 }

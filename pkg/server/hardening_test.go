@@ -64,7 +64,7 @@ func TestSecretRedactionEveryShape(t *testing.T) {
 // of distinct 64 KiB objects (estimated at 3× that in memory) must keep at most about 340 of
 // them reachable, not 2,000 (or, with the previous states, 4,000).
 func TestHubRingIsBoundedByMemory(t *testing.T) {
-	h := newHub("cm", 100000, 64<<20, func(obj any) *attrs { return (&Server{}).attrsOf("cm", obj) })
+	h := newTestHub(100000, 64<<20)
 	var refs []weak.Pointer[corev1.ConfigMap]
 	big := strings.Repeat("x", 64<<10)
 	for i := range 2000 {

@@ -2,14 +2,15 @@ package server
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
 )
 
 // event is one change in the fleet as a watch sends it.
@@ -18,8 +19,8 @@ type event struct {
 	cluster string
 	typ     string // ADDED, MODIFIED, DELETED
 	obj     any
-	prev    *attrs // MODIFIED only: what filters read of the previous state
-	size    int    // bytes charged against the ring's bound
+	prev    *aggregate.Attributes // MODIFIED only: what queries read of the previous state
+	size    int                   // bytes charged against the ring's bound
 }
 
 // hub keeps the recent events of one resource, in the order the aggregate delivered them, for
@@ -40,7 +41,7 @@ type event struct {
 // with 410 Expired, unless none of the evicted events concerned the clusters it watches.
 type hub struct {
 	resource  string
-	attrsOf   func(obj any) *attrs // what filters need of a previous state
+	attrsOf   func(obj any) *aggregate.Attributes // what queries read of a previous state
 	maxEvents int
 	maxBytes  int
 
@@ -58,7 +59,7 @@ type hub struct {
 	expired    int64             // watches ended because they fell behind the ring
 }
 
-func newHub(resource string, maxEvents, maxBytes int, attrsOf func(any) *attrs) *hub {
+func newHub(resource string, maxEvents, maxBytes int, attrsOf func(any) *aggregate.Attributes) *hub {
 	return &hub{resource: resource, attrsOf: attrsOf, maxEvents: maxEvents, maxBytes: maxBytes,
 		epoch: newEpoch(), ring: make([]event, min(maxEvents, 1024)), evicted: map[string]uint64{}, wake: make(chan struct{})}
 }
@@ -70,18 +71,18 @@ func newEpoch() string {
 }
 
 func (h *hub) OnAdd(cluster string, obj any, _ bool) {
-	h.append(event{cluster: cluster, typ: "ADDED", obj: obj})
+	h.append(event{cluster: cluster, typ: api.Added, obj: obj})
 }
 
 func (h *hub) OnUpdate(cluster string, oldObj, newObj any) {
-	h.append(event{cluster: cluster, typ: "MODIFIED", obj: newObj, prev: h.attrsOf(oldObj)})
+	h.append(event{cluster: cluster, typ: api.Modified, obj: newObj, prev: h.attrsOf(oldObj)})
 }
 
 func (h *hub) OnDelete(cluster string, obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	h.append(event{cluster: cluster, typ: "DELETED", obj: obj})
+	h.append(event{cluster: cluster, typ: api.Deleted, obj: obj})
 }
 
 // overflow is the hub's aggregate.HandlerOptions.OnOverflow: events were dropped before
@@ -104,7 +105,7 @@ func (h *hub) overflow() {
 func (h *hub) append(ev event) {
 	ev.size = approxSize(ev.obj)
 	if ev.prev != nil {
-		ev.size += ev.prev.size
+		ev.size += attributesSize(ev.prev)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -210,27 +211,17 @@ func (h *hub) held() (events, bytes int) {
 	return h.n, h.bytes
 }
 
-// token is a watch position: the hub's epoch and sequence. Clients treat it as opaque.
-type token struct {
-	Epoch string `json:"e"`
-	Seq   uint64 `json:"s"`
-}
-
-func (t token) encode() string {
-	b, _ := json.Marshal(t)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func parseToken(s string) (token, error) {
-	var t token
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return t, fmt.Errorf("resourceVersion %q: not a multicache token", s)
+// attributesSize estimates what a kept previous state costs (its labels map is shared with the
+// object it came from, so only the values count).
+func attributesSize(a *aggregate.Attributes) int {
+	n := 64
+	for f, vs := range a.Values {
+		n += len(f) + 48
+		for _, v := range vs {
+			n += len(v) + 16
+		}
 	}
-	if err := json.Unmarshal(b, &t); err != nil || t.Epoch == "" {
-		return t, fmt.Errorf("resourceVersion %q: not a multicache token", s)
-	}
-	return t, nil
+	return n
 }
 
 // sizer is implemented by typed API objects (their protobuf size).

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -25,9 +23,6 @@ import (
 type Options struct {
 	Registry *clusterset.Registry // required
 	Logger   *zap.Logger
-	// IndexFuncs are the index functions by resource and index name, so that field selectors on
-	// an index name can be checked object by object.
-	IndexFuncs map[string]map[string]cache.IndexFunc
 	// Tokens accepted as "Authorization: Bearer …". Empty: no auth.
 	Tokens []string
 	// MaxPageSize caps `limit`; it is also the page size when no limit is given. Default 1000.
@@ -127,7 +122,7 @@ func New(opts Options) (*Server, error) {
 		limits: newLimits(opts.MaxWatches, opts.MaxRequestsInFlight)}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
-		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func(obj any) *attrs { return s.attrsOf(res, obj) })
+		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func(obj any) *aggregate.Attributes { return prevAttributes(agg, obj) })
 		// Every event, in order: a watch relays the change stream, so an add and delete of the
 		// same object while the hub is behind must both reach it. Past HubMaxPending the hub
 		// resets (every watch 410) rather than grow without bound.
@@ -250,151 +245,6 @@ func (s *Server) resolve(name string) (string, bool) {
 	}
 	res, ok := s.aliases[key]
 	return res, ok
-}
-
-// clusterView is one cluster's freshness as answers report it.
-type clusterView struct {
-	Name      string     `json:"name"`
-	Synced    bool       `json:"synced"`
-	NotServed bool       `json:"notServed,omitempty"`
-	LastSync  *time.Time `json:"lastSync,omitempty"`
-	Error     string     `json:"error,omitempty"`
-}
-
-// views returns the freshness of resource in the given clusters (all engaged when empty), and
-// the per-cluster resolution (kind, scope) for encoding.
-func (s *Server) views(resource string, clusters []string) ([]clusterView, map[string]clusterset.ResourceStatus) {
-	agg, _ := s.reg.Aggregate(resource)
-	want := map[string]bool{}
-	for _, c := range clusters {
-		want[c] = true
-	}
-	var out []clusterView
-	info := map[string]clusterset.ResourceStatus{}
-	seen := map[string]bool{}
-	for _, cs := range s.reg.Status() {
-		if len(want) > 0 && !want[cs.Name] {
-			continue
-		}
-		seen[cs.Name] = true
-		v := clusterView{Name: cs.Name}
-		for _, rs := range cs.Resources {
-			if rs.Resource != resource {
-				continue
-			}
-			info[cs.Name] = rs
-			v.Synced = agg.HasSynced(cs.Name) && (rs.State == clusterset.Synced)
-			v.NotServed = rs.State == clusterset.NotServed
-			if !rs.LastSync.IsZero() {
-				t := rs.LastSync.UTC().Truncate(time.Second)
-				v.LastSync = &t
-			}
-			if rs.State != clusterset.Synced {
-				v.Error = strings.TrimSpace(string(rs.State) + ": " + rs.Error)
-			}
-		}
-		out = append(out, v)
-	}
-	for c := range want {
-		if !seen[c] {
-			out = append(out, clusterView{Name: c, Error: "unknown cluster"})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, info
-}
-
-func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
-	type resView struct {
-		Resource string `json:"resource"`
-		State    string `json:"state"`
-		Objects  int    `json:"objects"`
-		Error    string `json:"error,omitempty"`
-	}
-	type view struct {
-		Name      string     `json:"name"`
-		State     string     `json:"state"`
-		LastSync  *time.Time `json:"lastSync,omitempty"`
-		Error     string     `json:"error,omitempty"`
-		Resources []resView  `json:"resources"`
-	}
-	var out []view
-	counts := s.objectCounts()
-	for _, cs := range s.reg.Status() {
-		v := view{Name: cs.Name, State: string(cs.State), Error: cs.Error, Resources: []resView{}}
-		if !cs.LastSync.IsZero() {
-			t := cs.LastSync.UTC().Truncate(time.Second)
-			v.LastSync = &t
-		}
-		for _, rs := range cs.Resources {
-			v.Resources = append(v.Resources, resView{Resource: rs.Resource, State: string(rs.State), Objects: counts[cs.Name][rs.Resource], Error: rs.Error})
-		}
-		out = append(out, v)
-	}
-	if out == nil {
-		out = []view{}
-	}
-	writeJSON(w, map[string]any{"clusters": out})
-}
-
-// objectCounts is, per cluster and resource, the objects the aggregates hold. It reads every
-// store: O(objects).
-func (s *Server) objectCounts() map[string]map[string]int {
-	out := map[string]map[string]int{}
-	for _, res := range s.reg.Resources() {
-		agg, _ := s.reg.Aggregate(res)
-		for _, c := range agg.Clusters() {
-			if idx, ok := agg.Cluster(c); ok {
-				if out[c] == nil {
-					out[c] = map[string]int{}
-				}
-				out[c][res] = len(idx.ListKeys())
-			}
-		}
-	}
-	return out
-}
-
-// ready applies the readiness policy: every cluster × resource is Synced or NotServed, except
-// dead ones, which have been failing (Failed or Degraded) for DeadClusterTimeout without a
-// break. A slow one, syncing without an error, always counts. It returns the others.
-func (s *Server) ready() (bool, []string) {
-	var waiting []string
-	now := time.Now()
-	for _, cs := range s.reg.Status() {
-		for _, rs := range cs.Resources {
-			switch rs.State {
-			case clusterset.Synced, clusterset.NotServed:
-				continue
-			case clusterset.Failed, clusterset.Degraded:
-				if now.Sub(rs.Since) >= s.opts.DeadClusterTimeout {
-					continue // dead: it no longer holds the fleet back
-				}
-			}
-			w := cs.Name + "/" + rs.Resource + ": " + string(rs.State)
-			if rs.Error != "" {
-				w += " (" + rs.Error + ")"
-			}
-			waiting = append(waiting, w)
-		}
-	}
-	return len(waiting) == 0, waiting
-}
-
-// handleReady answers "ok" or "not ready" with a count; ?verbose (behind auth) names what is
-// waiting.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	ok, waiting := s.ready()
-	if ok {
-		_, _ = w.Write([]byte("ok\n"))
-		return
-	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	if r.URL.Query().Has("verbose") {
-		_, _ = fmt.Fprintf(w, "not ready; waiting for:\n%s\n", strings.Join(waiting, "\n"))
-		return
-	}
-	_, _ = fmt.Fprintf(w, "not ready: %d cluster resources are not synced\n", len(waiting))
 }
 
 func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *aggregate.Aggregate, bool) {

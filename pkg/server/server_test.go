@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"net/url"
 	"slices"
 	"strconv"
@@ -15,7 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
 )
@@ -69,7 +73,8 @@ func cmAt(name, rv string) *corev1.ConfigMap {
 }
 
 func newTestHub(maxEvents, maxBytes int) *hub {
-	return newHub("cm", maxEvents, maxBytes, func(obj any) *attrs { return (&Server{}).attrsOf("cm", obj) })
+	agg, _, _ := aggregate.New(aggregate.Options{Resource: "cm"})
+	return newHub("cm", maxEvents, maxBytes, func(obj any) *aggregate.Attributes { return prevAttributes(agg, obj) })
 }
 
 // TestHubResumeAndExpiry: positions are the hub's sequence; a position whose later events were
@@ -127,11 +132,16 @@ func FuzzParseToken(f *testing.F) {
 	})
 }
 
-// FuzzParseFilter: no query string panics the parser, and every filter it accepts matches an
-// object exactly when an independent evaluation of the same parameters does (cluster,
-// namespace, label selector, index and field selector, each checked on its own).
+// FuzzParseFilter: no query string panics the parser, and every query it accepts matches an
+// object (aggregate.Matches) exactly when an independent evaluation of the same parameters does
+// (cluster, namespace, label selector, index and field selector, each checked on its own).
 func FuzzParseFilter(f *testing.F) {
-	s := &Server{opts: Options{IndexFuncs: map[string]map[string]cache.IndexFunc{"pods": {index.NodeName: index.ByNodeName, index.Image: index.ByImage}}}}
+	agg, _, _ := aggregate.New(aggregate.Options{Resource: "pods"})
+	for name, fn := range map[string]cache.IndexFunc{index.NodeName: index.ByNodeName, index.Image: index.ByImage} {
+		if err := agg.AddIndex(aggregate.IndexSpec{Name: name, Func: fn}); err != nil {
+			f.Fatal(err)
+		}
+	}
 	for _, q := range []string{"labelSelector=app%3Dweb", "fieldSelector=spec.nodeName%3Dn1,metadata.name!%3Dx", "index=image&value=nginx",
 		"cluster=fleet-1&namespace=a", "fieldSelector=image%3Dx", "labelSelector=a+in+(b", "cluster=fleet-2", "index=cluster&value=fleet-1",
 		"index=cluster-namespace&value=fleet-1/a", "fieldSelector=status.phase%3DRunning,metadata.namespace%3Db", "labelSelector=app!%3Dweb"} {
@@ -147,7 +157,7 @@ func FuzzParseFilter(f *testing.F) {
 		if err != nil {
 			return
 		}
-		flt, err := s.parseFilter("pods", q)
+		query, err := parseQuery(agg, q)
 		if err != nil {
 			return
 		}
@@ -170,8 +180,51 @@ func FuzzParseFilter(f *testing.F) {
 			sel, _ := fields.ParseSelector(fs)
 			want = want && sel.Matches(fields.Set(values))
 		}
-		if got := flt.matches(s, "fleet-1", pod); got != want {
+		if got := agg.Matches(query, "fleet-1", pod); got != want {
 			t.Fatalf("query %q: filter says %v, independent evaluation %v", raw, got, want)
 		}
 	})
+}
+
+// TestListBytesMatchAPI: the hand-written fast path of list pages (pooled, parallel encoding)
+// produces exactly the bytes encoding/json gives for the api types, as do the other answers.
+func TestListBytesMatchAPI(t *testing.T) {
+	f := fakeapi.New(t)
+	f.SetPods(benchPods("c1", 40))
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "c1", Config: f.Config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	if missing := reg.WaitForSync(context.Background(), 30*time.Second); missing != nil {
+		t.Fatal(missing)
+	}
+	h := s.Handler()
+	roundTrip := func(path string, v any) {
+		t.Helper()
+		code, body := get(t, h, path, "")
+		if code != 200 {
+			t.Fatalf("%s: %d %s", path, code, body)
+		}
+		if err := json.Unmarshal([]byte(body), v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		want, _ := json.Marshal(v)
+		if string(want)+"\n" != body {
+			t.Errorf("%s: answer differs from encoding/json of the api type:\n got  %s\n want %s", path, body, want)
+		}
+	}
+	var page api.List
+	roundTrip("/api/v1/resources/pods?limit=30", &page) // 30 items: the parallel encoder
+	if len(page.Items) != 30 || page.Continue == "" {
+		t.Fatalf("first page: %d items, continue %q", len(page.Items), page.Continue)
+	}
+	roundTrip("/api/v1/resources/pods?limit=30&continue="+page.Continue, &api.List{})
+	roundTrip("/api/v1/resources/pods/c1/ns-1/pod-1", &api.Item{})
+	roundTrip("/api/v1/clusters", &api.Clusters{})
 }

@@ -19,7 +19,6 @@ import (
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -128,9 +127,7 @@ func BenchmarkFleetMillion(b *testing.B) {
 	}
 	// The daemon's configuration: the server (and its watch hubs) exists before the registry
 	// starts.
-	srv, err := server.New(server.Options{Registry: reg, IndexFuncs: map[string]map[string]cache.IndexFunc{
-		"pods": {index.NodeName: index.ByNodeName, index.Label: index.ByLabel},
-	}})
+	srv, err := server.New(server.Options{Registry: reg})
 	if err != nil {
 		b.Fatal(err)
 	}

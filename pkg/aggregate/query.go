@@ -1,0 +1,264 @@
+package aggregate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Item is one object with the cluster it came from.
+type Item struct {
+	Cluster string
+	Object  any
+}
+
+// Key returns the item's Key.
+func (it Item) Key() Key {
+	k, _ := KeyOf(it.Cluster, it.Object)
+	return k
+}
+
+// Query selects objects. Every set field narrows the answer. Select answers it from the
+// members' indexes; Matches judges one object. Both mean the same.
+type Query struct {
+	// Clusters limits the answer to these members. Empty: every member.
+	Clusters []string
+	// Namespace limits the answer to one namespace.
+	Namespace string
+	// Index and Value select through an index (built-in or added): the object's index values
+	// contain Value.
+	Index, Value string
+	// Labels filters on labels.
+	Labels labels.Selector
+	// Fields are field-selector terms, each checked object by object.
+	Fields []FieldTerm
+}
+
+// FieldTerm is one term of a field selector: the values Values reads of the object contain
+// Value, or, with Not, do not. A nil Values reads the Aggregate's index named Field.
+type FieldTerm struct {
+	Field, Value string
+	Not          bool
+	Values       func(obj any) []string
+}
+
+// Attributes is what Matches reads of an object, kept apart from the object: namespace,
+// labels, and the values of index and field-term names. A relay of changes (the server's watch)
+// keeps a replaced state's Attributes, to tell whether it matched, instead of the object.
+// Matches accepts *Attributes wherever it accepts an object.
+type Attributes struct {
+	Namespace string
+	Labels    map[string]string
+	Values    map[string][]string // by index or field name
+}
+
+// Result is an answer with its freshness: Unsynced lists the clusters it spans whose member was
+// not fresh (see Unsynced), so the answer may be partial or stale for them.
+type Result struct {
+	Items    []Item
+	Unsynced []string
+}
+
+// Select answers q from the members' indexes. Items come in cluster order, then in store order.
+func (a *Aggregate) Select(q Query) (Result, error) {
+	var res Result
+	ms := a.snapshot()
+	if len(q.Clusters) > 0 {
+		keep := ms[:0:0]
+		for _, m := range ms {
+			if slices.Contains(q.Clusters, m.cluster) {
+				keep = append(keep, m)
+			}
+		}
+		ms = keep
+	}
+	spec, err := a.indexSpec(q.Index)
+	if err != nil {
+		return res, err
+	}
+	// What the index lookup does not already guarantee is checked object by object.
+	rest := q
+	rest.Clusters = nil
+	switch q.Index {
+	case "":
+		rest.Namespace = "" // the namespace index answered it
+	case IndexCluster, IndexClusterNamespace, IndexNamespace:
+		rest.Index, rest.Value, rest.Namespace = "", "", "" // the lookup answered them
+	default:
+		rest.Index, rest.Value = "", ""
+	}
+	for _, m := range ms {
+		if !m.fresh() {
+			res.Unsynced = append(res.Unsynced, m.cluster)
+		}
+		objs, err := a.selectMember(m, q, spec)
+		if err != nil {
+			return res, fmt.Errorf("cluster %q: %w", m.cluster, err)
+		}
+		for _, o := range objs {
+			if a.matchObject(rest, m.cluster, o) {
+				res.Items = append(res.Items, Item{Cluster: m.cluster, Object: o})
+			}
+		}
+	}
+	return res, nil
+}
+
+// indexSpec returns the spec of a custom index, and an error if name is neither built in nor
+// added.
+func (a *Aggregate) indexSpec(name string) (IndexSpec, error) {
+	switch name {
+	case "", IndexCluster, IndexClusterNamespace, IndexNamespace:
+		return IndexSpec{}, nil
+	}
+	a.mu.RLock()
+	spec, ok := a.indexes[name]
+	a.mu.RUnlock()
+	if !ok {
+		return spec, fmt.Errorf("index %q does not exist", name)
+	}
+	return spec, nil
+}
+
+func (a *Aggregate) selectMember(m *member, q Query, spec IndexSpec) ([]any, error) {
+	store := m.current()
+	switch q.Index {
+	case "":
+		if q.Namespace != "" {
+			return store.ByIndex(IndexNamespace, q.Namespace)
+		}
+		return store.List(), nil
+	case IndexCluster:
+		if q.Value != m.cluster {
+			return nil, nil
+		}
+		if q.Namespace != "" {
+			return store.ByIndex(IndexNamespace, q.Namespace)
+		}
+		return store.List(), nil
+	case IndexClusterNamespace:
+		cluster, ns, _ := strings.Cut(q.Value, "/")
+		if cluster != m.cluster || (q.Namespace != "" && q.Namespace != ns) {
+			return nil, nil
+		}
+		return store.ByIndex(IndexNamespace, ns)
+	case IndexNamespace:
+		if q.Namespace != "" && q.Namespace != q.Value {
+			return nil, nil
+		}
+		return store.ByIndex(IndexNamespace, q.Value)
+	}
+	if !spec.appliesTo(m.cluster) {
+		return nil, nil
+	}
+	return store.ByIndex(q.Index, q.Value)
+}
+
+// Matches reports whether obj (or an *Attributes), in cluster, passes q: the same judgement
+// Select makes, for one object.
+func (a *Aggregate) Matches(q Query, cluster string, obj any) bool {
+	if len(q.Clusters) > 0 && !slices.Contains(q.Clusters, cluster) {
+		return false
+	}
+	if q.Index != "" {
+		if spec, err := a.indexSpec(q.Index); err != nil || (spec.Func != nil && !spec.appliesTo(cluster)) {
+			return false
+		}
+	}
+	return a.matchObject(q, cluster, obj)
+}
+
+// matchObject is Matches without the clusters and the index's cluster scope.
+func (a *Aggregate) matchObject(q Query, cluster string, obj any) bool {
+	at, isAttrs := obj.(*Attributes)
+	var namespace string
+	var lbls map[string]string
+	if isAttrs {
+		namespace, lbls = at.Namespace, at.Labels
+	} else {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return false
+		}
+		namespace, lbls = m.GetNamespace(), m.GetLabels()
+	}
+	if q.Namespace != "" && namespace != q.Namespace {
+		return false
+	}
+	if q.Labels != nil && !q.Labels.Empty() && !q.Labels.Matches(labels.Set(lbls)) {
+		return false
+	}
+	switch q.Index {
+	case "":
+	case IndexCluster:
+		if cluster != q.Value {
+			return false
+		}
+	case IndexClusterNamespace:
+		if cluster+"/"+namespace != q.Value {
+			return false
+		}
+	case IndexNamespace:
+		if namespace != q.Value {
+			return false
+		}
+	default:
+		var vals []string
+		if isAttrs {
+			vals = at.Values[q.Index]
+		} else if spec, err := a.indexSpec(q.Index); err == nil {
+			vals, _ = spec.Func(obj)
+		}
+		if !slices.Contains(vals, q.Value) {
+			return false
+		}
+	}
+	for _, ft := range q.Fields {
+		var vals []string
+		switch {
+		case isAttrs:
+			vals = at.Values[ft.Field]
+		case ft.Values != nil:
+			vals = ft.Values(obj)
+		default:
+			if spec, err := a.indexSpec(ft.Field); err == nil && spec.Func != nil {
+				vals, _ = spec.Func(obj)
+			}
+		}
+		if slices.Contains(vals, ft.Value) == ft.Not {
+			return false
+		}
+	}
+	return true
+}
+
+// AttributesOf returns what Matches reads of obj for queries naming any of fields (index names
+// or field-term fields with their readers): its namespace, labels and those values.
+func (a *Aggregate) AttributesOf(obj any, fields map[string]func(any) []string) *Attributes {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	at := &Attributes{Values: map[string][]string{}}
+	if m, err := meta.Accessor(obj); err == nil {
+		at.Namespace, at.Labels = m.GetNamespace(), m.GetLabels()
+	}
+	for name, read := range fields {
+		at.Values[name] = read(obj)
+	}
+	a.mu.RLock()
+	specs := make([]IndexSpec, 0, len(a.indexes))
+	for _, spec := range a.indexes {
+		if _, done := fields[spec.Name]; !done {
+			specs = append(specs, spec)
+		}
+	}
+	a.mu.RUnlock()
+	for _, spec := range specs {
+		at.Values[spec.Name], _ = spec.Func(obj)
+	}
+	return at
+}

@@ -1,0 +1,117 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Paths of the native API.
+const (
+	// ClustersPath answers Clusters.
+	ClustersPath = "/api/v1/clusters"
+	// ResourcesPath is followed by "/{resource}" (a List, or with watch=true a stream of
+	// WatchEvents) or "/{resource}/{cluster}/{namespace}/{name}" (an Item; "_" as the namespace
+	// of a cluster-scoped object).
+	ResourcesPath = "/api/v1/resources"
+)
+
+// List is one page of GET /api/v1/resources/{resource}: items in cluster, namespace, name
+// order; Continue, when set, fetches the next page; ResourceVersion is where a watch resumes
+// without a gap; Clusters says how fresh each cluster the answer spans is.
+type List struct {
+	Items           []Item             `json:"items"`
+	Continue        string             `json:"continue,omitempty"`
+	ResourceVersion string             `json:"resourceVersion"`
+	Clusters        []ClusterFreshness `json:"clusters"`
+}
+
+// Item is one object and the cluster it lives in; also the answer to a single-object GET.
+type Item struct {
+	Cluster string          `json:"cluster"`
+	Object  json.RawMessage `json:"object"`
+}
+
+// ClusterFreshness is one cluster's state as an answer spanning it reports it.
+type ClusterFreshness struct {
+	Name   string `json:"name"`
+	Synced bool   `json:"synced"`
+	// NotServed: the cluster does not serve the resource; it contributes nothing, by design.
+	NotServed bool       `json:"notServed,omitempty"`
+	LastSync  *time.Time `json:"lastSync,omitempty"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// Watch event types.
+const (
+	Added    = "ADDED"
+	Modified = "MODIFIED"
+	Deleted  = "DELETED"
+	// Bookmark events carry only a resource version to resume from: Object is
+	// {"kind":"Bookmark","metadata":{"resourceVersion":…}}.
+	Bookmark = "BOOKMARK"
+	// Error events end a watch; Object is an Error. Code 410 (Expired) means: list again.
+	ErrorEvent = "ERROR"
+)
+
+// WatchEvent is one line of a watch stream (NDJSON).
+type WatchEvent struct {
+	Type    string          `json:"type"`
+	Cluster string          `json:"cluster"`
+	Object  json.RawMessage `json:"object,omitempty"`
+}
+
+// Clusters is the answer to GET /api/v1/clusters.
+type Clusters struct {
+	Clusters []Cluster `json:"clusters"`
+}
+
+// Cluster is one cluster's state and its resources'.
+type Cluster struct {
+	Name      string     `json:"name"`
+	State     string     `json:"state"`
+	LastSync  *time.Time `json:"lastSync,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	Resources []Resource `json:"resources"`
+}
+
+// Resource is one cluster × resource.
+type Resource struct {
+	Resource string `json:"resource"`
+	State    string `json:"state"`
+	Objects  int    `json:"objects"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Error is every error answer's body, and the object of an ERROR watch event. Its fields are
+// those of a Kubernetes metav1.Status that matter here.
+type Error struct {
+	Kind    string `json:"kind,omitempty"` // "Status" in watch events
+	Code    int    `json:"code"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Reason + " (" + itoa(e.Code) + "): " + e.Message }
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// BookmarkObject is the object of a BOOKMARK event.
+type BookmarkObject struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+}
+
+// ObjectMeta is the part of an object's metadata clients commonly read from raw JSON.
+type ObjectMeta struct {
+	Metadata struct {
+		Name            string `json:"name"`
+		Namespace       string `json:"namespace,omitempty"`
+		UID             string `json:"uid,omitempty"`
+		ResourceVersion string `json:"resourceVersion,omitempty"`
+	} `json:"metadata"`
+}

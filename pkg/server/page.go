@@ -1,0 +1,241 @@
+package server
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
+)
+
+// item is one object of an answer.
+type item struct {
+	key     aggregate.Key
+	cluster string
+	obj     any
+}
+
+func less(a, b aggregate.Key) bool {
+	if a.Cluster != b.Cluster {
+		return a.Cluster < b.Cluster
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}
+
+// request is a parsed list or watch request on one resource.
+type request struct {
+	resource string
+	agg      *aggregate.Aggregate
+	query    aggregate.Query
+}
+
+// parseRequest resolves the resource and parses the query; it writes the error answer when it
+// fails.
+func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (request, bool) {
+	res, agg, ok := s.aggregate(w, r)
+	if !ok {
+		return request{}, false
+	}
+	q, err := parseQuery(agg, r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return request{}, false
+	}
+	// A namespace filter on a cluster-scoped resource is ignored, as kubectl ignores -n.
+	if q.Namespace != "" && q.Index != aggregate.IndexNamespace && !s.namespaced(res) {
+		q.Namespace = ""
+	}
+	return request{resource: res, agg: agg, query: q}, true
+}
+
+// handleList answers a page of a list, or hands a watch to handleWatch.
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.parseRequest(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	if q.Get("watch") == "true" || q.Get("watch") == "1" {
+		release, ok := s.limits.acquireWatch(w)
+		if !ok {
+			return
+		}
+		defer release()
+		s.handleWatch(w, r, req)
+		return
+	}
+	release, ok := s.limits.acquireRequest(w)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	limit := s.opts.MaxPageSize
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
+			return
+		}
+		if n > 0 && n < limit {
+			limit = n
+		}
+	}
+	var after *aggregate.Key
+	var rv string
+	if tok := q.Get("continue"); tok != "" {
+		k, listRV, err := parseContinue(tok)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		after, rv = &k, listRV
+	}
+	pos := s.hubs[req.resource].position() // before the stores are read: the list reflects every event up to it
+	pg, err := s.selectPage(req, after, limit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if ctx.Err() != nil {
+		writeError(w, http.StatusGatewayTimeout, "request timed out")
+		return
+	}
+	if rv == "" {
+		rv = pos.encode()
+	}
+	list := api.List{ResourceVersion: rv}
+	if pg.more {
+		list.Continue = continueToken{Last: pg.items[len(pg.items)-1].key.String(), RV: rv}.encode()
+	}
+	list.Clusters, pg.info = s.freshness(req, pg.fresh)
+	if err := s.writeList(w, pg.items, pg.info, list); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// page is one page of a list answer.
+type page struct {
+	items []item // sorted by key
+	more  bool   // items follow the last one
+	// fresh is, per cluster read, whether its selection was fresh (aggregate.Result.Unsynced).
+	fresh map[string]bool
+	info  resourceInfo
+}
+
+// selectPage answers req from the aggregate: the first limit items after the key after (all
+// keys when nil), in key order. It looks at each selected object once and keeps only the
+// limit+1 smallest keys in a bounded heap, so a page of 100 out of 500,000 objects costs no
+// sort of 500,000. Keys sort by cluster first, so it reads the clusters in order and stops
+// at the first cluster that completes the page: later clusters cannot contribute.
+func (s *Server) selectPage(req request, after *aggregate.Key, limit int) (page, error) {
+	pg := page{fresh: map[string]bool{}}
+	h := &keyHeap{}
+	for _, c := range req.agg.Clusters() {
+		if (len(req.query.Clusters) > 0 && !slices.Contains(req.query.Clusters, c)) || (after != nil && c < after.Cluster) {
+			continue
+		}
+		if len(*h) > limit {
+			break
+		}
+		q := req.query
+		q.Clusters = []string{c}
+		result, err := req.agg.Select(q)
+		if err != nil {
+			return page{}, err
+		}
+		pg.fresh[c] = len(result.Unsynced) == 0
+		for it := range keyed(result) {
+			if after != nil && !less(*after, it.key) {
+				continue
+			}
+			if len(*h) <= limit {
+				heap.Push(h, it)
+			} else if less(it.key, (*h)[0].key) {
+				(*h)[0] = it
+				heap.Fix(h, 0)
+			}
+		}
+	}
+	items := []item(*h)
+	sort.Slice(items, func(i, j int) bool { return less(items[i].key, items[j].key) })
+	if len(items) > limit {
+		pg.more, items = true, items[:limit]
+	}
+	pg.items = items
+	return pg, nil
+}
+
+// keyed yields the items of result with their keys.
+func keyed(result aggregate.Result) func(yield func(item) bool) {
+	return func(yield func(item) bool) {
+		for _, it := range result.Items {
+			k, err := aggregate.KeyOf(it.Cluster, it.Object)
+			if err != nil {
+				continue
+			}
+			if !yield(item{key: k, cluster: it.Cluster, obj: it.Object}) {
+				return
+			}
+		}
+	}
+}
+
+// keyHeap is a max-heap of items by key: the root is the largest key kept.
+type keyHeap []item
+
+func (h keyHeap) Len() int           { return len(h) }
+func (h keyHeap) Less(i, j int) bool { return less(h[j].key, h[i].key) }
+func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *keyHeap) Push(x any)        { *h = append(*h, x.(item)) }
+func (h *keyHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// handleGet answers one object as an api.Item.
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	res, agg, ok := s.aggregate(w, r)
+	if !ok {
+		return
+	}
+	ns := r.PathValue("namespace")
+	if ns == "_" {
+		ns = ""
+	}
+	k := aggregate.Key{Cluster: r.PathValue("cluster"), Namespace: ns, Name: r.PathValue("name")}
+	if err := k.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	obj, exists, err := agg.Get(k)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if !exists {
+		msg := fmt.Sprintf("%s %q not found in cluster %q", res, k.ObjectKey(), k.Cluster)
+		if !slices.Contains(agg.Clusters(), k.Cluster) {
+			msg = fmt.Sprintf("cluster %q does not serve %s here (unknown cluster or resource not served)", k.Cluster, res)
+		}
+		writeError(w, http.StatusNotFound, msg)
+		return
+	}
+	b, err := s.encode(obj, s.info(res)[k.Cluster])
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, api.Item{Cluster: k.Cluster, Object: b})
+}

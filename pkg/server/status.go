@@ -1,0 +1,166 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/clusterset"
+)
+
+// resourceInfo is, per cluster, how it serves a resource (kind, group, version, scope, state).
+type resourceInfo map[string]clusterset.ResourceStatus
+
+// info returns how every cluster serves resource.
+func (s *Server) info(resource string) resourceInfo {
+	out := resourceInfo{}
+	for _, cs := range s.reg.Status() {
+		for _, rs := range cs.Resources {
+			if rs.Resource == resource {
+				out[cs.Name] = rs
+			}
+		}
+	}
+	return out
+}
+
+// namespaced reports whether resource is namespaced where it is resolved (true when unknown).
+func (s *Server) namespaced(resource string) bool {
+	for _, rs := range s.info(resource) {
+		if rs.Kind != "" {
+			return rs.Namespaced
+		}
+	}
+	return true
+}
+
+// freshness says how fresh each cluster an answer to req spans is, with its last sync and its
+// error: for a cluster the answer read, what its selection said (fresh, from
+// aggregate.Result.Unsynced); for one it did not need to read, what the aggregate says now. A
+// cluster whose status is not Synced is never fresh. Clusters the query names that do not
+// exist are listed as unknown.
+func (s *Server) freshness(req request, fresh map[string]bool) ([]api.ClusterFreshness, resourceInfo) {
+	info := s.info(req.resource)
+	out := []api.ClusterFreshness{}
+	for _, c := range req.agg.Clusters() {
+		if len(req.query.Clusters) > 0 && !slices.Contains(req.query.Clusters, c) {
+			continue
+		}
+		rs, ok := info[c]
+		if !ok {
+			continue
+		}
+		f, read := fresh[c]
+		if !read {
+			f = req.agg.HasSynced(c)
+		}
+		out = append(out, freshnessOf(c, rs, f))
+	}
+	// Clusters that serve nothing of the resource yet (not served, failing before it joined).
+	for c, rs := range info {
+		if (len(req.query.Clusters) == 0 || slices.Contains(req.query.Clusters, c)) && !slices.Contains(req.agg.Clusters(), c) {
+			out = append(out, freshnessOf(c, rs, false))
+		}
+	}
+	for _, c := range req.query.Clusters {
+		if _, ok := info[c]; !ok {
+			out = append(out, api.ClusterFreshness{Name: c, Error: "unknown cluster"})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, info
+}
+
+func freshnessOf(cluster string, rs clusterset.ResourceStatus, fresh bool) api.ClusterFreshness {
+	v := api.ClusterFreshness{Name: cluster, Synced: fresh && rs.State == clusterset.Synced, NotServed: rs.State == clusterset.NotServed}
+	if !rs.LastSync.IsZero() {
+		t := rs.LastSync.UTC().Truncate(time.Second)
+		v.LastSync = &t
+	}
+	if rs.State != clusterset.Synced {
+		v.Error = strings.TrimSpace(string(rs.State) + ": " + rs.Error)
+	}
+	return v
+}
+
+// handleClusters answers api.Clusters.
+func (s *Server) handleClusters(w http.ResponseWriter, _ *http.Request) {
+	out := api.Clusters{Clusters: []api.Cluster{}}
+	counts := s.objectCounts()
+	for _, cs := range s.reg.Status() {
+		v := api.Cluster{Name: cs.Name, State: string(cs.State), Error: cs.Error, Resources: []api.Resource{}}
+		if !cs.LastSync.IsZero() {
+			t := cs.LastSync.UTC().Truncate(time.Second)
+			v.LastSync = &t
+		}
+		for _, rs := range cs.Resources {
+			v.Resources = append(v.Resources, api.Resource{Resource: rs.Resource, State: string(rs.State), Objects: counts[cs.Name][rs.Resource], Error: rs.Error})
+		}
+		out.Clusters = append(out.Clusters, v)
+	}
+	writeJSON(w, out)
+}
+
+// objectCounts is, per cluster and resource, the objects the aggregates hold. It reads every
+// store: O(objects).
+func (s *Server) objectCounts() map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for _, res := range s.reg.Resources() {
+		agg, _ := s.reg.Aggregate(res)
+		for _, c := range agg.Clusters() {
+			if idx, ok := agg.Cluster(c); ok {
+				if out[c] == nil {
+					out[c] = map[string]int{}
+				}
+				out[c][res] = len(idx.ListKeys())
+			}
+		}
+	}
+	return out
+}
+
+// ready applies the readiness policy: every cluster × resource is Synced or NotServed, except
+// dead ones, which have been failing (Failed or Degraded) for DeadClusterTimeout without a
+// break. A slow one, syncing without an error, always counts. It returns the others.
+func (s *Server) ready() (bool, []string) {
+	var waiting []string
+	now := time.Now()
+	for _, cs := range s.reg.Status() {
+		for _, rs := range cs.Resources {
+			switch rs.State {
+			case clusterset.Synced, clusterset.NotServed:
+				continue
+			case clusterset.Failed, clusterset.Degraded:
+				if now.Sub(rs.Since) >= s.opts.DeadClusterTimeout {
+					continue // dead: it no longer holds the fleet back
+				}
+			}
+			w := cs.Name + "/" + rs.Resource + ": " + string(rs.State)
+			if rs.Error != "" {
+				w += " (" + rs.Error + ")"
+			}
+			waiting = append(waiting, w)
+		}
+	}
+	return len(waiting) == 0, waiting
+}
+
+// handleReady answers "ok" or "not ready" with a count; ?verbose (behind auth) names what is
+// waiting.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ok, waiting := s.ready()
+	if ok {
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if r.URL.Query().Has("verbose") {
+		_, _ = fmt.Fprintf(w, "not ready; waiting for:\n%s\n", strings.Join(waiting, "\n"))
+		return
+	}
+	_, _ = fmt.Fprintf(w, "not ready: %d cluster resources are not synced\n", len(waiting))
+}
