@@ -91,6 +91,7 @@ func (a *Aggregate) Select(q Query) (Result, error) {
 	default:
 		rest.Index, rest.Value = "", ""
 	}
+	check := rest.Namespace != "" || (rest.Labels != nil && !rest.Labels.Empty()) || len(rest.Fields) > 0
 	for _, m := range ms {
 		if !m.fresh() {
 			res.Unsynced = append(res.Unsynced, m.cluster)
@@ -99,8 +100,11 @@ func (a *Aggregate) Select(q Query) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("cluster %q: %w", m.cluster, err)
 		}
+		if res.Items == nil {
+			res.Items = make([]Item, 0, len(objs))
+		}
 		for _, o := range objs {
-			if a.matchObject(rest, m.cluster, o) {
+			if !check || a.matchObject(rest, m.cluster, o) {
 				res.Items = append(res.Items, Item{Cluster: m.cluster, Object: o})
 			}
 		}

@@ -71,6 +71,30 @@ func writeString(buf *bytes.Buffer, s string) {
 	buf.Write(b)
 }
 
+// writeName appends a cluster name, or an event type, as a JSON string: neither has a
+// character JSON escapes (aggregate.ValidateClusterName), so no encoder is needed.
+func writeName(buf *bytes.Buffer, s string) {
+	buf.WriteByte('"')
+	buf.WriteString(s)
+	buf.WriteByte('"')
+}
+
+// writeItem writes an api.Item for obj, as writeList writes each item.
+func (s *Server) writeItem(w http.ResponseWriter, cluster string, obj any, rs clusterset.ResourceStatus) error {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	buf.WriteString(`{"cluster":`)
+	writeName(buf, cluster)
+	buf.WriteString(`,"object":`)
+	if err := s.appendEncoded(buf, obj, rs); err != nil {
+		return err
+	}
+	buf.WriteString("}\n")
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+	return nil
+}
+
 // parallelItems: pages with at least this many items are encoded by several goroutines.
 const parallelItems = 16
 
@@ -80,7 +104,7 @@ const parallelItems = 16
 func (s *Server) encodeItems(buf *bytes.Buffer, page []item, info map[string]clusterset.ResourceStatus) error {
 	one := func(buf *bytes.Buffer, it item) error {
 		buf.WriteString(`{"cluster":`)
-		writeString(buf, it.cluster)
+		writeName(buf, it.cluster)
 		buf.WriteString(`,"object":`)
 		if err := s.appendEncoded(buf, it.obj, info[it.cluster]); err != nil {
 			return fmt.Errorf("cluster %q: encode %s: %w", it.cluster, it.key, err)
@@ -136,15 +160,6 @@ func (s *Server) encodeItems(buf *bytes.Buffer, page []item, info map[string]clu
 		buf.Write(c.Bytes())
 	}
 	return nil
-}
-
-// encode returns obj as JSON; see appendEncoded.
-func (s *Server) encode(obj any, rs clusterset.ResourceStatus) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	if err := s.appendEncoded(&buf, obj, rs); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // appendEncoded appends obj as JSON to buf, with apiVersion and kind (typed objects from lists

@@ -43,7 +43,7 @@ func TestSecretRedactionEveryShape(t *testing.T) {
 		"typed tombstone":    cache.DeletedFinalStateUnknown{Key: "ns/s", Obj: typed},
 		"metadata tombstone": cache.DeletedFinalStateUnknown{Key: "ns/s", Obj: partial},
 	} {
-		b, err := (&Server{}).encode(obj, rs)
+		b, err := encodeObject(&Server{}, obj, rs)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -232,10 +232,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, msg)
 		return
 	}
-	b, err := s.encode(obj, s.info(res)[k.Cluster])
-	if err != nil {
+	if err := s.writeItem(w, k.Cluster, obj, s.info(res)[k.Cluster]); err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
-		return
 	}
-	writeJSON(w, api.Item{Cluster: k.Cluster, Object: b})
 }

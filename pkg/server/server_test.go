@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/url"
@@ -27,7 +28,7 @@ import (
 func TestEncodeAddsTypeAndRedactsSecrets(t *testing.T) {
 	s := &Server{}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Data: map[string][]byte{"password": []byte("hunter2")}, StringData: map[string]string{"k": "v"}}
-	b, err := s.encode(secret, clusterset.ResourceStatus{Version: "v1", Kind: "Secret"})
+	b, err := encodeObject(s, secret, clusterset.ResourceStatus{Version: "v1", Kind: "Secret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,16 +39,16 @@ func TestEncodeAddsTypeAndRedactsSecrets(t *testing.T) {
 		t.Error("encode modified the cached object")
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "s"}, "data": map[string]any{"p": "aHVudGVyMg=="}}}
-	b, _ = s.encode(u, clusterset.ResourceStatus{})
+	b, _ = encodeObject(s, u, clusterset.ResourceStatus{})
 	if strings.Contains(string(b), "aHVudGVyMg") || u.Object["data"] == nil {
 		t.Errorf("unstructured secret: %s", b)
 	}
 	s.opts.AllowSecretData = true
-	b, _ = s.encode(secret, clusterset.ResourceStatus{Version: "v1", Kind: "Secret"})
+	b, _ = encodeObject(s, secret, clusterset.ResourceStatus{Version: "v1", Kind: "Secret"})
 	if !strings.Contains(string(b), "aHVudGVyMg") {
 		t.Errorf("allowData: %s", b)
 	}
-	b, _ = s.encode(&appsDeployment, clusterset.ResourceStatus{Group: "apps", Version: "v1", Kind: "Deployment"})
+	b, _ = encodeObject(s, &appsDeployment, clusterset.ResourceStatus{Group: "apps", Version: "v1", Kind: "Deployment"})
 	if !strings.HasPrefix(string(b), `{"kind":"Deployment","apiVersion":"apps/v1",`) {
 		t.Errorf("group apiVersion: %s", b)
 	}
@@ -227,4 +228,11 @@ func TestListBytesMatchAPI(t *testing.T) {
 	roundTrip("/api/v1/resources/pods?limit=30&continue="+page.Continue, &api.List{})
 	roundTrip("/api/v1/resources/pods/c1/ns-1/pod-1", &api.Item{})
 	roundTrip("/api/v1/clusters", &api.Clusters{})
+}
+
+// encodeObject is obj as appendEncoded writes it.
+func encodeObject(s *Server, obj any, rs clusterset.ResourceStatus) ([]byte, error) {
+	var buf bytes.Buffer
+	err := s.appendEncoded(&buf, obj, rs)
+	return buf.Bytes(), err
 }

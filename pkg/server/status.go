@@ -45,26 +45,19 @@ func (s *Server) namespaced(resource string) bool {
 // exist are listed as unknown.
 func (s *Server) freshness(req request, fresh map[string]bool) ([]api.ClusterFreshness, resourceInfo) {
 	info := s.info(req.resource)
-	out := []api.ClusterFreshness{}
-	for _, c := range req.agg.Clusters() {
-		if len(req.query.Clusters) > 0 && !slices.Contains(req.query.Clusters, c) {
-			continue
-		}
-		rs, ok := info[c]
-		if !ok {
+	out := make([]api.ClusterFreshness, 0, len(info))
+	wanted := func(c string) bool { return len(req.query.Clusters) == 0 || slices.Contains(req.query.Clusters, c) }
+	for c, rs := range info {
+		if !wanted(c) {
 			continue
 		}
 		f, read := fresh[c]
 		if !read {
+			// Not read by this answer (the page was complete before it), or not a member
+			// (not served, failing before it joined): what the aggregate says now.
 			f = req.agg.HasSynced(c)
 		}
 		out = append(out, freshnessOf(c, rs, f))
-	}
-	// Clusters that serve nothing of the resource yet (not served, failing before it joined).
-	for c, rs := range info {
-		if (len(req.query.Clusters) == 0 || slices.Contains(req.query.Clusters, c)) && !slices.Contains(req.agg.Clusters(), c) {
-			out = append(out, freshnessOf(c, rs, false))
-		}
 	}
 	for _, c := range req.query.Clusters {
 		if _, ok := info[c]; !ok {

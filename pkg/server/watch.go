@@ -71,9 +71,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 		}
 		line.Reset()
 		line.WriteString(`{"type":`)
-		writeString(line, typ)
+		writeName(line, typ)
 		line.WriteString(`,"cluster":`)
-		writeString(line, cluster)
+		writeName(line, cluster)
 		line.WriteString(`,"object":`)
 		if err := s.appendEncoded(line, obj, rs); err != nil {
 			return err
