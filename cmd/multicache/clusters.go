@@ -9,25 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/multicache/multicache/pkg/api"
 )
 
-type clustersResponse struct {
-	Clusters []struct {
-		Name      string `json:"name"`
-		State     string `json:"state"`
-		LastSync  string `json:"lastSync"`
-		Error     string `json:"error"`
-		Resources []struct {
-			Resource string `json:"resource"`
-			State    string `json:"state"`
-			Objects  int    `json:"objects"`
-			Error    string `json:"error"`
-		} `json:"resources"`
-	} `json:"clusters"`
-}
-
 func newClusters() *cobra.Command {
-	var c client
+	var cf clientFlags
 	var watch, wide bool
 	var interval time.Duration
 	cmd := &cobra.Command{
@@ -35,10 +22,14 @@ func newClusters() *cobra.Command {
 		Short: "Show each cluster's sync state (--watch follows it live)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
 			last := ""
 			for {
-				var resp clustersResponse
-				if err := c.get(cmd.Context(), "/api/v1/clusters", nil, &resp); err != nil {
+				resp, err := c.Clusters(cmd.Context())
+				if err != nil {
 					return err
 				}
 				var buf bytes.Buffer
@@ -64,11 +55,11 @@ func newClusters() *cobra.Command {
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again whenever anything changes, with per-resource detail")
 	cmd.Flags().BoolVar(&wide, "wide", false, "one line per cluster × resource")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "poll interval with --watch")
-	addClientFlags(cmd, &c)
+	addClientFlags(cmd, &cf)
 	return cmd
 }
 
-func printClusters(w io.Writer, resp clustersResponse, perResource bool) {
+func printClusters(w io.Writer, resp *api.Clusters, perResource bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	if perResource {
 		fmt.Fprintln(tw, "CLUSTER\tRESOURCE\tSTATE\tOBJECTS\tERROR")
@@ -93,7 +84,11 @@ func printClusters(w io.Writer, resp clustersResponse, perResource bool) {
 		if len(errText) > 80 {
 			errText = errText[:77] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\n", cl.Name, cl.State, synced, len(cl.Resources), objects, strings.TrimSpace(age(cl.LastSync)), errText)
+		lastSync := ""
+		if cl.LastSync != nil {
+			lastSync = age(cl.LastSync.Format(time.RFC3339))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\n", cl.Name, cl.State, synced, len(cl.Resources), objects, strings.TrimSpace(lastSync), errText)
 	}
 	_ = tw.Flush()
 }

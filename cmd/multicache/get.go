@@ -4,36 +4,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/client"
 )
 
-type listItem struct {
-	Cluster string         `json:"cluster"`
-	Object  map[string]any `json:"object"`
-}
-
-type clusterFresh struct {
-	Name      string `json:"name"`
-	Synced    bool   `json:"synced"`
-	NotServed bool   `json:"notServed"`
-	Error     string `json:"error"`
-}
-
-type listResponse struct {
-	Items           []listItem     `json:"items"`
-	Continue        string         `json:"continue"`
-	ResourceVersion string         `json:"resourceVersion"`
-	Clusters        []clusterFresh `json:"clusters"`
+// row is one item of a list, decoded for printing.
+type row struct {
+	cluster string
+	object  map[string]any
 }
 
 func newGet() *cobra.Command {
-	var c client
+	var cf clientFlags
 	var allNS bool
 	var ns, labelSel, fieldSel, output string
 	var clusters []string
@@ -47,43 +36,28 @@ func newGet() *cobra.Command {
 			default:
 				return fmt.Errorf("-o %q: want table, wide, json, yaml or name", output)
 			}
-			q := url.Values{}
+			q := client.Query{LabelSelector: labelSel, Clusters: clusters, Limit: 500}
 			if !allNS {
 				if ns == "" {
 					ns = "default"
 				}
-				q.Set("namespace", ns)
+				q.Namespace = ns
 			}
-			if labelSel != "" {
-				q.Set("labelSelector", labelSel)
-			}
-			fs := fieldSel
+			q.FieldSelector = fieldSel
 			if len(args) == 2 {
-				fs = strings.Trim(fs+",metadata.name="+args[1], ",")
+				q.FieldSelector = strings.Trim(fieldSel+",metadata.name="+args[1], ",")
 			}
-			if fs != "" {
-				q.Set("fieldSelector", fs)
+			c, err := cf.client()
+			if err != nil {
+				return err
 			}
-			for _, cl := range clusters {
-				q.Add("cluster", cl)
+			all, err := c.ListAll(cmd.Context(), args[0], q)
+			if err != nil {
+				return err
 			}
-			q.Set("limit", "500")
-			var all listResponse
-			for {
-				var page listResponse
-				if err := c.get(cmd.Context(), "/api/v1/resources/"+url.PathEscape(args[0]), q, &page); err != nil {
-					return err
-				}
-				all.Items = append(all.Items, page.Items...)
-				all.Clusters, all.ResourceVersion = page.Clusters, page.ResourceVersion
-				if page.Continue == "" {
-					break
-				}
-				q.Set("continue", page.Continue)
-			}
-			for _, cf := range all.Clusters {
-				if !cf.Synced && !cf.NotServed {
-					fmt.Fprintf(cmd.ErrOrStderr(), "warning: cluster %s is not synced (%s): its results may be stale or missing\n", cf.Name, cf.Error)
+			for _, fr := range all.Clusters {
+				if !fr.Synced && !fr.NotServed {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: cluster %s is not synced (%s): its results may be stale or missing\n", fr.Name, fr.Error)
 				}
 			}
 			if len(args) == 2 && len(all.Items) == 0 {
@@ -99,17 +73,21 @@ func newGet() *cobra.Command {
 	fl.StringVar(&fieldSel, "field-selector", "", "field selector (metadata.name, metadata.namespace, spec.nodeName, status.phase, or an index name)")
 	fl.StringArrayVar(&clusters, "cluster", nil, "only this cluster (repeatable)")
 	fl.StringVarP(&output, "output", "o", "table", "table, wide, json, yaml or name")
-	addClientFlags(cmd, &c)
+	addClientFlags(cmd, &cf)
 	return cmd
 }
 
-func printItems(w io.Writer, resp listResponse, output string) error {
+func printItems(w io.Writer, resp *api.List, output string) error {
 	switch output {
 	case "json", "yaml":
-		if resp.Items == nil {
-			resp.Items = []listItem{}
+		items := resp.Items
+		if items == nil {
+			items = []api.Item{}
 		}
-		b, err := json.MarshalIndent(map[string]any{"items": resp.Items, "clusters": resp.Clusters}, "", "  ")
+		b, err := json.MarshalIndent(struct {
+			Items    []api.Item             `json:"items"`
+			Clusters []api.ClusterFreshness `json:"clusters"`
+		}{items, resp.Clusters}, "", "  ")
 		if err != nil {
 			return err
 		}
@@ -122,23 +100,32 @@ func printItems(w io.Writer, resp listResponse, output string) error {
 		}
 		_, err = w.Write(b)
 		return err
-	case "name":
-		for _, it := range resp.Items {
-			fmt.Fprintf(w, "%s/%s/%s\n", it.Cluster, strings.ToLower(str(it.Object, "kind")), str(it.Object, "metadata", "name"))
+	}
+	rows := make([]row, 0, len(resp.Items))
+	for _, it := range resp.Items {
+		var o map[string]any
+		if err := json.Unmarshal(it.Object, &o); err != nil {
+			return fmt.Errorf("cluster %q: object: %w", it.Cluster, err)
+		}
+		rows = append(rows, row{it.Cluster, o})
+	}
+	if output == "name" {
+		for _, r := range rows {
+			fmt.Fprintf(w, "%s/%s/%s\n", r.cluster, strings.ToLower(str(r.object, "kind")), str(r.object, "metadata", "name"))
 		}
 		return nil
 	}
-	if len(resp.Items) == 0 {
+	if len(rows) == 0 {
 		fmt.Fprintln(w, "No resources found.")
 		return nil
 	}
 	namespaced := false
-	for _, it := range resp.Items {
-		if str(it.Object, "metadata", "namespace") != "" {
+	for _, r := range rows {
+		if str(r.object, "metadata", "namespace") != "" {
 			namespaced = true
 		}
 	}
-	kind := str(resp.Items[0].Object, "kind")
+	kind := str(rows[0].object, "kind")
 	cols := columnsFor(kind, output == "wide")
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	head := []string{"CLUSTER"}
@@ -150,20 +137,20 @@ func printItems(w io.Writer, resp listResponse, output string) error {
 		head = append(head, c.name)
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
-	for _, it := range resp.Items {
-		row := []string{it.Cluster}
+	for _, r := range rows {
+		cells := []string{r.cluster}
 		if namespaced {
-			row = append(row, str(it.Object, "metadata", "namespace"))
+			cells = append(cells, str(r.object, "metadata", "namespace"))
 		}
-		row = append(row, str(it.Object, "metadata", "name"))
+		cells = append(cells, str(r.object, "metadata", "name"))
 		for _, c := range cols {
-			v := c.get(it.Object)
+			v := c.get(r.object)
 			if v == "" {
 				v = "<none>"
 			}
-			row = append(row, v)
+			cells = append(cells, v)
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }

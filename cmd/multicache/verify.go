@@ -1,10 +1,11 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"net/url"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,13 +17,15 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/client"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/config"
 	"github.com/multicache/multicache/pkg/verify"
 )
 
 func newVerify() *cobra.Command {
-	var c client
+	var cf clientFlags
 	var cfgFile, namespace string
 	var kubeconfigs, contexts, excludes []string
 	var timeout time.Duration
@@ -64,7 +67,11 @@ sides agree or --timeout passes. It exits non-zero, naming the objects, if they 
 			if len(clusters) == 0 {
 				return errors.New("--kubeconfig/--context: no clusters selected")
 			}
-			return runVerify(cmd, &c, args[0], namespace, clusters, timeout)
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			return runVerify(cmd, c, args[0], namespace, clusters, timeout)
 		},
 	}
 	fl := cmd.Flags()
@@ -74,11 +81,11 @@ sides agree or --timeout passes. It exits non-zero, naming the objects, if they 
 	fl.StringArrayVar(&excludes, "exclude-context", nil, "exclude contexts matching this glob (repeatable)")
 	fl.StringVarP(&namespace, "namespace", "n", "", "compare one namespace only")
 	fl.DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for both sides to agree")
-	addClientFlags(cmd, &c)
+	addClientFlags(cmd, &cf)
 	return cmd
 }
 
-func runVerify(cmd *cobra.Command, c *client, resource, namespace string, clusters []clusterset.ClusterConfig, timeout time.Duration) error {
+func runVerify(cmd *cobra.Command, c *client.Client, resource, namespace string, clusters []clusterset.ClusterConfig, timeout time.Duration) error {
 	ctx := cmd.Context()
 	servers := map[string]*rest.Config{}
 	var names []string
@@ -109,7 +116,7 @@ func runVerify(cmd *cobra.Command, c *client, resource, namespace string, cluste
 			}
 			maps.Copy(truth, t)
 		}
-		cached, err := daemonStates(c, cmd, resource, namespace, servers)
+		cached, err := daemonStates(cmd.Context(), c, resource, namespace, servers)
 		if err != nil {
 			return err
 		}
@@ -130,45 +137,26 @@ func runVerify(cmd *cobra.Command, c *client, resource, namespace string, cluste
 	}
 }
 
-// daemonStates pages through the daemon's list of resource and returns the state of every
-// object of the given clusters.
-func daemonStates(c *client, cmd *cobra.Command, resource, namespace string, servers map[string]*rest.Config) (map[aggregate.Key]string, error) {
-	type page struct {
-		Items []struct {
-			Cluster string `json:"cluster"`
-			Object  struct {
-				Metadata struct {
-					Namespace       string `json:"namespace"`
-					Name            string `json:"name"`
-					UID             string `json:"uid"`
-					ResourceVersion string `json:"resourceVersion"`
-				} `json:"metadata"`
-			} `json:"object"`
-		} `json:"items"`
-		Continue string `json:"continue"`
+// daemonStates lists resource from the daemon and returns the state of every object of the
+// given clusters.
+func daemonStates(ctx context.Context, c *client.Client, resource, namespace string, servers map[string]*rest.Config) (map[aggregate.Key]string, error) {
+	list, err := c.ListAll(ctx, resource, client.Query{Namespace: namespace, Limit: 500})
+	if err != nil {
+		return nil, err
 	}
 	out := map[aggregate.Key]string{}
-	q := url.Values{"limit": {"500"}}
-	if namespace != "" {
-		q.Set("namespace", namespace)
+	for _, it := range list.Items {
+		if _, ok := servers[it.Cluster]; !ok {
+			continue
+		}
+		var o api.ObjectMeta
+		if err := json.Unmarshal(it.Object, &o); err != nil {
+			return nil, fmt.Errorf("cluster %q: object: %w", it.Cluster, err)
+		}
+		m := o.Metadata
+		out[aggregate.Key{Cluster: it.Cluster, Namespace: m.Namespace, Name: m.Name}] = verify.State(m.UID, m.ResourceVersion)
 	}
-	for {
-		var p page
-		if err := c.get(cmd.Context(), "/api/v1/resources/"+url.PathEscape(resource), q, &p); err != nil {
-			return nil, err
-		}
-		for _, it := range p.Items {
-			if _, ok := servers[it.Cluster]; !ok {
-				continue
-			}
-			m := it.Object.Metadata
-			out[aggregate.Key{Cluster: it.Cluster, Namespace: m.Namespace, Name: m.Name}] = verify.State(m.UID, m.ResourceVersion)
-		}
-		if p.Continue == "" {
-			return out, nil
-		}
-		q.Set("continue", p.Continue)
-	}
+	return out, nil
 }
 
 func printVerify(cmd *cobra.Command, names []string, rep verify.Report, truth map[aggregate.Key]string) {

@@ -309,8 +309,8 @@ func TestFaults(t *testing.T) {
 
 	t.Run("11 cluster removed while writes run, then re-added under the same name", func(t *testing.T) {
 		e.t = t
-		_, expiredFleet, _, _ := e.watch.counts()
-		_, expiredOne, _, _ := e.watchOne.counts()
+		_, expiredFleet, _ := e.watch.counts()
+		_, expiredOne, _ := e.watchOne.counts()
 		stopChurn := churn(ctx, e, 150)
 		time.Sleep(2 * time.Second)
 		e.writeKubeconfigOnly([]string{"fleet-2", "fleet-3"})
@@ -328,8 +328,8 @@ func TestFaults(t *testing.T) {
 		cr := stopChurn()
 		took, diverged := e.converge(ctx, 90*time.Second, all...)
 		e.checkConsistent(t)
-		_, expiredFleet2, _, _ := e.watch.counts()
-		_, expiredOne2, _, _ := e.watchOne.counts()
+		_, expiredFleet2, _ := e.watch.counts()
+		_, expiredOne2, _ := e.watchOne.counts()
 		if expiredOne2 != expiredOne {
 			t.Errorf("the watch of fleet-2 alone got %d 410s while fleet-1 left and joined", expiredOne2-expiredOne)
 		}
@@ -539,14 +539,14 @@ func (e *env) checkConsistent(t *testing.T) {
 		}
 	}
 	for name, w := range map[string]*watchClient{"fleet-wide": e.watch, "fleet-2": e.watchOne} {
-		if _, _, _, errs := w.counts(); len(errs) > 0 {
+		if _, _, errs := w.counts(); len(errs) > 0 {
 			t.Errorf("%s watch client: %v", name, errs[:min(5, len(errs))])
 		}
 	}
 }
 
 func (e *env) watchSummary() string {
-	l, x, r, _ := e.watch.counts()
-	l1, x1, r1, _ := e.watchOne.counts()
-	return fmt.Sprintf("watch clients so far: fleet-wide %d lists, %d 410s, %d resumes; fleet-2 %d lists, %d 410s, %d resumes", l, x, r, l1, x1, r1)
+	l, x, _ := e.watch.counts()
+	l1, x1, _ := e.watchOne.counts()
+	return fmt.Sprintf("watch clients so far: fleet-wide %d lists, %d 410s; fleet-2 %d lists, %d 410s", l, x, l1, x1)
 }

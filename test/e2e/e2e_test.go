@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/client"
 	"github.com/multicache/multicache/test/fleet"
 )
 
@@ -75,7 +76,7 @@ func listAllPaced(ctx context.Context, t *testing.T, d *daemon, resource string,
 	seen := map[string]bool{}
 	rv := ""
 	for pages := 0; ; pages++ {
-		var page listResponse
+		var page api.List
 		code, apiErr, err := d.get(ctx, "/api/v1/resources/"+resource, q, &page)
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("list %s %v: %d %+v %v", resource, q, code, apiErr, err)
@@ -83,7 +84,11 @@ func listAllPaced(ctx context.Context, t *testing.T, d *daemon, resource string,
 		if rv == "" {
 			rv = page.ResourceVersion
 		}
-		for _, it := range page.Items {
+		for _, raw := range page.Items {
+			it, err := decoded(raw)
+			if err != nil {
+				t.Fatalf("list %s: item: %v", resource, err)
+			}
 			if seen[it.key()] {
 				t.Fatalf("list %s %v: %s returned twice", resource, q, it.key())
 			}
@@ -191,16 +196,15 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 	})
 
 	t.Run("get one object, cluster-scoped and namespaced", func(t *testing.T) {
-		var one struct {
-			Cluster string    `json:"cluster"`
-			Object  apiObject `json:"object"`
-		}
-		code, e, err := d.get(ctx, "/api/v1/resources/pods/fleet-2/load-0/pod-3", nil, &one)
+		var raw api.Item
+		code, e, err := d.get(ctx, "/api/v1/resources/pods/fleet-2/load-0/pod-3", nil, &raw)
+		one, _ := decoded(raw)
 		want := truth["fleet-2|load-0/pod-3"]
 		if err != nil || code != 200 || one.Object.Metadata.UID != string(want.UID) {
 			t.Errorf("get pod: %d %+v %v %+v", code, e, err, one)
 		}
-		code, _, err = d.get(ctx, "/api/v1/resources/Node/fleet-3/_/node-2", nil, &one)
+		code, _, err = d.get(ctx, "/api/v1/resources/Node/fleet-3/_/node-2", nil, &raw)
+		one, _ = decoded(raw)
 		if err != nil || code != 200 || one.Object.Kind != "Node" {
 			t.Errorf("get node: %d %v %+v", code, err, one)
 		}
@@ -235,7 +239,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 	})
 
 	t.Run("a CRD two clusters serve", func(t *testing.T) {
-		var page listResponse
+		var page api.List
 		if code, e, err := d.get(ctx, "/api/v1/resources/widgets", url.Values{"namespace": {"load-0"}}, &page); err != nil || code != 200 {
 			t.Fatalf("%d %+v %v", code, e, err)
 		}
@@ -292,28 +296,32 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 		_, rv := listAll(ctx, t, d, "configmaps", url.Values{"namespace": {"watched"}})
 		wctx, wcancel := context.WithCancel(ctx)
 		defer wcancel()
-		req, _ := http.NewRequestWithContext(wctx, http.MethodGet, d.url+"/api/v1/resources/cm?watch=true&namespace=watched&resourceVersion="+url.QueryEscape(rv), nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("watch: %v %v", err, resp)
+		// Through the Go client, which the CLI uses too.
+		cl, err := client.New(client.Options{Server: d.url})
+		if err != nil {
+			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		w, err := cl.Watch(wctx, "cm", client.Query{Namespace: "watched"}, rv)
+		if err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+		defer w.Close()
 		type ev struct {
-			Type    string    `json:"type"`
-			Cluster string    `json:"cluster"`
-			Object  apiObject `json:"object"`
+			Type, Cluster string
+			Object        apiObject
 		}
 		events := make(chan ev, 10000)
 		go func() {
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			for sc.Scan() {
-				var e ev
-				if json.Unmarshal(sc.Bytes(), &e) == nil {
-					events <- e
+			defer close(events)
+			for {
+				e, err := w.Next()
+				if err != nil {
+					return
 				}
+				var o apiObject
+				_ = json.Unmarshal(e.Object, &o)
+				events <- ev{e.Type, e.Cluster, o}
 			}
-			close(events)
 		}()
 		// Writes in every cluster: create, update, delete.
 		want := map[string]bool{}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/multicache/multicache/pkg/api"
 )
 
 var (
@@ -131,14 +133,8 @@ func (d *daemon) stop(t *testing.T) error {
 	}
 }
 
-type apiError struct {
-	Code    int    `json:"code"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
-// get fetches path with query q and decodes a 200 into out; other codes return an *apiError.
-func (d *daemon) get(ctx context.Context, path string, q url.Values, out any) (int, *apiError, error) {
+// get fetches path with query q and decodes a 200 into out; other codes return an *api.Error.
+func (d *daemon) get(ctx context.Context, path string, q url.Values, out any) (int, *api.Error, error) {
 	u := d.url + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -154,7 +150,7 @@ func (d *daemon) get(ctx context.Context, path string, q url.Values, out any) (i
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		var e apiError
+		var e api.Error
 		if err := json.Unmarshal(b, &e); err != nil {
 			return resp.StatusCode, nil, fmt.Errorf("error body %q: %v", b, err)
 		}
@@ -177,19 +173,16 @@ type apiObject struct {
 	Metadata   objectMeta `json:"metadata"`
 }
 
+// listItem is an api.Item with its object's kind and metadata decoded.
 type listItem struct {
 	Cluster string    `json:"cluster"`
 	Object  apiObject `json:"object"`
 }
 
-type listResponse struct {
-	Items           []listItem `json:"items"`
-	Continue        string     `json:"continue"`
-	ResourceVersion string     `json:"resourceVersion"`
-	Clusters        []struct {
-		Name   string `json:"name"`
-		Synced bool   `json:"synced"`
-	} `json:"clusters"`
+// decoded decodes it's object.
+func decoded(it api.Item) (listItem, error) {
+	out := listItem{Cluster: it.Cluster}
+	return out, json.Unmarshal(it.Object, &out.Object)
 }
 
 func (it listItem) key() string {
