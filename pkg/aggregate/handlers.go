@@ -50,7 +50,8 @@ type Registration struct {
 	h    Handler
 	q    backlog
 	opts HandlerOptions
-	done chan struct{}
+	done chan struct{} // closed once the handler goroutine has ended
+	stop chan struct{} // closed by Remove
 
 	mu     sync.Mutex
 	synced map[string]*member // per cluster, the member whose initial list this handler has had
@@ -81,6 +82,11 @@ type HandlerOptions struct {
 	MaxPending int
 	// OnOverflow, for EveryEvent handlers; see MaxPending. Overflows are counted either way.
 	OnOverflow func()
+	// ResyncPeriod, when set, replays every object the handler was told of as an update
+	// (OnUpdate with the same object as old and new) once per period, as client-go's
+	// AddEventHandlerWithResyncPeriod does: one cluster at a time, the clusters spread evenly
+	// over the period, never one burst of the whole fleet. Minimum one second.
+	ResyncPeriod time.Duration
 }
 
 // AddEventHandler adds h with default options. It first receives every object already held,
@@ -102,6 +108,9 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 	if !opts.EveryEvent && (opts.MaxPending != 0 || opts.OnOverflow != nil) {
 		return nil, fmt.Errorf("aggregate %s: HandlerOptions.MaxPending and OnOverflow apply to EveryEvent handlers only", a.resource)
 	}
+	if opts.ResyncPeriod != 0 && opts.ResyncPeriod < time.Second {
+		return nil, fmt.Errorf("aggregate %s: HandlerOptions.ResyncPeriod %s: below the minimum of 1s", a.resource, opts.ResyncPeriod)
+	}
 	var q backlog = newMergedQueue()
 	if opts.EveryEvent {
 		if opts.MaxPending == 0 {
@@ -109,7 +118,7 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 		}
 		q = newFIFOQueue(opts.MaxPending)
 	}
-	r := &Registration{agg: a, h: h, q: q, opts: opts, done: make(chan struct{}), synced: map[string]*member{}}
+	r := &Registration{agg: a, h: h, q: q, opts: opts, done: make(chan struct{}), stop: make(chan struct{}), synced: map[string]*member{}}
 	a.mu.Lock()
 	a.regs = append(a.regs, r)
 	members := a.memberList()
@@ -119,7 +128,29 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 		m.bind(r)
 	}
 	go r.run()
+	if opts.ResyncPeriod > 0 {
+		go r.resync(opts.ResyncPeriod)
+	}
 	return r, nil
+}
+
+// resync replays, every period, each member's objects to r, one cluster at a time, the
+// clusters spread evenly over the period.
+func (r *Registration) resync(period time.Duration) {
+	for {
+		members := r.agg.snapshot()
+		n := max(1, len(members))
+		for i := range n {
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(period / time.Duration(n)):
+			}
+			if i < len(members) {
+				members[i].replay(r)
+			}
+		}
+	}
 }
 
 func (r *Registration) run() {
@@ -230,6 +261,7 @@ func (r *Registration) Remove() {
 	for _, m := range members {
 		m.unbind(r)
 	}
+	close(r.stop)
 	r.q.close()
 }
 

@@ -269,6 +269,18 @@ func (m *member) bind(r *Registration) {
 	m.bindLocked(r)
 }
 
+// replay tells r again, as updates, every object it was told of (a resync).
+func (m *member) replay(r *Registration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.bindings[r]; !ok || m.gone {
+		return
+	}
+	for key, obj := range m.told {
+		r.q.push(m.cluster, key, event{kind: evUpdate, old: obj, obj: obj})
+	}
+}
+
 func (m *member) unbind(r *Registration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
