@@ -157,13 +157,9 @@ func serve(ctx context.Context, cfg *config.Config) error {
 			return fmt.Errorf("server.auth.tokenFile: %w", err)
 		}
 	}
-	srv, err := server.New(server.Options{
-		Registry: reg, Logger: log, Tokens: tokens,
-		MaxPageSize: cfg.Server.MaxPageSize, RequestTimeout: cfg.Server.RequestTimeout.Duration,
-		WatchBuffer: cfg.Server.WatchBuffer, WatchBufferBytes: cfg.Server.WatchBufferBytes, BookmarkInterval: cfg.Server.BookmarkInterval.Duration,
-		MaxWatches: cfg.Server.MaxWatches, MaxRequestsInFlight: cfg.Server.MaxRequestsInFlight,
-		DeadClusterTimeout: cfg.Readiness.DeadClusterTimeout.Duration, AllowSecretData: cfg.Secrets.AllowData,
-	})
+	sopts := cfg.ServerOptions()
+	sopts.Registry, sopts.Logger, sopts.Tokens = reg, log, tokens
+	srv, err := server.New(sopts)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,22 @@ type IndexSpec struct {
 	Clusters []string
 }
 
+// Validate reports a missing name or function, a built-in name, or a bad cluster glob.
+func (s IndexSpec) Validate() error {
+	if s.Name == "" || s.Func == nil {
+		return fmt.Errorf("index: name and function are required")
+	}
+	if s.Name == IndexCluster || s.Name == IndexClusterNamespace || s.Name == IndexNamespace {
+		return fmt.Errorf("index %q: the name is built in", s.Name)
+	}
+	for _, g := range s.Clusters {
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("index %q: clusters: bad glob %q: %w", s.Name, g, err)
+		}
+	}
+	return nil
+}
+
 func (s IndexSpec) appliesTo(cluster string) bool {
 	if len(s.Clusters) == 0 {
 		return true
@@ -137,16 +153,8 @@ func resourceVersion(obj any) string {
 
 // AddIndex installs spec in every current member it applies to, and in every later one.
 func (a *Aggregate) AddIndex(spec IndexSpec) error {
-	if spec.Name == "" || spec.Func == nil {
-		return fmt.Errorf("index: name and function are required")
-	}
-	if spec.Name == IndexCluster || spec.Name == IndexClusterNamespace || spec.Name == IndexNamespace {
-		return fmt.Errorf("index %q: the name is built in", spec.Name)
-	}
-	for _, g := range spec.Clusters {
-		if _, err := path.Match(g, ""); err != nil {
-			return fmt.Errorf("index %q: clusters: bad glob %q: %w", spec.Name, g, err)
-		}
+	if err := spec.Validate(); err != nil {
+		return err
 	}
 	a.mu.Lock()
 	if _, dup := a.indexes[spec.Name]; dup {

@@ -40,23 +40,8 @@ type Options struct {
 	ProbeTimeout time.Duration
 }
 
-func (o *Options) defaults() error {
-	if o.Source == nil {
-		return errors.New("clusterset: Options.Source is required")
-	}
-	if len(o.Resources) == 0 {
-		return errors.New("clusterset: Options.Resources: at least one resource is required")
-	}
-	seen := map[string]bool{}
-	for i, r := range o.Resources {
-		if err := r.validate(i); err != nil {
-			return err
-		}
-		if seen[r.Name] {
-			return fmt.Errorf("resources[%d].name: %q listed twice", i, r.Name)
-		}
-		seen[r.Name] = true
-	}
+// Default fills every unset field with its default.
+func (o *Options) Default() {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -81,7 +66,32 @@ func (o *Options) defaults() error {
 	if o.ProbeTimeout == 0 {
 		o.ProbeTimeout = 5 * time.Second
 	}
-	return nil
+}
+
+// Validate reports every bad field, each named as the config file names it
+// ("resources[1].mode").
+func (o Options) Validate() error {
+	var errs []error
+	if o.Source == nil {
+		errs = append(errs, errors.New("clusterset: Options.Source is required"))
+	}
+	if len(o.Resources) == 0 {
+		errs = append(errs, errors.New("resources: at least one resource is required"))
+	}
+	seen := map[string]bool{}
+	for i, r := range o.Resources {
+		if err := r.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("resources[%d].%w", i, err))
+		}
+		if seen[r.Name] {
+			errs = append(errs, fmt.Errorf("resources[%d].name: %q listed twice", i, r.Name))
+		}
+		seen[r.Name] = true
+	}
+	if o.QPS < 0 || o.Burst < 0 {
+		errs = append(errs, fmt.Errorf("qps, burst: %g and %d: must not be negative", o.QPS, o.Burst))
+	}
+	return errors.Join(errs...)
 }
 
 // Registry runs the fleet: one cluster runner per cluster the Source yields, one Aggregate per
@@ -103,7 +113,8 @@ type Registry struct {
 
 // New validates opts and builds the aggregates. Nothing runs until Start.
 func New(opts Options) (*Registry, error) {
-	if err := opts.defaults(); err != nil {
+	opts.Default()
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, mems: map[string]*aggregate.Membership{}, clusters: map[string]*runner{}, retiring: map[string]*runner{}, loaded: make(chan struct{})}

@@ -48,32 +48,33 @@ type ResourceSpec struct {
 	Indexes []aggregate.IndexSpec
 }
 
-func (r ResourceSpec) validate(i int) error {
-	field := func(f string) string { return fmt.Sprintf("resources[%d].%s", i, f) }
+// Validate reports the first bad field, named as in the config file after
+// "resources[i].": "name: required", "mode: …", "indexes[j]: …".
+func (r ResourceSpec) Validate() error {
 	if strings.TrimSpace(r.Name) == "" {
-		return fmt.Errorf("%s: required", field("name"))
+		return fmt.Errorf("name: required")
 	}
 	if _, err := parseResourceName(r.Name); err != nil {
-		return fmt.Errorf("%s: %w", field("name"), err)
+		return fmt.Errorf("name: %w", err)
 	}
 	if _, err := labels.Parse(r.LabelSelector); err != nil {
-		return fmt.Errorf("%s: %w", field("labelSelector"), err)
+		return fmt.Errorf("labelSelector: %w", err)
 	}
 	if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
-		return fmt.Errorf("%s: %w", field("fieldSelector"), err)
+		return fmt.Errorf("fieldSelector: %w", err)
 	}
 	switch r.Mode {
 	case ModeAuto, ModeTyped, ModeUnstructured, ModeMetadata:
 	default:
-		return fmt.Errorf("%s: %q is not one of typed, unstructured, metadata", field("mode"), r.Mode)
+		return fmt.Errorf("mode: %q is not one of typed, unstructured, metadata", r.Mode)
 	}
 	seen := map[string]bool{}
 	for j, ix := range r.Indexes {
-		if ix.Name == "" || ix.Func == nil {
-			return fmt.Errorf("%s[%d]: name and function are required", field("indexes"), j)
+		if err := ix.Validate(); err != nil {
+			return fmt.Errorf("indexes[%d]: %w", j, err)
 		}
 		if seen[ix.Name] {
-			return fmt.Errorf("%s[%d]: duplicate index %q", field("indexes"), j, ix.Name)
+			return fmt.Errorf("indexes[%d]: duplicate index %q", j, ix.Name)
 		}
 		seen[ix.Name] = true
 	}

@@ -62,22 +62,40 @@ type Kubeconfig struct {
 	opts KubeconfigOptions
 }
 
-// NewKubeconfig validates opts.
-func NewKubeconfig(opts KubeconfigOptions) (*Kubeconfig, error) {
-	for field, globs := range map[string][]string{"include": opts.Include, "exclude": opts.Exclude} {
-		for _, g := range globs {
+// Default fills unset fields with their defaults.
+func (o *KubeconfigOptions) Default() {
+	if o.PollInterval == 0 {
+		o.PollInterval = 2 * time.Second
+	}
+}
+
+// Validate reports every bad glob and rename, named as in the config file ("include[0]",
+// "rename.ctx").
+func (o KubeconfigOptions) Validate() error {
+	var errs []error
+	for field, globs := range map[string][]string{"include": o.Include, "exclude": o.Exclude} {
+		for i, g := range globs {
 			if _, err := path.Match(g, ""); err != nil {
-				return nil, fmt.Errorf("kubeconfig: %s: bad glob %q: %w", field, g, err)
+				errs = append(errs, fmt.Errorf("%s[%d]: bad glob %q", field, i, g))
 			}
 		}
 	}
-	for ctx, name := range opts.Rename {
+	for ctx, name := range o.Rename {
 		if err := aggregate.ValidateClusterName(name); err != nil {
-			return nil, fmt.Errorf("kubeconfig: rename %q: %w", ctx, err)
+			errs = append(errs, fmt.Errorf("rename.%s: %w", ctx, err))
 		}
 	}
-	if opts.PollInterval == 0 {
-		opts.PollInterval = 2 * time.Second
+	if o.PollInterval < 0 {
+		errs = append(errs, fmt.Errorf("pollInterval %s: must not be negative", o.PollInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// NewKubeconfig defaults and validates opts.
+func NewKubeconfig(opts KubeconfigOptions) (*Kubeconfig, error) {
+	opts.Default()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	return &Kubeconfig{opts: opts}, nil
 }

@@ -3,9 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
-	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
+	"github.com/multicache/multicache/pkg/server"
 )
 
 // Config is the whole file. See configs/multicache.yaml for a commented example.
@@ -185,22 +187,12 @@ func Parse(b []byte) (*Config, error) {
 	return &c, nil
 }
 
-// Default fills unset fields.
+// Default fills the fields only the file has: the listen address and logging. Every other
+// default belongs to the options the file maps onto (clusterset.Options, KubeconfigOptions,
+// server.Options), which apply their own.
 func (c *Config) Default() {
 	if c.Server.Listen == "" {
 		c.Server.Listen = "127.0.0.1:8080"
-	}
-	if c.Server.MaxPageSize == 0 {
-		c.Server.MaxPageSize = 1000
-	}
-	if c.Server.RequestTimeout.Duration == 0 {
-		c.Server.RequestTimeout.Duration = 30 * time.Second
-	}
-	if c.Server.WatchBuffer == 0 {
-		c.Server.WatchBuffer = 100000
-	}
-	if c.Server.BookmarkInterval.Duration == 0 {
-		c.Server.BookmarkInterval.Duration = 5 * time.Second
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "json"
@@ -208,58 +200,28 @@ func (c *Config) Default() {
 	if c.Logging.Level == "" {
 		c.Logging.Level = "info"
 	}
-	if c.Readiness.DeadClusterTimeout.Duration == 0 {
-		c.Readiness.DeadClusterTimeout.Duration = 2 * time.Minute
-	}
-	if c.Kubeconfig.PollInterval.Duration == 0 {
-		c.Kubeconfig.PollInterval.Duration = 2 * time.Second
-	}
 }
 
-var builtinIndex = map[string]bool{index.Label: true, index.Owner: true, index.OwnerUID: true, index.NodeName: true, index.Image: true}
-
-// Validate checks every field and returns all problems, each naming its field.
+// Validate checks every field and returns all problems, each naming its field. Fields that map
+// onto an options type are checked by that type's Validate; the file adds what only it has:
+// custom index definitions and the resources they name, listening, TLS, auth and logging.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	for i, g := range c.Kubeconfig.Include {
-		if _, err := path.Match(g, ""); err != nil {
-			bad(fmt.Sprintf("kubeconfig.include[%d]", i), "bad glob %q", g)
-		}
-	}
-	for i, g := range c.Kubeconfig.Exclude {
-		if _, err := path.Match(g, ""); err != nil {
-			bad(fmt.Sprintf("kubeconfig.exclude[%d]", i), "bad glob %q", g)
-		}
-	}
-	for ctx, name := range c.Kubeconfig.Rename {
-		if err := aggregate.ValidateClusterName(name); err != nil {
-			bad("kubeconfig.rename."+ctx, "%v", err)
-		}
-	}
-	if len(c.Resources) == 0 {
-		bad("resources", "at least one resource is required")
+	if err := c.KubeconfigOptions().Validate(); err != nil {
+		errs = append(errs, prefixed("kubeconfig.", err))
 	}
 	names := map[string]bool{}
-	for i, r := range c.Resources {
-		f := fmt.Sprintf("resources[%d]", i)
-		if r.Name == "" {
-			bad(f+".name", "required")
-		}
-		if names[r.Name] {
-			bad(f+".name", "%q listed twice", r.Name)
-		}
+	for _, r := range c.Resources {
 		names[r.Name] = true
-		switch r.Mode {
-		case "", "typed", "unstructured", "metadata":
-		default:
-			bad(f+".mode", "%q is not one of typed, unstructured, metadata", r.Mode)
-		}
+	}
+	builtins := index.Builtins()
+	for i, r := range c.Resources {
 		for j, ix := range r.Indexes {
-			if !builtinIndex[ix] {
-				bad(fmt.Sprintf("%s.indexes[%d]", f, j), "unknown index type %q (want one of label, owner, owner-uid, pod-node, image)", ix)
+			if _, ok := builtins[ix]; !ok {
+				bad(fmt.Sprintf("resources[%d].indexes[%d]", i, j), "unknown index type %q (want one of %s)", ix, strings.Join(slices.Sorted(maps.Keys(builtins)), ", "))
 			}
 		}
 	}
@@ -276,11 +238,19 @@ func (c *Config) Validate() error {
 				bad(fmt.Sprintf("%s.resources[%d]", f, j), "%q is not in resources", r)
 			}
 		}
-		for j, g := range ix.Clusters {
-			if _, err := path.Match(g, ""); err != nil {
-				bad(fmt.Sprintf("%s.clusters[%d]", f, j), "bad glob %q", g)
-			}
+	}
+	if len(errs) == 0 {
+		// Resources, their selectors, modes and indexes, and qps/burst: as the Registry checks them.
+		specs, err := c.ResourceSpecs()
+		if err == nil {
+			err = clusterset.Options{Source: clusterset.Static{}, Resources: specs, QPS: c.QPS, Burst: c.Burst}.Validate()
 		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.ServerOptions().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, _, err := net.SplitHostPort(c.Server.Listen); err != nil {
 		bad("server.listen", "%v", err)
@@ -290,12 +260,6 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.Auth != nil && c.Server.Auth.TokenFile == "" {
 		bad("server.auth.tokenFile", "required")
-	}
-	for field, v := range map[string]int{"maxPageSize": c.Server.MaxPageSize, "watchBuffer": c.Server.WatchBuffer,
-		"watchBufferBytes": c.Server.WatchBufferBytes, "maxWatches": c.Server.MaxWatches, "maxRequestsInFlight": c.Server.MaxRequestsInFlight} {
-		if v < 0 {
-			bad("server."+field, "%d: must not be negative", v)
-		}
 	}
 	if !IsLoopback(c.Server.Listen) && c.Server.Auth == nil && !c.Server.AllowInsecure {
 		bad("server.listen", "%s is not loopback: set server.auth (and server.tls), or allowInsecure: true", c.Server.Listen)
@@ -310,16 +274,19 @@ func (c *Config) Validate() error {
 	default:
 		bad("logging.level", "%q is not debug, info, warn or error", c.Logging.Level)
 	}
-	if c.QPS < 0 || c.Burst < 0 {
-		bad("qps", "qps and burst must not be negative")
-	}
-	// Resource-level selectors and the rest are checked where they are built.
-	if len(errs) == 0 {
-		if _, err := c.ResourceSpecs(); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	return errors.Join(errs...)
+}
+
+// prefixed puts prefix before every error errors.Join joined in err.
+func prefixed(prefix string, err error) error {
+	var out []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out = append(out, fmt.Errorf("%s%w", prefix, e))
+		}
+		return errors.Join(out...)
+	}
+	return fmt.Errorf("%s%w", prefix, err)
 }
 
 // IsLoopback reports whether a listen address binds only to loopback.
@@ -335,11 +302,12 @@ func IsLoopback(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// ResourceSpecs builds the clusterset resource specs, indexes included.
+// ResourceSpecs builds the clusterset resource specs, indexes included. It compiles the custom
+// indexes; the specs are validated where they are used (clusterset.Options.Validate).
 func (c *Config) ResourceSpecs() ([]clusterset.ResourceSpec, error) {
 	var out []clusterset.ResourceSpec
 	builtins := index.Builtins()
-	for i, r := range c.Resources {
+	for _, r := range c.Resources {
 		spec := clusterset.ResourceSpec{
 			Name: r.Name, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector,
 			Mode:      clusterset.Mode(r.Mode),
@@ -360,14 +328,21 @@ func (c *Config) ResourceSpecs() ([]clusterset.ResourceSpec, error) {
 				spec.Indexes = append(spec.Indexes, aggregate.IndexSpec{Name: ix.Name, Func: f, Clusters: ix.Clusters})
 			}
 		}
-		_ = i
 		out = append(out, spec)
 	}
-	// Validate selectors and the like through the same code the Registry uses.
-	if _, err := clusterset.New(clusterset.Options{Source: clusterset.Static{}, Resources: out}); err != nil {
-		return nil, err
-	}
 	return out, nil
+}
+
+// ServerOptions maps the server and readiness sections onto server.Options (Registry, Logger
+// and Tokens are the caller's).
+func (c *Config) ServerOptions() server.Options {
+	return server.Options{
+		MaxPageSize: c.Server.MaxPageSize, RequestTimeout: c.Server.RequestTimeout.Duration,
+		WatchBuffer: c.Server.WatchBuffer, WatchBufferBytes: c.Server.WatchBufferBytes,
+		MaxWatches: c.Server.MaxWatches, MaxRequestsInFlight: c.Server.MaxRequestsInFlight,
+		BookmarkInterval: c.Server.BookmarkInterval.Duration, DeadClusterTimeout: c.Readiness.DeadClusterTimeout.Duration,
+		AllowSecretData: c.Secrets.AllowData,
+	}
 }
 
 // KubeconfigOptions builds the kubeconfig source options.

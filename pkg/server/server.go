@@ -58,6 +58,59 @@ type Options struct {
 	Metrics *prometheus.Registry
 }
 
+// Default fills every unset field with its default.
+func (o *Options) Default() {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	setInt := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setInt(&o.MaxPageSize, 1000)
+	setInt(&o.WatchBuffer, 100000)
+	setInt(&o.WatchBufferBytes, 128<<20)
+	setInt(&o.MaxWatches, 1000)
+	setInt(&o.MaxRequestsInFlight, 400)
+	setInt(&o.HubMaxPending, 1000000)
+	setDuration := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDuration(&o.RequestTimeout, 30*time.Second)
+	setDuration(&o.BookmarkInterval, 5*time.Second)
+	setDuration(&o.DeadClusterTimeout, 2*time.Minute)
+	if o.Metrics == nil {
+		o.Metrics = prometheus.NewRegistry()
+	}
+}
+
+// Validate reports every bad field, named as the config file names it (server.maxWatches).
+// The Registry is New's to check.
+func (o Options) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"maxPageSize", o.MaxPageSize}, {"watchBuffer", o.WatchBuffer}, {"watchBufferBytes", o.WatchBufferBytes},
+		{"maxWatches", o.MaxWatches}, {"maxRequestsInFlight", o.MaxRequestsInFlight}, {"hubMaxPending", o.HubMaxPending}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("server.%s: %d: must not be negative", f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"server.requestTimeout", o.RequestTimeout}, {"server.bookmarkInterval", o.BookmarkInterval}, {"readiness.deadClusterTimeout", o.DeadClusterTimeout}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: %s: must not be negative", f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Server is the HTTP API. Create with New, serve Handler().
 type Server struct {
 	opts    Options
@@ -79,43 +132,9 @@ func New(opts Options) (*Server, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("server: Options.Registry is required")
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.MaxPageSize == 0 {
-		opts.MaxPageSize = 1000
-	}
-	if opts.RequestTimeout == 0 {
-		opts.RequestTimeout = 30 * time.Second
-	}
-	if opts.WatchBuffer == 0 {
-		opts.WatchBuffer = 100000
-	}
-	if opts.WatchBufferBytes == 0 {
-		opts.WatchBufferBytes = 128 << 20
-	}
-	if opts.MaxWatches == 0 {
-		opts.MaxWatches = 1000
-	}
-	if opts.MaxRequestsInFlight == 0 {
-		opts.MaxRequestsInFlight = 400
-	}
-	if opts.HubMaxPending == 0 {
-		opts.HubMaxPending = 1000000
-	}
-	for name, v := range map[string]int{"WatchBuffer": opts.WatchBuffer, "WatchBufferBytes": opts.WatchBufferBytes, "MaxWatches": opts.MaxWatches, "MaxRequestsInFlight": opts.MaxRequestsInFlight, "MaxPageSize": opts.MaxPageSize, "HubMaxPending": opts.HubMaxPending} {
-		if v < 0 {
-			return nil, fmt.Errorf("server: Options.%s %d: must not be negative", name, v)
-		}
-	}
-	if opts.BookmarkInterval == 0 {
-		opts.BookmarkInterval = 5 * time.Second
-	}
-	if opts.DeadClusterTimeout == 0 {
-		opts.DeadClusterTimeout = 2 * time.Minute
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = prometheus.NewRegistry()
+	opts.Default()
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, started: time.Now(),
 		hubs: map[string]*hub{}, hubRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{},

@@ -25,14 +25,8 @@ import (
 
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
 
 // heap returns the live heap after two GCs.
 func heap() uint64 {
@@ -163,14 +157,10 @@ func median(xs []float64) float64 {
 // baseline B, multicache's modes and the raw LIST limit L, side by side in one run, several
 // times, in rotating order, and writes the medians to docs/BENCHMARKS.md.
 func BenchmarkFleetSync(b *testing.B) {
-	perCluster := envInt("MULTICACHE_BENCH_OBJECTS", 50000)
-	runs := envInt("MULTICACHE_BENCH_RUNS", 3)
-	ctx := context.Background()
-	f := fleet.StartT(b, fleet.Options{Clusters: 3})
-	loader, err := fleet.NewLoader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
+	perCluster := harness.EnvInt("MULTICACHE_BENCH_OBJECTS", 50000)
+	runs := harness.EnvInt("MULTICACHE_BENCH_RUNS", 3)
+	h := harness.Start(b, harness.Options{Timeout: time.Hour})
+	ctx, f, loader := h.Ctx, h.Fleet, h.Loader
 	seedStart := time.Now()
 	ns := 20
 	perNS := perCluster / 2 / ns
@@ -307,7 +297,7 @@ heap (after GC) the cache adds, divided by the objects it holds.
 
 %s
 Command: `+"`MULTICACHE_BENCH_OBJECTS=%d MULTICACHE_BENCH_RUNS=%d go test -run '^$' -bench FleetSync -benchtime 1x ./test/bench/`"+`
-`, machineLine(), total, seedRate, runs, table, envInt("MULTICACHE_BENCH_OBJECTS", 50000), runs))
+`, machineLine(), total, seedRate, runs, table, harness.EnvInt("MULTICACHE_BENCH_OBJECTS", 50000), runs))
 	if aggr := strings.TrimSpace(os.Getenv("MULTICACHE_BENCH_AGGREGATE")); aggr != "" {
 		writeSection(b, "P3: fleet queries in process (1M synthetic objects, 10 cluster stores, 100 matches), and hot paths", fmt.Sprintf(`%s
 

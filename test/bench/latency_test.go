@@ -16,6 +16,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
 // BenchmarkWriteLatency measures P4: API server write → handler latency, for one multicache
@@ -27,8 +28,8 @@ import (
 //
 //	MULTICACHE_BENCH_LATENCY_SECONDS=30 go test -run '^$' -bench WriteLatency -benchtime 1x ./test/bench/
 func BenchmarkWriteLatency(b *testing.B) {
-	secs := envInt("MULTICACHE_BENCH_LATENCY_SECONDS", 30)
-	rates := []float64{float64(envInt("MULTICACHE_BENCH_LATENCY_RATE", 1000)), 600, 300}
+	secs := harness.EnvInt("MULTICACHE_BENCH_LATENCY_SECONDS", 30)
+	rates := []float64{float64(harness.EnvInt("MULTICACHE_BENCH_LATENCY_RATE", 1000)), 600, 300}
 	ctx := context.Background()
 	var sb strings.Builder
 	var goals []goal
@@ -59,20 +60,13 @@ Command: `+"`MULTICACHE_BENCH_LATENCY_SECONDS=%d go test -run '^$' -bench WriteL
 
 // latencyRow runs one rate on its own 3-cluster fleet and returns its table row and goal.
 func latencyRow(ctx context.Context, b *testing.B, rate float64, dur time.Duration) (string, goal) {
-	f := fleet.StartT(b, fleet.Options{Clusters: 3})
+	h := harness.Start(b, harness.Options{Timeout: time.Hour})
+	f, loader, src := h.Fleet, h.Loader, h.Static()
 	defer func() { // before the next row starts; runs after the caches below have stopped
 		if err := f.Stop(); err != nil {
 			b.Errorf("stop fleet: %v", err)
 		}
 	}()
-	loader, err := fleet.NewLoader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var src clusterset.Static
-	for _, c := range f.Clusters {
-		src = append(src, clusterset.ClusterConfig{Name: c.Name, Config: c.Config(), Fingerprint: "x"})
-	}
 	reg, err := clusterset.New(clusterset.Options{Source: src, Logger: zap.NewNop(),
 		Resources: []clusterset.ResourceSpec{{Name: "configmaps", Namespace: "churn"}}})
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/multicache/multicache/pkg/index"
 	"github.com/multicache/multicache/pkg/server"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
 // rss is the process's resident set size in bytes, from /proc/self/status.
@@ -88,17 +89,13 @@ func serverCount(ctx context.Context, b *testing.B, f *fleet.Fleet) int {
 //
 //	MULTICACHE_BENCH_MILLION=100000 go test -run '^$' -bench FleetMillion -benchtime 1x -timeout 60m ./test/bench/
 func BenchmarkFleetMillion(b *testing.B) {
-	perCluster := envInt("MULTICACHE_BENCH_MILLION", 100000)
-	queries := envInt("MULTICACHE_BENCH_QUERIES", 2000)
+	perCluster := harness.EnvInt("MULTICACHE_BENCH_MILLION", 100000)
+	queries := harness.EnvInt("MULTICACHE_BENCH_QUERIES", 2000)
 	const clusters, namespaces = 10, 10
-	ctx := context.Background()
 	// Without watch caches: ten API servers holding 100k objects each would crowd the machine,
 	// and the cache under test lists from etcd through them either way.
-	f := fleet.StartT(b, fleet.Options{Clusters: clusters, APIServerArgs: []string{"--watch-cache=false"}})
-	loader, err := fleet.NewLoader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
+	env := harness.Start(b, harness.Options{Clusters: clusters, Timeout: time.Hour, APIServerArgs: []string{"--watch-cache=false"}})
+	ctx, f, loader := env.Ctx, env.Fleet, env.Loader
 	perNS := perCluster / 2 / namespaces
 	// One node name per 10 Pods of a cluster: a node's Pods across the fleet are 100.
 	spec := fleet.BulkSpec{Namespaces: namespaces, PodsPerNamespace: perNS, ConfigMapsPerNamespace: perNS, Nodes: perNS * namespaces / 10}

@@ -23,6 +23,7 @@ import (
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
 var all = []string{"fleet-1", "fleet-2", "fleet-3"}
@@ -134,11 +135,11 @@ func TestFaults(t *testing.T) {
 		before := restarts(e, "fleet-1", "configmaps")
 		p.Resume()
 		took, diverged := e.converge(ctx, 90*time.Second, all...)
-		if probs := e.seen.problems(); len(probs) > 0 {
+		if probs := e.seen.Problems(); len(probs) > 0 {
 			t.Errorf("handler saw inconsistent events: %v", probs[:min(5, len(probs))])
 		}
 		e.record(row{"etcd compacted while the watch was down (410 on resume)", "relist; handlers get deletes and updates for the gap, no duplicate adds",
-			took, diverged, fmt.Sprintf("watch restarts %d → %d; handler inconsistencies %d", before, restarts(e, "fleet-1", "configmaps"), len(e.seen.problems()))})
+			took, diverged, fmt.Sprintf("watch restarts %d → %d; handler inconsistencies %d", before, restarts(e, "fleet-1", "configmaps"), len(e.seen.Problems()))})
 	})
 
 	t.Run("3 connection stalled, then dropped", func(t *testing.T) {
@@ -179,7 +180,7 @@ func TestFaults(t *testing.T) {
 		}
 		e.writeKubeconfig() // the rotated token reaches the watched kubeconfig
 		took, diverged := e.converge(ctx, 90*time.Second, all...)
-		if probs := e.seen.problems(); len(probs) > 0 {
+		if probs := e.seen.Problems(); len(probs) > 0 {
 			t.Errorf("handler saw inconsistent events: %v", probs[:min(5, len(probs))])
 		}
 		e.record(row{"credential revoked (401), then a new token in the kubeconfig", "Degraded \"unauthorized (401)\" on that cluster only; the rotation restarts it with no duplicate adds",
@@ -215,7 +216,7 @@ func TestFaults(t *testing.T) {
 		// Ground truth for the limited identity's view is what fleet-2's API server lists.
 		cms, _ := e.reg.Aggregate("configmaps")
 		var rep verify.Report
-		waitFor(t, "limited view equals fleet-2's API server", 60*time.Second, func() bool {
+		harness.WaitFor(t, "limited view equals fleet-2's API server", 60*time.Second, func() bool {
 			var err error
 			rep, err = verify.Compare(ctx, cms, cmGVR, "", map[string]*rest.Config{"limited": e.servers("fleet-2")["fleet-2"]})
 			return err == nil && len(rep.Diverged) == 0
@@ -236,7 +237,7 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		widgets, _ := e.reg.Aggregate("widgets")
-		waitFor(t, "widgets gone from fleet-1", 60*time.Second, func() bool {
+		harness.WaitFor(t, "widgets gone from fleet-1", 60*time.Second, func() bool {
 			idx, ok := widgets.Cluster("fleet-1")
 			return !ok || len(idx.ListKeys()) == 0
 		})
@@ -248,7 +249,7 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		var rep verify.Report
-		waitFor(t, "widgets equal the API servers", 90*time.Second, func() bool {
+		harness.WaitFor(t, "widgets equal the API servers", 90*time.Second, func() bool {
 			var err error
 			rep, err = verify.Compare(ctx, widgets, widgetsGVR, "", e.servers("fleet-1", "fleet-2"))
 			return err == nil && len(rep.Diverged) == 0
@@ -272,14 +273,14 @@ func TestFaults(t *testing.T) {
 		restartsBefore := clusterRestarts(e, "fleet-2")
 		e.repoint["fleet-2"] = "fleet-3"
 		e.writeKubeconfig()
-		waitFor(t, "fleet-2 restarted on fleet-3's API server", 60*time.Second, func() bool { return clusterRestarts(e, "fleet-2") > restartsBefore })
+		harness.WaitFor(t, "fleet-2 restarted on fleet-3's API server", 60*time.Second, func() bool { return clusterRestarts(e, "fleet-2") > restartsBefore })
 		time.Sleep(3 * time.Second) // writes during and after the swap
 		cr := stopChurn()
 		took1, diverged1 := e.converge(ctx, 90*time.Second, all...)
 		stopChurn = churn(ctx, e, 100)
 		delete(e.repoint, "fleet-2")
 		e.writeKubeconfig()
-		waitFor(t, "fleet-2 restarted on its own API server", 60*time.Second, func() bool { return clusterRestarts(e, "fleet-2") > restartsBefore+1 })
+		harness.WaitFor(t, "fleet-2 restarted on its own API server", 60*time.Second, func() bool { return clusterRestarts(e, "fleet-2") > restartsBefore+1 })
 		time.Sleep(3 * time.Second)
 		cr2 := stopChurn()
 		took2, diverged2 := e.converge(ctx, 90*time.Second, all...)
@@ -298,7 +299,7 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.writeKubeconfig()
-		waitFor(t, "fleet-1 restarted", 60*time.Second, func() bool { return clusterRestarts(e, "fleet-1") > before })
+		harness.WaitFor(t, "fleet-1 restarted", 60*time.Second, func() bool { return clusterRestarts(e, "fleet-1") > before })
 		time.Sleep(3 * time.Second)
 		cr := stopChurn()
 		took, diverged := e.converge(ctx, 90*time.Second, all...)
@@ -314,13 +315,13 @@ func TestFaults(t *testing.T) {
 		stopChurn := churn(ctx, e, 150)
 		time.Sleep(2 * time.Second)
 		e.writeKubeconfigOnly([]string{"fleet-2", "fleet-3"})
-		waitFor(t, "fleet-1 left", 30*time.Second, func() bool { return !slices.Contains(e.reg.Clusters(), "fleet-1") })
-		waitFor(t, "fleet-1 gone from every view", 60*time.Second, func() bool {
-			return len(e.seen.forClusters([]string{"fleet-1"}))+len(e.slow.forClusters([]string{"fleet-1"}))+len(e.watch.forClusters([]string{"fleet-1"})) == 0
+		harness.WaitFor(t, "fleet-1 left", 30*time.Second, func() bool { return !slices.Contains(e.reg.Clusters(), "fleet-1") })
+		harness.WaitFor(t, "fleet-1 gone from every view", 60*time.Second, func() bool {
+			return len(e.seen.InClusters("fleet-1"))+len(e.slow.InClusters("fleet-1"))+len(e.watch.InClusters("fleet-1")) == 0
 		})
 		time.Sleep(2 * time.Second) // fleet-1 is written to while it is out
 		e.writeKubeconfig()
-		waitFor(t, "fleet-1 back", 30*time.Second, func() bool { return slices.Contains(e.reg.Clusters(), "fleet-1") })
+		harness.WaitFor(t, "fleet-1 back", 30*time.Second, func() bool { return slices.Contains(e.reg.Clusters(), "fleet-1") })
 		if missing := e.reg.WaitForSync(ctx, time.Minute); missing != nil {
 			t.Fatalf("after re-adding fleet-1: %v", missing)
 		}
@@ -344,7 +345,7 @@ func TestFaults(t *testing.T) {
 		e.t = t
 		stopChurn := churn(ctx, e, 100)
 		cms, _ := e.reg.Aggregate("configmaps")
-		var late []*finalStates
+		var late []*harness.FinalStates
 		adding := make(chan struct{})
 		added := make(chan struct{})
 		go func() {
@@ -355,7 +356,7 @@ func TestFaults(t *testing.T) {
 					return
 				default:
 				}
-				h := newFinalStates(0)
+				h := harness.NewFinalStates(0)
 				if _, err := cms.AddEventHandler(h); err != nil {
 					t.Errorf("AddEventHandler during a removal: %v", err)
 					return
@@ -366,7 +367,7 @@ func TestFaults(t *testing.T) {
 		}()
 		time.Sleep(100 * time.Millisecond)
 		e.writeKubeconfigOnly([]string{"fleet-1", "fleet-2"})
-		waitFor(t, "fleet-3 left", 30*time.Second, func() bool { return !slices.Contains(e.reg.Clusters(), "fleet-3") })
+		harness.WaitFor(t, "fleet-3 left", 30*time.Second, func() bool { return !slices.Contains(e.reg.Clusters(), "fleet-3") })
 		time.Sleep(300 * time.Millisecond)
 		close(adding)
 		<-added
@@ -382,17 +383,17 @@ func TestFaults(t *testing.T) {
 		}
 		for i, h := range late {
 			var d []string
-			waitFor(t, "late handler converged", 60*time.Second, func() bool {
-				d = diffMaps(want, h.forClusters(all))
+			harness.WaitFor(t, "late handler converged", 60*time.Second, func() bool {
+				d = harness.Diff(want, h.InClusters(all...))
 				return len(d) == 0
 			})
-			if p := h.problems(); len(p) > 0 {
+			if p := h.Problems(); len(p) > 0 {
 				t.Errorf("handler %d of %d, added during the removal, saw inconsistent events: %v", i+1, len(late), p[:min(5, len(p))])
 			}
 			diverged += len(d)
 		}
 		e.writeKubeconfig()
-		waitFor(t, "fleet-3 back", 30*time.Second, func() bool { return slices.Contains(e.reg.Clusters(), "fleet-3") })
+		harness.WaitFor(t, "fleet-3 back", 30*time.Second, func() bool { return slices.Contains(e.reg.Clusters(), "fleet-3") })
 		if missing := e.reg.WaitForSync(ctx, time.Minute); missing != nil {
 			t.Fatalf("after re-adding fleet-3: %v", missing)
 		}
@@ -419,10 +420,10 @@ func TestFaults(t *testing.T) {
 		runtime.ReadMemStats(&ms)
 		heapBefore := ms.HeapAlloc
 		e.writeKubeconfigOnly([]string{"fleet-1", "fleet-2"})
-		waitFor(t, "fleet-3 left", 30*time.Second, func() bool { return len(e.reg.Clusters()) == 2 })
+		harness.WaitFor(t, "fleet-3 left", 30*time.Second, func() bool { return len(e.reg.Clusters()) == 2 })
 		e.proxies["fleet-3"].Drop() // connections of the stopped informers close with them
-		waitFor(t, "handlers and watch client dropped fleet-3", 30*time.Second, func() bool {
-			return len(e.seen.forClusters([]string{"fleet-3"}))+len(e.slow.forClusters([]string{"fleet-3"}))+len(e.watch.forClusters([]string{"fleet-3"})) == 0
+		harness.WaitFor(t, "handlers and watch client dropped fleet-3", 30*time.Second, func() bool {
+			return len(e.seen.InClusters("fleet-3"))+len(e.slow.InClusters("fleet-3"))+len(e.watch.InClusters("fleet-3")) == 0
 		})
 		// The watch hub keeps recent events, the deletes among them, for resuming watches: they
 		// hold the objects until the ring moves on. This is the last scenario, so the HTTP API
@@ -435,7 +436,7 @@ func TestFaults(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		after := runtime.NumGoroutine()
-		leftover := len(e.seen.forClusters([]string{"fleet-3"})) + len(e.slow.forClusters([]string{"fleet-3"}))
+		leftover := len(e.seen.InClusters("fleet-3")) + len(e.slow.InClusters("fleet-3"))
 		alive := 0
 		for _, w := range objs {
 			if w.Value() != nil {
@@ -475,17 +476,6 @@ func restarts(e *env, cluster, resource string) int64 {
 		}
 	}
 	return -1
-}
-
-func waitFor(t *testing.T, what string, within time.Duration, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s", what, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // bumpRevision writes to cluster until its etcd revision is at least by ahead of other's, and
@@ -533,8 +523,8 @@ func clusterRestarts(e *env, cluster string) int {
 // key it held, an update or delete of one it did not) or the watch clients reported errors.
 func (e *env) checkConsistent(t *testing.T) {
 	t.Helper()
-	for name, h := range map[string]*finalStates{"fast": e.seen, "slow": e.slow} {
-		if p := h.problems(); len(p) > 0 {
+	for name, h := range map[string]*harness.FinalStates{"fast": e.seen, "slow": e.slow} {
+		if p := h.Problems(); len(p) > 0 {
 			t.Errorf("%s handler saw inconsistent events: %v", name, p[:min(5, len(p))])
 		}
 	}

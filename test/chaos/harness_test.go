@@ -8,14 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -27,6 +25,7 @@ import (
 	"github.com/multicache/multicache/pkg/server"
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
 var (
@@ -49,7 +48,7 @@ type env struct {
 	reg     *clusterset.Registry
 	// seen (fast) and slow (1 ms per event) are ConfigMap handlers whose final states are
 	// compared with ground truth.
-	seen, slow *finalStates
+	seen, slow *harness.FinalStates
 	// watch is a list-then-watch client of the daemon's HTTP API over every cluster's
 	// ConfigMaps; watchOne watches fleet-2's only.
 	watch, watchOne *watchClient
@@ -169,9 +168,9 @@ func (e *env) divergence(ctx context.Context, servers map[string]*rest.Config, c
 		want[k.String()] = v
 	}
 	cms, _ := e.reg.Aggregate("configmaps")
-	views := map[string]map[string]string{"cache": cachedIn(cms, clusters), "fast handler": e.seen.forClusters(clusters), "slow handler": e.slow.forClusters(clusters)}
+	views := map[string]map[string]string{"cache": cachedIn(cms, clusters), "fast handler": e.seen.InClusters(clusters...), "slow handler": e.slow.InClusters(clusters...)}
 	if e.watch != nil {
-		views["watch client"] = e.watch.forClusters(clusters)
+		views["watch client"] = e.watch.InClusters(clusters...)
 	}
 	if e.watchOne != nil && slices.Contains(clusters, "fleet-2") {
 		w := map[string]string{}
@@ -180,13 +179,13 @@ func (e *env) divergence(ctx context.Context, servers map[string]*rest.Config, c
 				w[k] = v
 			}
 		}
-		if d := diffMaps(w, e.watchOne.forClusters([]string{"fleet-2"})); len(d) > 0 {
+		if d := harness.Diff(w, e.watchOne.InClusters("fleet-2")); len(d) > 0 {
 			diverged += len(d)
 			why = append(why, fmt.Sprintf("fleet-2 watch client: %d differ: %v", len(d), d[:min(3, len(d))]))
 		}
 	}
 	for name, got := range views {
-		if d := diffMaps(want, got); len(d) > 0 {
+		if d := harness.Diff(want, got); len(d) > 0 {
 			diverged += len(d)
 			why = append(why, fmt.Sprintf("configmaps, %s: %d of %d differ: %v", name, len(d), len(want), d[:min(3, len(d))]))
 		}
@@ -203,26 +202,10 @@ func cachedIn(agg *aggregate.Aggregate, clusters []string) map[string]string {
 			continue
 		}
 		for _, o := range idx.List() {
-			out[keyOf(c, o)] = stateOf(o)
+			out[harness.KeyOf(c, o)] = harness.StateOf(o)
 		}
 	}
 	return out
-}
-
-func diffMaps(want, got map[string]string) []string {
-	var d []string
-	for k, v := range want {
-		if got[k] != v {
-			d = append(d, fmt.Sprintf("%s want %s got %q", k, v, got[k]))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			d = append(d, "extra "+k)
-		}
-	}
-	sort.Strings(d)
-	return d
 }
 
 func (e *env) waitState(what string, within time.Duration, cluster, resource string, want clusterset.State, errHas string) time.Duration {
@@ -244,105 +227,17 @@ func (e *env) waitState(what string, within time.Duration, cluster, resource str
 	}
 }
 
-// finalStates records, per object, the last state a handler saw, and every inconsistency.
-type finalStates struct {
-	mu     sync.Mutex
-	state  map[string]string
-	errors []string
-	delay  time.Duration
-}
-
-func newFinalStates(delay time.Duration) *finalStates {
-	return &finalStates{state: map[string]string{}, delay: delay}
-}
-
-func stateOf(obj any) string {
-	m, _ := meta.Accessor(obj)
-	return string(m.GetUID()) + "/" + m.GetResourceVersion()
-}
-
-func keyOf(cluster string, obj any) string {
-	k, _ := aggregate.KeyOf(cluster, obj)
-	return k.String()
-}
-
-func (s *finalStates) OnAdd(cluster string, obj any, _ bool) {
-	time.Sleep(s.delay)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := keyOf(cluster, obj)
-	if _, dup := s.state[k]; dup {
-		s.errors = append(s.errors, "duplicate add "+k)
-	}
-	s.state[k] = stateOf(obj)
-}
-
-func (s *finalStates) OnUpdate(cluster string, _, obj any) {
-	time.Sleep(s.delay)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := keyOf(cluster, obj)
-	if _, ok := s.state[k]; !ok {
-		s.errors = append(s.errors, "update of unknown "+k)
-	}
-	s.state[k] = stateOf(obj)
-}
-
-func (s *finalStates) OnDelete(cluster string, obj any) {
-	time.Sleep(s.delay)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := keyOf(cluster, obj)
-	if _, ok := s.state[k]; !ok {
-		s.errors = append(s.errors, "delete of unknown "+k)
-	}
-	delete(s.state, k)
-}
-
-func (s *finalStates) forClusters(clusters []string) map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return inClusters(s.state, clusters)
-}
-
-// inClusters is the part of a key → state map whose keys are in clusters.
-func inClusters(m map[string]string, clusters []string) map[string]string {
-	out := map[string]string{}
-	for k, v := range m {
-		for _, c := range clusters {
-			if strings.HasPrefix(k, c+aggregate.Separator) {
-				out[k] = v
-			}
-		}
-	}
-	return out
-}
-
-func (s *finalStates) problems() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.errors...)
-}
-
 func setupEnv(t *testing.T, results *[]row) (*env, context.Context) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	t.Cleanup(cancel)
-	f := fleet.StartT(t, fleet.Options{Clusters: 3})
-	loader, err := fleet.NewLoader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loader.Seed(ctx, fleet.Spec{Namespaces: 2, Nodes: 4, PodsPerNamespace: 50, ConfigMapsPerNamespace: 50,
-		WidgetsPerNamespace: 5, CRDClusters: []string{"fleet-1", "fleet-2"}}); err != nil {
-		t.Fatal(err)
-	}
+	h := harness.Start(t, harness.Options{Seed: fleet.Spec{Namespaces: 2, Nodes: 4, PodsPerNamespace: 50, ConfigMapsPerNamespace: 50,
+		WidgetsPerNamespace: 5, CRDClusters: []string{"fleet-1", "fleet-2"}}})
+	ctx, f, loader := h.Ctx, h.Fleet, h.Loader
 	// fleet-1 holds more ConfigMaps than a watch used to buffer (4,096), so that its leaving and
 	// joining are bursts larger than that.
 	if err := createConfigMaps(ctx, f, "fleet-1", "bulk", 5000); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, f: f, loader: loader, proxies: map[string]*fleet.Proxy{}, kc: filepath.Join(t.TempDir(), "kubeconfig"),
-		extra: map[string]string{}, repoint: map[string]string{}, results: results, seen: newFinalStates(0), slow: newFinalStates(time.Millisecond)}
+		extra: map[string]string{}, repoint: map[string]string{}, results: results, seen: harness.NewFinalStates(0), slow: harness.NewFinalStates(time.Millisecond)}
 	for _, c := range f.Clusters {
 		p, err := fleet.NewProxy(strings.TrimPrefix(c.URL(), "https://"))
 		if err != nil {
@@ -363,7 +258,7 @@ func setupEnv(t *testing.T, results *[]row) (*env, context.Context) {
 		t.Fatal(err)
 	}
 	cms, _ := e.reg.Aggregate("configmaps")
-	for _, h := range []*finalStates{e.seen, e.slow} {
+	for _, h := range []*harness.FinalStates{e.seen, e.slow} {
 		if _, err := cms.AddEventHandler(h); err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,6 @@ import (
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -22,6 +20,7 @@ import (
 	"github.com/multicache/multicache/pkg/server"
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
 // TestLoad writes at MULTICACHE_LOAD_RATE ops/s (default 1000: creates, updates, deletes of
@@ -34,27 +33,17 @@ import (
 // handler must catch up. It reports the achieved rate, where the CPU went, handler backlog and
 // lag, and the heap over time.
 func TestLoad(t *testing.T) {
-	rate := float64(envInt("MULTICACHE_LOAD_RATE", 1000))
-	dur := time.Duration(envInt("MULTICACHE_LOAD_SECONDS", 60)) * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
-	defer cancel()
-	f := fleet.StartT(t, fleet.Options{Clusters: 3})
-	loader, err := fleet.NewLoader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var src clusterset.Static
-	servers := map[string]*rest.Config{}
-	for _, c := range f.Clusters {
-		src = append(src, clusterset.ClusterConfig{Name: c.Name, Config: c.Config(), Fingerprint: "x"})
-		servers[c.Name] = c.AdminConfig()
-	}
-	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "configmaps", Namespace: "churn"}}})
+	rate := float64(harness.EnvInt("MULTICACHE_LOAD_RATE", 1000))
+	dur := time.Duration(harness.EnvInt("MULTICACHE_LOAD_SECONDS", 60)) * time.Second
+	h := harness.Start(t, harness.Options{Timeout: dur + 10*time.Minute})
+	ctx, f, loader := h.Ctx, h.Fleet, h.Loader
+	servers := h.Servers()
+	reg, err := clusterset.New(clusterset.Options{Source: h.Static(), Resources: []clusterset.ResourceSpec{{Name: "configmaps", Namespace: "churn"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cms, _ := reg.Aggregate("configmaps")
-	fast, slow := newFinalStates(0), newFinalStates(10*time.Millisecond)
+	fast, slow := harness.NewFinalStates(0), harness.NewFinalStates(10*time.Millisecond)
 	fastReg, _ := cms.AddEventHandler(fast)
 	slowReg, _ := cms.AddEventHandler(slow)
 	var calls atomic.Int64
@@ -165,12 +154,12 @@ func TestLoad(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	cacheConverged := time.Since(t0)
-	want := cached(cms)
-	waitFor(t, "fast handler converged", 60*time.Second, func() bool { return len(diffMaps(want, fast.forClusters(f.Names()))) == 0 })
+	want := cachedIn(cms, f.Names())
+	harness.WaitFor(t, "fast handler converged", 60*time.Second, func() bool { return len(harness.Diff(want, fast.InClusters(f.Names()...))) == 0 })
 	fastConverged := time.Since(t0)
 	watchNote := "hub off"
 	if watch != nil {
-		waitFor(t, "watch client converged", 60*time.Second, func() bool { return len(diffMaps(want, watch.forClusters(f.Names()))) == 0 })
+		harness.WaitFor(t, "watch client converged", 60*time.Second, func() bool { return len(harness.Diff(want, watch.InClusters(f.Names()...))) == 0 })
 		lists, expired, errs := watch.counts()
 		if len(errs) > 0 {
 			t.Errorf("watch client: %v", errs[:min(5, len(errs))])
@@ -186,11 +175,11 @@ func TestLoad(t *testing.T) {
 	slowConverged := time.Duration(0)
 	if os.Getenv("MULTICACHE_LOAD_WAIT_SLOW") != "" {
 		// At 100 events/s the slow handler needs backlog/100 seconds; `make soak` waits for it.
-		waitFor(t, "slow handler converged", 30*time.Minute, func() bool { return len(diffMaps(want, slow.forClusters(f.Names()))) == 0 })
+		harness.WaitFor(t, "slow handler converged", 30*time.Minute, func() bool { return len(harness.Diff(want, slow.InClusters(f.Names()...))) == 0 })
 		slowConverged = time.Since(t0)
 	}
-	for name, s := range map[string]*finalStates{"fast": fast, "slow": slow} {
-		if p := s.problems(); len(p) > 0 {
+	for name, s := range map[string]*harness.FinalStates{"fast": fast, "slow": slow} {
+		if p := s.Problems(); len(p) > 0 {
 			t.Errorf("%s handler saw inconsistent events: %v", name, p[:min(5, len(p))])
 		}
 	}
@@ -212,23 +201,4 @@ func TestLoad(t *testing.T) {
 		fmt.Fprintf(&sb, "| %s | %.1f | %d | %s | %d |\n", s.at, s.heapMiB, s.fastPd, s.fastLag.Round(time.Microsecond), s.slowPending)
 	}
 	t.Log(sb.String())
-}
-
-// cached is what the aggregate holds: key → uid/resourceVersion.
-func cached(agg *aggregate.Aggregate) map[string]string {
-	out := map[string]string{}
-	for _, c := range agg.Clusters() {
-		idx, _ := agg.Cluster(c)
-		for _, o := range idx.List() {
-			out[keyOf(c, o)] = stateOf(o)
-		}
-	}
-	return out
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/client"
+	"github.com/multicache/multicache/test/harness"
 )
 
 // watchClient follows a resource through the daemon's HTTP API with client.Follow, as a
@@ -100,11 +101,11 @@ func (c *watchClient) Event(ev api.WatchEvent) {
 	}
 }
 
-// forClusters is the client's state limited to clusters.
-func (c *watchClient) forClusters(clusters []string) map[string]string {
+// InClusters is the client's state limited to clusters.
+func (c *watchClient) InClusters(clusters ...string) map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return inClusters(c.state, clusters)
+	return harness.InClusters(c.state, clusters...)
 }
 
 func (c *watchClient) counts() (lists, expired int, errs []string) {

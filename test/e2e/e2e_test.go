@@ -23,6 +23,7 @@ import (
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/client"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
 const e2eConfig = `
@@ -64,12 +65,12 @@ func truthPods(ctx context.Context, t *testing.T, f *fleet.Fleet) map[string]cor
 }
 
 // listAll pages through a list and returns every item, failing on a key seen twice.
-func listAll(ctx context.Context, t *testing.T, d *daemon, resource string, q url.Values) ([]listItem, string) {
+func listAll(ctx context.Context, t *testing.T, d *harness.Daemon, resource string, q url.Values) ([]listItem, string) {
 	return listAllPaced(ctx, t, d, resource, q, 0)
 }
 
 // listAllPaced waits pause between pages, so that writes can land mid-walk.
-func listAllPaced(ctx context.Context, t *testing.T, d *daemon, resource string, q url.Values, pause time.Duration) ([]listItem, string) {
+func listAllPaced(ctx context.Context, t *testing.T, d *harness.Daemon, resource string, q url.Values, pause time.Duration) ([]listItem, string) {
 	t.Helper()
 	q = cloneValues(q)
 	var items []listItem
@@ -77,7 +78,7 @@ func listAllPaced(ctx context.Context, t *testing.T, d *daemon, resource string,
 	rv := ""
 	for pages := 0; ; pages++ {
 		var page api.List
-		code, apiErr, err := d.get(ctx, "/api/v1/resources/"+resource, q, &page)
+		code, apiErr, err := d.Get(ctx, "/api/v1/resources/"+resource, q, &page)
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("list %s %v: %d %+v %v", resource, q, code, apiErr, err)
 		}
@@ -115,23 +116,15 @@ func cloneValues(q url.Values) url.Values {
 }
 
 func TestDaemonOnLocalFleet(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	f := fleet.StartT(t, fleet.Options{Clusters: 3})
-	loader, err := fleet.NewLoader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loader.Seed(ctx, fleet.Spec{Namespaces: 3, Nodes: 6, PodsPerNamespace: 40, ConfigMapsPerNamespace: 10,
-		WidgetsPerNamespace: 4, CRDClusters: []string{"fleet-1", "fleet-2"}}); err != nil {
-		t.Fatal(err)
-	}
+	env := harness.Start(t, harness.Options{Timeout: 10 * time.Minute, Seed: fleet.Spec{Namespaces: 3, Nodes: 6, PodsPerNamespace: 40, ConfigMapsPerNamespace: 10,
+		WidgetsPerNamespace: 4, CRDClusters: []string{"fleet-1", "fleet-2"}}})
+	ctx, f := env.Ctx, env.Fleet
 	cfgPath := filepath.Join(t.TempDir(), "multicache.yaml")
 	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(e2eConfig, f.Kubeconfig())), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	d := startDaemon(t, "--config", cfgPath)
+	d := harness.StartDaemon(t, "--config", cfgPath)
 	t.Logf("daemon ready %s after start", time.Since(start).Round(time.Millisecond))
 	truth := truthPods(ctx, t, f)
 
@@ -197,18 +190,18 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 
 	t.Run("get one object, cluster-scoped and namespaced", func(t *testing.T) {
 		var raw api.Item
-		code, e, err := d.get(ctx, "/api/v1/resources/pods/fleet-2/load-0/pod-3", nil, &raw)
+		code, e, err := d.Get(ctx, "/api/v1/resources/pods/fleet-2/load-0/pod-3", nil, &raw)
 		one, _ := decoded(raw)
 		want := truth["fleet-2|load-0/pod-3"]
 		if err != nil || code != 200 || one.Object.Metadata.UID != string(want.UID) {
 			t.Errorf("get pod: %d %+v %v %+v", code, e, err, one)
 		}
-		code, _, err = d.get(ctx, "/api/v1/resources/Node/fleet-3/_/node-2", nil, &raw)
+		code, _, err = d.Get(ctx, "/api/v1/resources/Node/fleet-3/_/node-2", nil, &raw)
 		one, _ = decoded(raw)
 		if err != nil || code != 200 || one.Object.Kind != "Node" {
 			t.Errorf("get node: %d %v %+v", code, err, one)
 		}
-		code, e, _ = d.get(ctx, "/api/v1/resources/pods/fleet-2/load-0/nope", nil, &one)
+		code, e, _ = d.Get(ctx, "/api/v1/resources/pods/fleet-2/load-0/nope", nil, &one)
 		if code != 404 || e.Reason != "NotFound" {
 			t.Errorf("missing pod: %d %+v", code, e)
 		}
@@ -231,7 +224,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 			{"/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {"garbage"}}, 400, "BadRequest", "resourceVersion"},
 			{"/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {"eyJlIjoib2xkIiwidiI6e319"}}, 410, "Expired", "earlier run"},
 		} {
-			code, e, err := d.get(ctx, tc.path, tc.q, &struct{}{})
+			code, e, err := d.Get(ctx, tc.path, tc.q, &struct{}{})
 			if err != nil || code != tc.code || e == nil || e.Reason != tc.reason || !strings.Contains(e.Message, tc.says) || e.Code != tc.code {
 				t.Errorf("%s %v: %d %+v %v; want %d %s mentioning %q", tc.path, tc.q, code, e, err, tc.code, tc.reason, tc.says)
 			}
@@ -240,7 +233,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 
 	t.Run("a CRD two clusters serve", func(t *testing.T) {
 		var page api.List
-		if code, e, err := d.get(ctx, "/api/v1/resources/widgets", url.Values{"namespace": {"load-0"}}, &page); err != nil || code != 200 {
+		if code, e, err := d.Get(ctx, "/api/v1/resources/widgets", url.Values{"namespace": {"load-0"}}, &page); err != nil || code != 200 {
 			t.Fatalf("%d %+v %v", code, e, err)
 		}
 		if len(page.Items) != 8 {
@@ -297,7 +290,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 		wctx, wcancel := context.WithCancel(ctx)
 		defer wcancel()
 		// Through the Go client, which the CLI uses too.
-		cl, err := client.New(client.Options{Server: d.url})
+		cl, err := client.New(client.Options{Server: d.URL})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +384,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 
 	t.Run("verify agrees with the API servers, and catches a wrong cluster", func(t *testing.T) {
 		for _, res := range []string{"configmaps", "po", "widgets"} {
-			out, err := exec.Command(binary(t), "verify", res, "--server", d.url, "--config", cfgPath).CombinedOutput()
+			out, err := exec.Command(harness.Binary(t), "verify", res, "--server", d.URL, "--config", cfgPath).CombinedOutput()
 			t.Logf("verify %s:\n%s", res, out)
 			if err != nil || !strings.Contains(string(out), "converged") || !strings.Contains(string(out), "fleet-3") {
 				t.Errorf("verify %s: %v\n%s", res, err, out)
@@ -409,7 +402,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 		if err := clientcmd.WriteToFile(*kc, swapped); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(binary(t), "verify", "configmaps", "--server", d.url, "--kubeconfig", swapped, "--context", "fleet-1", "--timeout", "2s").CombinedOutput()
+		out, err := exec.Command(harness.Binary(t), "verify", "configmaps", "--server", d.URL, "--kubeconfig", swapped, "--context", "fleet-1", "--timeout", "2s").CombinedOutput()
 		t.Logf("verify against swapped clusters:\n%s", out)
 		if err == nil || !strings.Contains(string(out), "diverged") || !strings.Contains(string(out), "fleet-1") {
 			t.Errorf("verify against swapped clusters: %v\n%s", err, out)
@@ -418,7 +411,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 
 	t.Run("CLI table and json", func(t *testing.T) {
 		run := func(args ...string) string {
-			out, err := exec.Command(binary(t), append(args, "--server", d.url)...).CombinedOutput()
+			out, err := exec.Command(harness.Binary(t), append(args, "--server", d.URL)...).CombinedOutput()
 			if err != nil {
 				t.Fatalf("multicache %v: %v\n%s", args, err, out)
 			}
@@ -467,7 +460,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 	var oldToken string
 	t.Run("a token from this run resumes", func(t *testing.T) {
 		_, oldToken = listAll(ctx, t, d, "pods", url.Values{"namespace": {"load-0"}})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.url+"/api/v1/resources/pods?watch=true&resourceVersion="+url.QueryEscape(oldToken), nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL+"/api/v1/resources/pods?watch=true&resourceVersion="+url.QueryEscape(oldToken), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("resume: %v %v", err, resp)
@@ -476,14 +469,14 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 	})
 
 	t.Run("SIGTERM shuts down cleanly with a watch open", func(t *testing.T) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.url+"/api/v1/resources/pods?watch=true", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL+"/api/v1/resources/pods?watch=true", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		t0 := time.Now()
-		if err := d.stop(t); err != nil {
+		if err := d.Stop(t); err != nil {
 			t.Errorf("exit: %v", err)
 		}
 		t.Logf("daemon stopped %s after SIGTERM", time.Since(t0).Round(time.Millisecond))
@@ -491,9 +484,9 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 
 	t.Run("after a daemon restart an old token is expired, never a silent gap", func(t *testing.T) {
 		t0 := time.Now()
-		d2 := startDaemon(t, "--config", cfgPath)
+		d2 := harness.StartDaemon(t, "--config", cfgPath)
 		t.Logf("restarted daemon resynced and ready in %s", time.Since(t0).Round(time.Millisecond))
-		code, e, err := d2.get(ctx, "/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {oldToken}}, &struct{}{})
+		code, e, err := d2.Get(ctx, "/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {oldToken}}, &struct{}{})
 		if err != nil || code != http.StatusGone || e.Reason != "Expired" || !strings.Contains(e.Message, "earlier run") {
 			t.Errorf("old token after restart: %d %+v %v", code, e, err)
 		}
@@ -508,29 +501,29 @@ func TestBadInputsAtStartup(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	_ = os.WriteFile(bad, []byte("resources: [{name: pods, indexes: [nope]}]\nserver: {listen: '0.0.0.0:9'}\n"), 0o600)
-	out, err := exec.Command(binary(t), "serve", "--config", bad).CombinedOutput()
+	out, err := exec.Command(harness.Binary(t), "serve", "--config", bad).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "resources[0].indexes[0]") || !strings.Contains(string(out), "server.listen") {
 		t.Errorf("bad config: %v\n%s", err, out)
 	}
-	out, err = exec.Command(binary(t), "serve", "--resource", "pods", "--kubeconfig", filepath.Join(dir, "missing")).CombinedOutput()
+	out, err = exec.Command(harness.Binary(t), "serve", "--resource", "pods", "--kubeconfig", filepath.Join(dir, "missing")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "missing") {
 		t.Errorf("missing kubeconfig: %v\n%s", err, out)
 	}
 }
 
 func TestAuth(t *testing.T) {
-	ctx := context.Background()
-	f := fleet.StartT(t, fleet.Options{Clusters: 1})
+	env := harness.Start(t, harness.Options{Clusters: 1})
+	ctx, f := env.Ctx, env.Fleet
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	_ = os.WriteFile(tokens, []byte("# readers\ns3cret-token\n"), 0o600)
-	d := startDaemon(t, "--kubeconfig", f.Kubeconfig(), "--resource", "namespaces", "--token-file", tokens)
+	d := harness.StartDaemon(t, "--kubeconfig", f.Kubeconfig(), "--resource", "namespaces", "--token-file", tokens)
 	var out map[string]any
 	for _, tc := range []struct {
 		token string
 		code  int
 	}{{"", 401}, {"wrong", 401}, {"s3cret-token", 200}} {
-		d.token = tc.token
-		code, e, err := d.get(ctx, "/api/v1/clusters", nil, &out)
+		d.Token = tc.token
+		code, e, err := d.Get(ctx, "/api/v1/clusters", nil, &out)
 		if err != nil || code != tc.code {
 			t.Errorf("token %q: %d %+v %v", tc.token, code, e, err)
 		}
@@ -538,7 +531,7 @@ func TestAuth(t *testing.T) {
 			t.Errorf("token %q: body %+v", tc.token, e)
 		}
 	}
-	b, _ := os.ReadFile(d.log)
+	b, _ := os.ReadFile(d.Log)
 	if strings.Contains(string(b), "s3cret-token") || strings.Contains(string(b), f.Clusters[0].Token) {
 		t.Error("a credential appears in the daemon's log")
 	}

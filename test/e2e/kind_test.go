@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/multicache/multicache/test/harness"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/kind/pkg/cluster"
@@ -55,7 +56,7 @@ func TestKindProvider(t *testing.T) {
 	if err := clientcmd.WriteToFile(*merged, path); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, "--kubeconfig", path, "--context", "kind-multicache-e2e-*", "--resource", "namespaces", "--resource", "pods")
+	d := harness.StartDaemon(t, "--kubeconfig", path, "--context", "kind-multicache-e2e-*", "--resource", "namespaces", "--resource", "pods")
 	items, _ := listAll(context.Background(), t, d, "namespaces", url.Values{})
 	perCluster := map[string]int{}
 	for _, it := range items {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -25,7 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
 // selfSignedCA writes a CA and a serving certificate for 127.0.0.1 signed by it into dir and
@@ -66,8 +65,8 @@ func selfSignedCA(t *testing.T, dir string) (caPath, certPath, keyPath string) {
 // TestTLS serves over https with a certificate from server.tls, and checks that the API and
 // the CLI reach it with the CA, and that nothing reaches it without.
 func TestTLS(t *testing.T) {
-	ctx := context.Background()
-	f := fleet.StartT(t, fleet.Options{Clusters: 1})
+	env := harness.Start(t, harness.Options{Clusters: 1})
+	ctx, f := env.Ctx, env.Fleet
 	dir := t.TempDir()
 	caPath, certPath, keyPath := selfSignedCA(t, dir)
 	cfg := filepath.Join(dir, "multicache.yaml")
@@ -78,11 +77,11 @@ func TestTLS(t *testing.T) {
 	caPEM, _ := os.ReadFile(caPath)
 	pool.AppendCertsFromPEM(caPEM)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	addr := freePort(t)
-	d := startDaemonAt(t, "https", client, addr, "--config", cfg, "--kubeconfig", f.Kubeconfig(), "--resource", "namespaces")
+	addr := harness.FreePort(t)
+	d := harness.StartDaemonAt(t, "https", client, addr, "--config", cfg, "--kubeconfig", f.Kubeconfig(), "--resource", "namespaces")
 
 	var clusters map[string]any
-	if code, e, err := d.get(ctx, "/api/v1/clusters", nil, &clusters); err != nil || code != 200 {
+	if code, e, err := d.Get(ctx, "/api/v1/clusters", nil, &clusters); err != nil || code != 200 {
 		t.Fatalf("https with the CA: %d %+v %v", code, e, err)
 	}
 	// Plain HTTP on the TLS port gets Go's 400, never an answer.
@@ -93,24 +92,24 @@ func TestTLS(t *testing.T) {
 		}
 	}
 	// Without the CA the certificate is not trusted.
-	if _, err := http.Get(d.url + "/api/v1/clusters"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := http.Get(d.URL + "/api/v1/clusters"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("https without the CA: %v, want a certificate error", err)
 	}
-	out, err := exec.Command(binary(t), "clusters", "--server", d.url, "--certificate-authority", caPath).CombinedOutput()
+	out, err := exec.Command(harness.Binary(t), "clusters", "--server", d.URL, "--certificate-authority", caPath).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), f.Names()[0]) {
 		t.Errorf("CLI with --certificate-authority: %v\n%s", err, out)
 	}
-	out, err = exec.Command(binary(t), "clusters", "--server", d.url).CombinedOutput()
+	out, err = exec.Command(harness.Binary(t), "clusters", "--server", d.URL).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "certificate") {
 		t.Errorf("CLI without the CA: %v\n%s", err, out)
 	}
-	out, err = exec.Command(binary(t), "clusters", "--server", d.url, "--certificate-authority", keyPath).CombinedOutput()
+	out, err = exec.Command(harness.Binary(t), "clusters", "--server", d.URL, "--certificate-authority", keyPath).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--certificate-authority") {
 		t.Errorf("CLI with a CA file that holds no certificate: %v\n%s", err, out)
 	}
 
 	t.Run("clusters --watch prints again when the fleet changes, and stops on SIGINT", func(t *testing.T) {
-		cmd := exec.Command(binary(t), "clusters", "--watch", "--interval", "200ms", "--server", d.url, "--certificate-authority", caPath)
+		cmd := exec.Command(harness.Binary(t), "clusters", "--watch", "--interval", "200ms", "--server", d.URL, "--certificate-authority", caPath)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

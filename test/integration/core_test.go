@@ -17,11 +17,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -30,160 +29,47 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
+	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
 )
 
-// truth is what one API server lists: key → uid/resourceVersion.
-type truth map[string]string
+// truth is key → uid/resourceVersion (verify.State).
+type truth = map[string]string
 
+// groundTruth is what the API servers of clusters list of gvr.
 func groundTruth(ctx context.Context, t *testing.T, f *fleet.Fleet, gvr schema.GroupVersionResource, clusters ...string) truth {
 	t.Helper()
-	out := truth{}
+	tr, err := verify.Truth(ctx, gvr, "", servers(t, f, clusters...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return harness.Truth(tr)
+}
+
+func servers(t *testing.T, f *fleet.Fleet, clusters ...string) map[string]*rest.Config {
+	out := map[string]*rest.Config{}
 	for _, name := range clusters {
-		c, _ := f.Cluster(name)
-		mc, err := metadata.NewForConfig(c.AdminConfig())
+		c, err := f.Cluster(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		list, err := mc.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatalf("%s: list %s: %v", name, gvr, err)
-		}
-		for _, o := range list.Items {
-			k := aggregate.Key{Cluster: name, Namespace: o.Namespace, Name: o.Name}
-			out[k.String()] = string(o.UID) + "/" + o.ResourceVersion
-		}
+		out[name] = c.AdminConfig()
 	}
 	return out
 }
 
-func cached(agg *aggregate.Aggregate) truth {
-	out := truth{}
-	for _, key := range agg.ListKeys() {
-		obj, _, _ := agg.GetByKey(key)
-		m, _ := meta.Accessor(obj)
-		out[key] = string(m.GetUID()) + "/" + m.GetResourceVersion()
-	}
-	return out
-}
-
-func diff(want, got truth) []string {
-	var d []string
-	for k, v := range want {
-		if g, ok := got[k]; !ok {
-			d = append(d, "missing "+k)
-		} else if g != v {
-			d = append(d, fmt.Sprintf("stale %s: cache %s, server %s", k, g, v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			d = append(d, "extra "+k)
-		}
-	}
-	sort.Strings(d)
-	return d
-}
-
-// converge waits until the aggregate equals ground truth, and fails with the differences if it
-// never does.
+// converge waits until agg equals what the API servers of clusters list.
 func converge(ctx context.Context, t *testing.T, f *fleet.Fleet, agg *aggregate.Aggregate, gvr schema.GroupVersionResource, clusters ...string) {
 	t.Helper()
-	var d []string
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		d = diff(groundTruth(ctx, t, f, gvr, clusters...), cached(agg))
-		if len(d) == 0 {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if len(d) > 20 {
-		d = append(d[:20], fmt.Sprintf("… %d more", len(d)-20))
-	}
-	t.Fatalf("%s: cache diverged from the API servers:\n%s", gvr.Resource, strings.Join(d, "\n"))
+	harness.Converge(ctx, t, agg, gvr, servers(t, f, clusters...), 30*time.Second)
 }
 
-// finalStates records, per object, the last state a handler saw.
-type finalStates struct {
-	mu     sync.Mutex
-	state  map[string]string // key → uid/rv, deleted keys absent
-	adds   map[string]int
-	errors []string
-}
+func diff(want, got truth) []string { return harness.Diff(want, got) }
 
-func newFinalStates() *finalStates {
-	return &finalStates{state: map[string]string{}, adds: map[string]int{}}
-}
-
-func (s *finalStates) key(cluster string, obj any) string {
-	k, err := aggregate.KeyOf(cluster, obj)
-	if err != nil {
-		s.errors = append(s.errors, err.Error())
-	}
-	return k.String()
-}
-
-func rvOf(obj any) (string, string) {
-	m, _ := meta.Accessor(obj)
-	return string(m.GetUID()), m.GetResourceVersion()
-}
-
-func (s *finalStates) OnAdd(cluster string, obj any, _ bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := s.key(cluster, obj)
-	if _, dup := s.state[k]; dup {
-		s.errors = append(s.errors, "add of a key already present: "+k)
-	}
-	uid, rv := rvOf(obj)
-	s.state[k] = uid + "/" + rv
-	s.adds[k]++
-}
-
-func (s *finalStates) OnUpdate(cluster string, oldObj, newObj any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := s.key(cluster, newObj)
-	prev, ok := s.state[k]
-	if !ok {
-		s.errors = append(s.errors, "update of an unknown key: "+k)
-	}
-	uid, rv := rvOf(newObj)
-	if ok && prev == uid+"/"+rv && uid != "" {
-		// client-go's relist after a 410 can deliver the same state as an update; allowed.
-	}
-	if ok && strings.SplitN(prev, "/", 2)[0] == uid && olderRV(rv, strings.SplitN(prev, "/", 2)[1]) {
-		s.errors = append(s.errors, fmt.Sprintf("update went backwards for %s: %s after %s", k, rv, prev))
-	}
-	s.state[k] = uid + "/" + rv
-}
-
-func (s *finalStates) OnDelete(cluster string, obj any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := s.key(cluster, obj)
-	if _, ok := s.state[k]; !ok {
-		s.errors = append(s.errors, "delete of an unknown key: "+k)
-	}
-	delete(s.state, k)
-}
-
-func olderRV(a, b string) bool {
-	if len(a) != len(b) {
-		return len(a) < len(b)
-	}
-	return a < b
-}
-
-func (s *finalStates) snapshot() (truth, []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := truth{}
-	for k, v := range s.state {
-		out[k] = v
-	}
-	return out, append([]string(nil), s.errors...)
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	harness.WaitFor(t, what, 60*time.Second, f)
 }
 
 // writeKubeconfig writes the fleet's kubeconfig limited to contexts, plus extra contexts.
@@ -225,17 +111,9 @@ var (
 )
 
 func TestCoreOnLocalFleet(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	f := fleet.StartT(t, fleet.Options{Clusters: 3})
-	loader, err := fleet.NewLoader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loader.Seed(ctx, fleet.Spec{Namespaces: 3, Nodes: 5, PodsPerNamespace: 60, ConfigMapsPerNamespace: 20,
-		DeploymentsPerNamespace: 3, WidgetsPerNamespace: 10, CRDClusters: []string{"fleet-1", "fleet-2"}}); err != nil {
-		t.Fatal(err)
-	}
+	env := harness.Start(t, harness.Options{Timeout: 10 * time.Minute, Seed: fleet.Spec{Namespaces: 3, Nodes: 5, PodsPerNamespace: 60, ConfigMapsPerNamespace: 20,
+		DeploymentsPerNamespace: 3, WidgetsPerNamespace: 10, CRDClusters: []string{"fleet-1", "fleet-2"}}})
+	ctx, f, loader := env.Ctx, env.Fleet, env.Loader
 	// Different objects in each cluster: extra ConfigMaps named after the cluster.
 	for i, name := range f.Names() {
 		cs, _ := f.Clientset(name)
@@ -286,7 +164,7 @@ func TestCoreOnLocalFleet(t *testing.T) {
 	}
 	pods, _ := reg.Aggregate("pods")
 	cms, _ := reg.Aggregate("cm")
-	handlerSeen := newFinalStates()
+	handlerSeen := harness.NewFinalStates(0)
 	hreg, err := cms.AddEventHandler(handlerSeen)
 	if err != nil {
 		t.Fatal(err)
@@ -546,11 +424,11 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		want := groundTruth(ctx, t, f, cmGVR, all...)
 		var d []string
 		waitFor(t, "handler converged", func() bool {
-			got, _ := handlerSeen.snapshot()
+			got := handlerSeen.InClusters()
 			d = diff(want, got)
 			return len(d) == 0
 		})
-		if _, errs := handlerSeen.snapshot(); len(errs) > 0 {
+		if errs := handlerSeen.Problems(); len(errs) > 0 {
 			t.Errorf("handler saw inconsistent events: %v", errs[:min(10, len(errs))])
 		}
 	})
@@ -577,8 +455,7 @@ func TestCoreOnLocalFleet(t *testing.T) {
 				mu.Lock()
 				state := "gone"
 				if exists {
-					uid, rv := rvOf(obj)
-					state = uid + "/" + rv
+					state = harness.StateOf(obj)
 				}
 				switch {
 				case err != nil:
@@ -668,7 +545,7 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		waitFor(t, "fleet-3 gone", func() bool { return fmt.Sprint(reg.Clusters()) == "[fleet-1 fleet-2]" })
 		converge(ctx, t, f, pods, podsGVR, "fleet-1", "fleet-2")
 		waitFor(t, "handler saw fleet-3's deletes", func() bool {
-			got, _ := handlerSeen.snapshot()
+			got := handlerSeen.InClusters()
 			for k := range got {
 				if strings.HasPrefix(k, "fleet-3|") {
 					return false
@@ -684,7 +561,7 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		converge(ctx, t, f, pods, podsGVR, all...)
 		want := groundTruth(ctx, t, f, cmGVR, all...)
 		waitFor(t, "handler saw fleet-3's adds", func() bool {
-			got, _ := handlerSeen.snapshot()
+			got := handlerSeen.InClusters()
 			return len(diff(want, got)) == 0
 		})
 	})
@@ -695,11 +572,9 @@ func TestCoreOnLocalFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		addsBefore := map[string]int{}
-		handlerSeen.mu.Lock()
-		for k, n := range handlerSeen.adds {
+		for k, n := range handlerSeen.Adds() {
 			addsBefore[k] = n
 		}
-		handlerSeen.mu.Unlock()
 		writeKubeconfig(t, f, kubeconfig, all, nil)
 		time.Sleep(time.Second) // the source polls every 200ms; the restart follows
 		if missing := reg.WaitForSync(ctx, time.Minute); missing != nil {
@@ -712,14 +587,12 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		if cs, _ := reg.ClusterStatus("fleet-1"); cs.Restarts != 0 {
 			t.Errorf("fleet-1 restarts = %d, want 0", cs.Restarts)
 		}
-		handlerSeen.mu.Lock()
-		for k, n := range handlerSeen.adds {
+		for k, n := range handlerSeen.Adds() {
 			if strings.HasPrefix(k, "fleet-2|") && n != addsBefore[k] {
 				t.Errorf("%s added again after the token rotation", k)
 			}
 		}
-		handlerSeen.mu.Unlock()
-		if _, errs := handlerSeen.snapshot(); len(errs) > 0 {
+		if errs := handlerSeen.Problems(); len(errs) > 0 {
 			t.Errorf("handler saw inconsistent events: %v", errs[:min(10, len(errs))])
 		}
 	})
@@ -731,15 +604,4 @@ func toTruth(keys []string) truth {
 		out[k] = ""
 	}
 	return out
-}
-
-func waitFor(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after 60s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

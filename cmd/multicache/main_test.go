@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/multicache/multicache/pkg/api"
+)
+
+func items(objs ...string) *api.List {
+	l := &api.List{Clusters: []api.ClusterFreshness{{Name: "c1", Synced: true}}}
+	for i, o := range objs {
+		l.Items = append(l.Items, api.Item{Cluster: []string{"c1", "c2"}[i%2], Object: json.RawMessage(o)})
+	}
+	return l
+}
+
+const pod = `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","creationTimestamp":"2020-01-01T00:00:00Z"},
+"spec":{"nodeName":"n1","containers":[{"name":"a","image":"nginx"},{"name":"b","image":"envoy"}]},
+"status":{"phase":"Running","containerStatuses":[{"ready":true}]}}`
+
+func TestPrintItems(t *testing.T) {
+	for _, tc := range []struct {
+		output string
+		list   *api.List
+		want   []string
+	}{
+		{"table", items(pod, pod), []string{"CLUSTER   NAMESPACE   NAME   READY   STATUS    NODE   AGE", "c1        ns          p      1/2     Running   n1     ", "c2        ns"}},
+		{"wide", items(pod), []string{"IMAGES", "nginx,envoy"}},
+		{"name", items(pod, `{"kind":"Node","metadata":{"name":"n1"}}`), []string{"c1/pod/p", "c2/node/n1"}},
+		{"table", items(`{"kind":"Node","metadata":{"name":"n1","labels":{"topology.kubernetes.io/zone":"z1"}}}`), []string{"CLUSTER   NAME   ZONE   AGE", "c1        n1     z1     <none>"}},
+		{"table", items(), []string{"No resources found."}},
+		{"json", items(pod), []string{`"items": [`, `"cluster": "c1"`, `"kind": "Pod"`, `"clusters": [`}},
+		{"yaml", items(pod), []string{"items:", "- cluster: c1", "    kind: Pod"}},
+	} {
+		var out bytes.Buffer
+		if err := printItems(&out, tc.list, tc.output); err != nil {
+			t.Fatalf("-o %s: %v", tc.output, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("-o %s: output lacks %q:\n%s", tc.output, w, out.String())
+			}
+		}
+	}
+	if err := printItems(&bytes.Buffer{}, items(`{not json`), "table"); err == nil {
+		t.Error("a malformed object printed without an error")
+	}
+}
+
+func TestPrintClusters(t *testing.T) {
+	ls := time.Now().Add(-90 * time.Second)
+	resp := &api.Clusters{Clusters: []api.Cluster{
+		{Name: "c1", State: "Synced", LastSync: &ls, Resources: []api.Resource{{Resource: "pods", State: "Synced", Objects: 3}, {Resource: "widgets", State: "NotServed"}}},
+		{Name: "c2", State: "Failed", Error: strings.Repeat("x", 100), Resources: []api.Resource{{Resource: "pods", State: "Failed", Error: "401"}}},
+	}}
+	var out bytes.Buffer
+	printClusters(&out, resp, false)
+	for _, w := range []string{"NAME   STATE    SYNCED   OBJECTS   LAST-SYNC   ERROR", "c1     Synced   2/2      3         1m", "c2     Failed   0/1      0", "xxx..."} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	out.Reset()
+	printClusters(&out, resp, true)
+	if !strings.Contains(out.String(), "c2        pods       Failed      0         401") {
+		t.Errorf("per resource:\n%s", out.String())
+	}
+}
+
+func TestServeFlagsOverrideTheFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte("resources: [{name: pods}]\nserver: {listen: 127.0.0.1:9000}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newServe()
+	if err := cmd.ParseFlags([]string{"--config", cfg, "--listen", "127.0.0.1:9001", "--resource", "nodes", "--context", "prod-*"}); err != nil {
+		t.Fatal(err)
+	}
+	var f serveFlags
+	f.config, f.listen = cfg, "127.0.0.1:9001"
+	f.resources, f.contexts = []string{"nodes"}, []string{"prod-*"}
+	c, err := f.load(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Listen != "127.0.0.1:9001" || len(c.Resources) != 1 || c.Resources[0].Name != "nodes" || c.Kubeconfig.Include[0] != "prod-*" {
+		t.Errorf("flags did not override the file: %+v", c)
+	}
+	f = serveFlags{listen: "0.0.0.0:8080", resources: []string{"pods"}}
+	cmd = newServe()
+	_ = cmd.ParseFlags([]string{"--resource", "pods"})
+	if _, err := f.load(cmd); err == nil || !strings.Contains(err.Error(), "server.listen") {
+		t.Errorf("a non-loopback listen without auth: %v", err)
+	}
+}
+
+func TestClientFlagsNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		f    clientFlags
+		flag string
+	}{
+		{clientFlags{server: "ftp://x"}, "--server"},
+		{clientFlags{server: "http://127.0.0.1:1", caFile: "/nonexistent"}, "--certificate-authority"},
+	} {
+		if _, err := tc.f.client(); err == nil || !strings.HasPrefix(err.Error(), tc.flag+":") {
+			t.Errorf("%+v: %v, want an error naming %s", tc.f, err, tc.flag)
+		}
+	}
+}

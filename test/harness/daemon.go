@@ -1,0 +1,169 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/multicache/multicache/pkg/api"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds cmd/multicache once per test process and returns its path. RemoveBinary
+// removes it (call it from TestMain).
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "multicache-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "multicache")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/multicache/multicache/cmd/multicache").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// RemoveBinary removes what Binary built.
+func RemoveBinary() {
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+}
+
+// FreePort returns a free 127.0.0.1:port.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Daemon is a running `multicache serve`.
+type Daemon struct {
+	URL    string
+	Cmd    *exec.Cmd
+	Log    string // its log file
+	Token  string // sent by Get when set
+	Client *http.Client
+	done   chan error
+}
+
+// StartDaemon runs the binary with args plus --listen on a free port, waits for /readyz, and
+// stops it (SIGTERM, then SIGKILL) when the test ends.
+func StartDaemon(t testing.TB, args ...string) *Daemon {
+	t.Helper()
+	return StartDaemonAt(t, "http", http.DefaultClient, FreePort(t), args...)
+}
+
+// StartDaemonAt is StartDaemon on addr, reached with client over scheme (http or https).
+func StartDaemonAt(t testing.TB, scheme string, client *http.Client, addr string, args ...string) *Daemon {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "multicache.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(Binary(t), append([]string{"serve", "--listen", addr, "--log-format", "console"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{URL: scheme + "://" + addr, Cmd: cmd, Log: logPath, done: make(chan error, 1), Client: client}
+	go func() { d.done <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() { _ = d.Stop(t) })
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("daemon exited (%v):\n%s", err, b)
+		default:
+		}
+		resp, err := client.Get(d.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("daemon not ready in 2m:\n%s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits; it reports how the process ended.
+func (d *Daemon) Stop(t testing.TB) error {
+	if d.Cmd.ProcessState != nil {
+		return nil
+	}
+	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return err
+	case <-time.After(15 * time.Second):
+		_ = d.Cmd.Process.Kill()
+		err := <-d.done
+		d.done <- err
+		t.Errorf("daemon did not exit 15s after SIGTERM")
+		return err
+	}
+}
+
+// Get fetches path with query q and decodes a 200 into out; other codes return an *api.Error.
+func (d *Daemon) Get(ctx context.Context, path string, q url.Values, out any) (int, *api.Error, error) {
+	u := d.URL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if d.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+d.Token)
+	}
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		var e api.Error
+		if err := json.Unmarshal(b, &e); err != nil {
+			return resp.StatusCode, nil, fmt.Errorf("error body %q: %v", b, err)
+		}
+		return resp.StatusCode, &e, nil
+	}
+	return resp.StatusCode, nil, json.Unmarshal(b, out)
+}
