@@ -1,19 +1,25 @@
 // Package aggregate is the cluster-qualified view of a fleet: one Aggregate per resource type
 // spans the client-go Indexers of every member cluster and reads like one cache.Indexer whose
-// keys carry the cluster (see Key).
+// keys carry the cluster (Key, "cluster|namespace/name").
 //
-// The Aggregate copies no object: members keep their own client-go stores and the Aggregate
-// answers Get/List/ByIndex by routing to them, so memory stays the sum of the member stores.
-// Every answer can say which of the clusters it spans had not synced (Select's Result.Unsynced),
-// so a partial answer is never silent.
+// Reading. The Aggregate copies no object: members keep their own client-go stores and the
+// Aggregate answers Get, List, ByIndex and Select by routing to them, so memory stays the sum of
+// the member stores. Cluster(name) narrows it to one plain client-go Indexer. A Query has one
+// meaning wherever it is judged: Select answers it from the indexes, Matches judges one object
+// (or the Attributes kept of one). Every Select says which clusters it spans had not synced
+// (Result.Unsynced), so a partial answer is never silent.
 //
-// Unified handlers (AddEventHandler) see every member's events with the cluster attached. Each
-// handler has its own queue and goroutine, so a slow handler delays neither the others nor the
-// cache; the queue is fair across clusters and keeps per-object order; and it is bounded by the
-// number of distinct objects, because pending events for one object are merged while the handler
-// lags (it always sees the latest state, in order). A handler added with
-// HandlerOptions.EveryEvent instead gets every event, in each cluster's arrival order, as a
-// watch relay needs; its backlog is then bounded by events. A member that joins produces adds, one that
-// leaves produces deletes (cache.DeletedFinalStateUnknown), and a member replaced by a new
-// informer (a rotated credential) produces only the differences.
+// Handlers. AddEventHandler adds a Handler, client-go's ResourceEventHandler with a cluster
+// argument. Each handler has its own queue and goroutine, so a slow handler delays neither the
+// others nor the cache; its queue is fair across clusters and keeps each object's order. By
+// default pending events of one object are merged while the handler lags, so its backlog is
+// bounded by distinct objects; HandlerOptions.EveryEvent keeps every event instead, in each
+// cluster's arrival order, bounded by MaxPending. Every event is the transition from what that
+// handler was told to the new state: a cluster that joins produces adds, one that leaves
+// produces deletes (cache.DeletedFinalStateUnknown) of what the handler was told, and one whose
+// informer is replaced (rotated credentials, another server) produces only the differences.
+// QueueKeys feeds client-go workqueues; HandlerOptions.ResyncPeriod replays objects as updates.
+//
+// Membership. New returns, with the Aggregate, the Membership through which its owner (the
+// clusterset.Registry) joins, replaces and removes members; readers never see it.
 package aggregate

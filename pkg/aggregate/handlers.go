@@ -26,18 +26,21 @@ type HandlerFuncs struct {
 	DeleteFunc func(cluster string, obj any)
 }
 
+// OnAdd calls AddFunc if it is set.
 func (h HandlerFuncs) OnAdd(c string, obj any, initial bool) {
 	if h.AddFunc != nil {
 		h.AddFunc(c, obj, initial)
 	}
 }
 
+// OnUpdate calls UpdateFunc if it is set.
 func (h HandlerFuncs) OnUpdate(c string, oldObj, newObj any) {
 	if h.UpdateFunc != nil {
 		h.UpdateFunc(c, oldObj, newObj)
 	}
 }
 
+// OnDelete calls DeleteFunc if it is set.
 func (h HandlerFuncs) OnDelete(c string, obj any) {
 	if h.DeleteFunc != nil {
 		h.DeleteFunc(c, obj)

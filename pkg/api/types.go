@@ -91,6 +91,7 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// Error is "Reason (code): message".
 func (e *Error) Error() string { return e.Reason + " (" + itoa(e.Code) + "): " + e.Message }
 
 func itoa(n int) string {

@@ -46,8 +46,10 @@ type OptionError struct {
 	Err    error
 }
 
+// Error names the option.
 func (e *OptionError) Error() string { return "client: Options." + e.Option + ": " + e.Err.Error() }
 
+// Unwrap is the problem with the option.
 func (e *OptionError) Unwrap() error { return e.Err }
 
 // New validates opts and returns a Client. A bad option is an *OptionError.

@@ -7,11 +7,16 @@
 // resource a Status (Pending, Syncing, Synced, Degraded, Failed, NotServed) with the last error
 // in plain words. When the source changes, clusters are engaged, disengaged (their goroutines
 // end and their objects leave the aggregate as deletes) or, when their server or credentials
-// change, restarted with new stacks that the aggregate swaps in without duplicate adds.
+// change, restarted: the old stacks stop first, informers included, then the new ones replace
+// them in the aggregates, which tell handlers only what differs. A cluster's runs never
+// overlap, and no change waits for another cluster.
 //
 // Objects are decoded as typed (protobuf) for built-in kinds, unstructured for CRDs, or
 // metadata-only on request. The default transform drops managedFields and kubectl's
 // last-applied annotation and shares repeated parts across objects (package intern).
+//
+// Options types carry their defaults and validation (Options, KubeconfigOptions, ResourceSpec);
+// package config maps the YAML file onto them.
 //
 // Invariants: a cluster's failure stays in that cluster's status and goroutines; no query waits
 // on a cluster; credentials never appear in errors or logs.

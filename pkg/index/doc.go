@@ -1,5 +1,5 @@
-// Package index holds the cross-cluster index functions: built-ins exported by name (namespace,
-// label, owner, pod node, container image) and custom ones compiled from a JSONPath or a CEL
+// Package index holds the cross-cluster index functions: built-ins exported by name (label,
+// owner, owner UID, pod node, container image) and custom ones compiled from a JSONPath or a CEL
 // expression. Every function has client-go's cache.IndexFunc signature and accepts typed
 // objects, unstructured objects and, where the fields exist, metadata-only objects, so one
 // index serves every cluster whatever the decoding mode.

@@ -34,6 +34,7 @@ type Diverged struct {
 	Cache, Truth string // "uid/resourceVersion"
 }
 
+// String is "missing KEY", "extra KEY" or "stale KEY: cache STATE, server STATE".
 func (d Diverged) String() string {
 	switch d.Kind {
 	case Stale:

@@ -48,6 +48,7 @@ func KeyOf(cluster string, obj any) string {
 	return k.String()
 }
 
+// OnAdd records obj; a key already held is an inconsistency.
 func (s *FinalStates) OnAdd(cluster string, obj any, _ bool) {
 	time.Sleep(s.Delay)
 	s.mu.Lock()
@@ -60,6 +61,7 @@ func (s *FinalStates) OnAdd(cluster string, obj any, _ bool) {
 	s.adds[k]++
 }
 
+// OnUpdate records obj; an unknown key or an older resourceVersion is an inconsistency.
 func (s *FinalStates) OnUpdate(cluster string, _, obj any) {
 	time.Sleep(s.Delay)
 	s.mu.Lock()
@@ -78,6 +80,7 @@ func (s *FinalStates) OnUpdate(cluster string, _, obj any) {
 	s.state[k] = now
 }
 
+// OnDelete forgets obj; an unknown key is an inconsistency.
 func (s *FinalStates) OnDelete(cluster string, obj any) {
 	time.Sleep(s.Delay)
 	s.mu.Lock()
