@@ -218,7 +218,7 @@ func TestFaults(t *testing.T) {
 		var rep verify.Report
 		harness.WaitFor(t, "limited view equals fleet-2's API server", 60*time.Second, func() bool {
 			var err error
-			rep, err = verify.Compare(ctx, cms, cmGVR, "", map[string]*rest.Config{"limited": e.servers("fleet-2")["fleet-2"]})
+			rep, err = verify.Compare(ctx, cms, harness.ConfigMaps, "", map[string]*rest.Config{"limited": e.servers("fleet-2")["fleet-2"]})
 			return err == nil && len(rep.Diverged) == 0
 		})
 		diverged := len(rep.Diverged)
@@ -251,7 +251,7 @@ func TestFaults(t *testing.T) {
 		var rep verify.Report
 		harness.WaitFor(t, "widgets equal the API servers", 90*time.Second, func() bool {
 			var err error
-			rep, err = verify.Compare(ctx, widgets, widgetsGVR, "", e.servers("fleet-1", "fleet-2"))
+			rep, err = verify.Compare(ctx, widgets, harness.Widgets, "", e.servers("fleet-1", "fleet-2"))
 			return err == nil && len(rep.Diverged) == 0
 		})
 		took := time.Since(t0)
@@ -373,7 +373,7 @@ func TestFaults(t *testing.T) {
 		<-added
 		cr := stopChurn()
 		took, diverged := e.converge(ctx, 90*time.Second, "fleet-1", "fleet-2")
-		truth, err := verify.Truth(ctx, cmGVR, "", e.servers("fleet-1", "fleet-2"))
+		truth, err := verify.Truth(ctx, harness.ConfigMaps, "", e.servers("fleet-1", "fleet-2"))
 		if err != nil {
 			t.Fatal(err)
 		}

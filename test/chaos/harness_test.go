@@ -15,7 +15,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -26,12 +25,6 @@ import (
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
-)
-
-var (
-	podsGVR    = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-	cmGVR      = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	widgetsGVR = fleet.WidgetGVR
 )
 
 // env is one fleet, every cluster reached through a fault proxy, and a running Registry.
@@ -151,7 +144,7 @@ func (e *env) divergence(ctx context.Context, servers map[string]*rest.Config, c
 	diverged := 0
 	var why []string
 	pods, _ := e.reg.Aggregate("pods")
-	rep, err := verify.Compare(ctx, pods, podsGVR, "", servers)
+	rep, err := verify.Compare(ctx, pods, harness.Pods, "", servers)
 	if err != nil {
 		return 1, []string{err.Error()}
 	}
@@ -159,7 +152,7 @@ func (e *env) divergence(ctx context.Context, servers map[string]*rest.Config, c
 	if len(rep.Diverged) > 0 {
 		why = append(why, rep.Summary())
 	}
-	truth, err := verify.Truth(ctx, cmGVR, "", servers)
+	truth, err := verify.Truth(ctx, harness.ConfigMaps, "", servers)
 	if err != nil {
 		return 1, []string{err.Error()}
 	}

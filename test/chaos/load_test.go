@@ -144,7 +144,7 @@ func TestLoad(t *testing.T) {
 	t0 := time.Now()
 	var rep verify.Report
 	for {
-		rep, err = verify.Compare(ctx, cms, cmGVR, "churn", servers)
+		rep, err = verify.Compare(ctx, cms, harness.ConfigMaps, "churn", servers)
 		if err == nil && len(rep.Diverged) == 0 {
 			break
 		}
