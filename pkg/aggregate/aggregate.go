@@ -117,13 +117,22 @@ func New(opts Options) (*Aggregate, *Membership, error) {
 // Membership changes which clusters an Aggregate spans. Only the Aggregate's owner holds it.
 type Membership struct{ a *Aggregate }
 
-// Join makes inf the member for cluster; see Aggregate's doc for what handlers are told. To
-// replace a member (rotated credentials, a new server), stop its informer first.
+// Join makes inf the member for cluster. inf must have been built with an Indexers map (the
+// Aggregate installs its indexes in it); it may be started before or after Join; its owner
+// stops it.
+//
+// If cluster is a member already, inf replaces its informer (rotated credentials, a new
+// server), and the old informer must have stopped, so that its store is final; Join fails
+// otherwise. Handlers are first told whatever that store holds that client-go had not yet
+// delivered; queries keep reading it until inf has synced; then handlers are told only what
+// differs (an object whose name another UID now has: a delete, then an add).
 func (ms *Membership) Join(cluster string, inf cache.SharedIndexInformer) error {
 	return ms.a.join(cluster, inf)
 }
 
-// Leave removes cluster: every handler is told each object it was told of is gone.
+// Leave removes cluster: every handler is told, as a cache.DeletedFinalStateUnknown, that each
+// object it was told of is gone, whatever the informer holds. The owner stops the informer,
+// before or after.
 func (ms *Membership) Leave(cluster string) { ms.a.leave(cluster) }
 
 // SetDegraded marks cluster's member as failing (true) or healthy again (false). While

@@ -88,7 +88,8 @@ type HandlerOptions struct {
 	// ResyncPeriod, when set, replays every object the handler was told of as an update
 	// (OnUpdate with the same object as old and new) once per period, as client-go's
 	// AddEventHandlerWithResyncPeriod does: one cluster at a time, the clusters spread evenly
-	// over the period, never one burst of the whole fleet. Minimum one second.
+	// over the period, never one burst of the whole fleet. Minimum one second; not with
+	// EveryEvent.
 	ResyncPeriod time.Duration
 }
 
@@ -110,6 +111,9 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 	}
 	if !opts.EveryEvent && (opts.MaxPending != 0 || opts.OnOverflow != nil) {
 		return nil, fmt.Errorf("aggregate %s: HandlerOptions.MaxPending and OnOverflow apply to EveryEvent handlers only", a.resource)
+	}
+	if opts.ResyncPeriod != 0 && opts.EveryEvent {
+		return nil, fmt.Errorf("aggregate %s: HandlerOptions.ResyncPeriod does not apply to EveryEvent handlers: they relay changes, and a resync is none", a.resource)
 	}
 	if opts.ResyncPeriod != 0 && opts.ResyncPeriod < time.Second {
 		return nil, fmt.Errorf("aggregate %s: HandlerOptions.ResyncPeriod %s: below the minimum of 1s", a.resource, opts.ResyncPeriod)
@@ -138,19 +142,22 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 }
 
 // resync replays, every period, each member's objects to r, one cluster at a time, the
-// clusters spread evenly over the period.
+// clusters spread evenly over the period. It holds cluster names, not members, so that a
+// cluster that leaves meanwhile is not kept in memory.
 func (r *Registration) resync(period time.Duration) {
 	for {
-		members := r.agg.snapshot()
-		n := max(1, len(members))
+		clusters := r.agg.Clusters()
+		n := max(1, len(clusters))
 		for i := range n {
 			select {
 			case <-r.stop:
 				return
 			case <-time.After(period / time.Duration(n)):
 			}
-			if i < len(members) {
-				members[i].replay(r)
+			if i < len(clusters) {
+				if m := r.agg.member(clusters[i]); m != nil {
+					m.replay(r)
+				}
 			}
 		}
 	}

@@ -39,7 +39,8 @@ type Query struct {
 }
 
 // FieldTerm is one term of a field selector: the values Values reads of the object contain
-// Value, or, with Not, do not. A nil Values reads the Aggregate's index named Field.
+// Value, or, with Not, do not. A nil Values reads the Aggregate's index named Field, which gives
+// no values where the index does not apply (IndexSpec.Clusters) or does not exist.
 type FieldTerm struct {
 	Field, Value string
 	Not          bool
@@ -47,13 +48,15 @@ type FieldTerm struct {
 }
 
 // Attributes is what Matches reads of an object, kept apart from the object: namespace,
-// labels, and the values of index and field-term names. A relay of changes (the server's watch)
-// keeps a replaced state's Attributes, to tell whether it matched, instead of the object.
-// Matches accepts *Attributes wherever it accepts an object.
+// labels, its values for every index that applies in its cluster, and for every field a
+// FieldTerm may read through its own Values. A relay of changes (the server's watch) keeps a
+// replaced state's Attributes, to tell whether it matched, instead of the object. Matches
+// accepts *Attributes wherever it accepts an object.
 type Attributes struct {
 	Namespace string
 	Labels    map[string]string
-	Values    map[string][]string // by index or field name
+	Indexes   map[string][]string // by index name
+	Fields    map[string][]string // by FieldTerm.Field, for terms with their own Values
 }
 
 // Result is an answer with its freshness: Unsynced lists the clusters it spans whose member was
@@ -77,6 +80,9 @@ func (a *Aggregate) Select(q Query) (Result, error) {
 		ms = keep
 	}
 	spec, err := a.indexSpec(q.Index)
+	if err == nil {
+		err = checkIndexValue(q.Index, q.Value)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -110,6 +116,14 @@ func (a *Aggregate) Select(q Query) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// checkIndexValue rejects a value the built-in cluster-namespace index can never hold.
+func checkIndexValue(index, value string) error {
+	if index == IndexClusterNamespace && !strings.Contains(value, "/") {
+		return fmt.Errorf("index %q: value %q is not cluster/namespace", index, value)
+	}
+	return nil
 }
 
 // indexSpec returns the spec of a custom index, and an error if name is neither built in nor
@@ -169,7 +183,7 @@ func (a *Aggregate) Matches(q Query, cluster string, obj any) bool {
 		return false
 	}
 	if q.Index != "" {
-		if spec, err := a.indexSpec(q.Index); err != nil || (spec.Func != nil && !spec.appliesTo(cluster)) {
+		if spec, err := a.indexSpec(q.Index); err != nil || checkIndexValue(q.Index, q.Value) != nil || (spec.Func != nil && !spec.appliesTo(cluster)) {
 			return false
 		}
 	}
@@ -213,9 +227,9 @@ func (a *Aggregate) matchObject(q Query, cluster string, obj any) bool {
 	default:
 		var vals []string
 		if isAttrs {
-			vals = at.Values[q.Index]
-		} else if spec, err := a.indexSpec(q.Index); err == nil {
-			vals, _ = spec.Func(obj)
+			vals = at.Indexes[q.Index]
+		} else {
+			vals = a.indexValues(q.Index, cluster, obj)
 		}
 		if !slices.Contains(vals, q.Value) {
 			return false
@@ -224,14 +238,14 @@ func (a *Aggregate) matchObject(q Query, cluster string, obj any) bool {
 	for _, ft := range q.Fields {
 		var vals []string
 		switch {
+		case isAttrs && ft.Values != nil:
+			vals = at.Fields[ft.Field]
 		case isAttrs:
-			vals = at.Values[ft.Field]
+			vals = at.Indexes[ft.Field]
 		case ft.Values != nil:
 			vals = ft.Values(obj)
 		default:
-			if spec, err := a.indexSpec(ft.Field); err == nil && spec.Func != nil {
-				vals, _ = spec.Func(obj)
-			}
+			vals = a.indexValues(ft.Field, cluster, obj)
 		}
 		if slices.Contains(vals, ft.Value) == ft.Not {
 			return false
@@ -240,29 +254,41 @@ func (a *Aggregate) matchObject(q Query, cluster string, obj any) bool {
 	return true
 }
 
-// AttributesOf returns what Matches reads of obj for queries naming any of fields (index names
-// or field-term fields with their readers): its namespace, labels and those values.
-func (a *Aggregate) AttributesOf(obj any, fields map[string]func(any) []string) *Attributes {
+// indexValues is obj's values for the custom index name in cluster: none when the index does
+// not exist or does not apply there.
+func (a *Aggregate) indexValues(name, cluster string, obj any) []string {
+	spec, err := a.indexSpec(name)
+	if err != nil || spec.Func == nil || !spec.appliesTo(cluster) {
+		return nil
+	}
+	vals, _ := spec.Func(obj)
+	return vals
+}
+
+// AttributesOf returns what Matches reads of obj in cluster: its namespace, labels, its values
+// for every index that applies in cluster, and for each field of fields (FieldTerm readers, by
+// name) what the reader gives.
+func (a *Aggregate) AttributesOf(cluster string, obj any, fields map[string]func(any) []string) *Attributes {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	at := &Attributes{Values: map[string][]string{}}
+	at := &Attributes{Indexes: map[string][]string{}, Fields: make(map[string][]string, len(fields))}
 	if m, err := meta.Accessor(obj); err == nil {
 		at.Namespace, at.Labels = m.GetNamespace(), m.GetLabels()
 	}
 	for name, read := range fields {
-		at.Values[name] = read(obj)
+		at.Fields[name] = read(obj)
 	}
 	a.mu.RLock()
 	specs := make([]IndexSpec, 0, len(a.indexes))
 	for _, spec := range a.indexes {
-		if _, done := fields[spec.Name]; !done {
+		if spec.appliesTo(cluster) {
 			specs = append(specs, spec)
 		}
 	}
 	a.mu.RUnlock()
 	for _, spec := range specs {
-		at.Values[spec.Name], _ = spec.Func(obj)
+		at.Indexes[spec.Name], _ = spec.Func(obj)
 	}
 	return at
 }

@@ -125,11 +125,14 @@ func IsExpired(err error) bool {
 	return errors.As(err, &e) && e.Code == http.StatusGone
 }
 
+// url is the daemon's URL for path, whose segments the callers have escaped already (a
+// resource named "apps/v1/deployments" travels as one segment, apps%2Fv1%2Fdeployments).
 func (c *Client) url(path string, q url.Values) string {
-	u := *c.base
-	u.Path += path
-	u.RawQuery = q.Encode()
-	return u.String()
+	u := c.base.String() + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
 }
 
 // do sends a GET and returns the response when it is 200; any other status is an *api.Error.
@@ -183,8 +186,9 @@ func (c *Client) List(ctx context.Context, resource string, q Query, cont string
 	return &l, nil
 }
 
-// ListAll returns every page of resource: the items, and the first page's resourceVersion and
-// freshness, which hold for the whole list.
+// ListAll returns every page of resource: the items, and the first page's resourceVersion
+// (every page carries it; a watch from it misses nothing of any page) and freshness (as the
+// first page saw each cluster).
 func (c *Client) ListAll(ctx context.Context, resource string, q Query) (*api.List, error) {
 	var all *api.List
 	cont := ""

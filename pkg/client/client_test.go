@@ -162,6 +162,17 @@ func TestErrorsAndOptions(t *testing.T) {
 		t.Error("a missing CA file accepted")
 	}
 	c, _ = New(Options{Server: srv.URL, Token: "t"})
+	// A resource named group/version/resource is one path segment, escaped once.
+	var gotPath string
+	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotPath = r.URL.EscapedPath()
+		_ = json.NewEncoder(w).Encode(api.List{})
+	}))
+	defer srv2.Close()
+	c2, _ := New(Options{Server: srv2.URL})
+	if _, err := c2.List(context.Background(), "apps/v1/deployments", Query{}, ""); err != nil || gotPath != "/api/v1/resources/apps%2Fv1%2Fdeployments" {
+		t.Errorf("path %q (%v), want /api/v1/resources/apps%%2Fv1%%2Fdeployments", gotPath, err)
+	}
 	l, err := c.ListAll(context.Background(), "pods", Query{Limit: 1})
 	if err != nil || len(l.Items) != 2 || l.ResourceVersion == "ignored" {
 		t.Errorf("ListAll: %+v %v (two pages, the first page's resourceVersion)", l, err)

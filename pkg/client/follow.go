@@ -9,7 +9,9 @@ import (
 	"github.com/multicache/multicache/pkg/api"
 )
 
-// FollowHandler receives what Follow learns. Calls are sequential.
+// FollowHandler receives what Follow learns. Calls are sequential. Like a reflector's store,
+// it must take events idempotently: a watch from a list's position can repeat a change the list
+// already showed, and a stream resumed from its last bookmark repeats what came after it.
 type FollowHandler interface {
 	// Replace gives a complete list: the first, and each one after a 410. What the handler
 	// held before is replaced by it.
@@ -27,8 +29,9 @@ type FollowOptions struct {
 }
 
 // Follow keeps h in step with resource until ctx ends: it lists (every page), watches from
-// the list's resourceVersion, resumes a stream that ends from its last bookmark, and lists
-// again when the daemon answers 410 Expired. Bookmarks are not passed on.
+// the list's resourceVersion, resumes a stream that ends from its last bookmark (after a pause
+// when the stream delivered nothing), and lists again when the daemon answers 410 Expired.
+// Bookmarks are not passed on.
 func (c *Client) Follow(ctx context.Context, resource string, q Query, h FollowHandler, opts FollowOptions) {
 	if opts.Retry == 0 {
 		opts.Retry = 200 * time.Millisecond
@@ -58,13 +61,16 @@ func (c *Client) Follow(ctx context.Context, resource string, q Query, h FollowH
 		h.Replace(list)
 		rv := list.ResourceVersion
 		for ctx.Err() == nil {
-			next, err := c.followStream(ctx, resource, q, rv, h)
+			next, delivered, err := c.followStream(ctx, resource, q, rv, h)
 			if IsExpired(err) {
 				report(err)
 				break // list again
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
 				report(err)
+			}
+			if (err != nil && !errors.Is(err, io.EOF)) || delivered == 0 {
+				// Failed, or ended without a single event: do not spin on a stream that keeps ending.
 				if !pause() {
 					return
 				}
@@ -74,18 +80,21 @@ func (c *Client) Follow(ctx context.Context, resource string, q Query, h FollowH
 	}
 }
 
-// followStream relays one watch stream from rv and returns where the next one resumes.
-func (c *Client) followStream(ctx context.Context, resource string, q Query, rv string, h FollowHandler) (string, error) {
+// followStream relays one watch stream from rv and returns where the next one resumes and how
+// many events (bookmarks included) it delivered.
+func (c *Client) followStream(ctx context.Context, resource string, q Query, rv string, h FollowHandler) (string, int, error) {
 	w, err := c.Watch(ctx, resource, q, rv)
 	if err != nil {
-		return rv, err
+		return rv, 0, err
 	}
 	defer w.Close()
+	n := 0
 	for {
 		ev, err := w.Next()
 		if err != nil {
-			return w.ResourceVersion(), err
+			return w.ResourceVersion(), n, err
 		}
+		n++
 		if ev.Type != api.Bookmark {
 			h.Event(ev)
 		}

@@ -275,8 +275,8 @@ func (r *Registry) Clusters() []string {
 	return out
 }
 
-// Status returns every engaged cluster's status, sorted by name. It is cheap: object counts
-// come from the aggregates (Aggregate.Cluster).
+// Status returns every engaged cluster's status, sorted by name. It is cheap: it counts no
+// objects (the aggregates hold them: Aggregate.Cluster).
 func (r *Registry) Status() []ClusterStatus {
 	r.mu.Lock()
 	runs := make([]*runner, 0, len(r.clusters))

@@ -224,11 +224,13 @@ func (r *runner) probeOnce(ctx context.Context, dc *discovery.DiscoveryClient) {
 }
 
 // aliases lists the names a user may give the resource: plural, singular, kind, short names,
-// and plural.group.
+// plural.group, and group/version/resource (version/resource in the core group).
 func aliases(dc discovery.DiscoveryInterface, r resolved) []string {
 	out := []string{r.gvr.Resource, strings.ToLower(r.gvk.Kind), r.gvk.Kind}
 	if r.gvr.Group != "" {
-		out = append(out, r.gvr.Resource+"."+r.gvr.Group)
+		out = append(out, r.gvr.Resource+"."+r.gvr.Group, r.gvr.Group+"/"+r.gvr.Version+"/"+r.gvr.Resource)
+	} else {
+		out = append(out, r.gvr.Version+"/"+r.gvr.Resource)
 	}
 	list, err := dc.ServerResourcesForGroupVersion(r.gvr.GroupVersion().String())
 	if err != nil {

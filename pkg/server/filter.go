@@ -74,6 +74,9 @@ func parseQuery(agg *aggregate.Aggregate, q url.Values) (aggregate.Query, error)
 			return out, fmt.Errorf("index %q: value is required", ix)
 		}
 		out.Index, out.Value = ix, q.Get("value")
+		if ix == aggregate.IndexClusterNamespace && !strings.Contains(out.Value, "/") {
+			return out, fmt.Errorf("index %q: value %q is not cluster/namespace", ix, out.Value)
+		}
 	} else if q.Has("value") {
 		return out, errors.New("value: given without index")
 	}
@@ -103,7 +106,8 @@ func parseQuery(agg *aggregate.Aggregate, q url.Values) (aggregate.Query, error)
 		case !not && r.Value != "" && out.Index == "" && r.Field == "spec.nodeName" && hasNodeIndex:
 			out.Index, out.Value = index.NodeName, r.Value
 			continue
-		case !not && out.Index == "" && isIndex:
+		case !not && out.Index == "" && isIndex && !isPath:
+			// (A path field keeps its meaning even if an index has its name.)
 			out.Index, out.Value = r.Field, r.Value
 			continue
 		}
@@ -113,6 +117,6 @@ func parseQuery(agg *aggregate.Aggregate, q url.Values) (aggregate.Query, error)
 }
 
 // prevAttributes is what the watch hub keeps of a replaced state: what any query can read of it.
-func prevAttributes(agg *aggregate.Aggregate, obj any) *aggregate.Attributes {
-	return agg.AttributesOf(obj, pathFields)
+func prevAttributes(agg *aggregate.Aggregate, cluster string, obj any) *aggregate.Attributes {
+	return agg.AttributesOf(cluster, obj, pathFields)
 }

@@ -41,7 +41,7 @@ type event struct {
 // with 410 Expired, unless none of the evicted events concerned the clusters it watches.
 type hub struct {
 	resource  string
-	attrsOf   func(obj any) *aggregate.Attributes // what queries read of a previous state
+	attrsOf   func(cluster string, obj any) *aggregate.Attributes // what queries read of a previous state
 	maxEvents int
 	maxBytes  int
 
@@ -59,7 +59,7 @@ type hub struct {
 	expired    int64             // watches ended because they fell behind the ring
 }
 
-func newHub(resource string, maxEvents, maxBytes int, attrsOf func(any) *aggregate.Attributes) *hub {
+func newHub(resource string, maxEvents, maxBytes int, attrsOf func(string, any) *aggregate.Attributes) *hub {
 	return &hub{resource: resource, attrsOf: attrsOf, maxEvents: maxEvents, maxBytes: maxBytes,
 		epoch: newEpoch(), ring: make([]event, min(maxEvents, 1024)), evicted: map[string]uint64{}, wake: make(chan struct{})}
 }
@@ -75,7 +75,7 @@ func (h *hub) OnAdd(cluster string, obj any, _ bool) {
 }
 
 func (h *hub) OnUpdate(cluster string, oldObj, newObj any) {
-	h.append(event{cluster: cluster, typ: api.Modified, obj: newObj, prev: h.attrsOf(oldObj)})
+	h.append(event{cluster: cluster, typ: api.Modified, obj: newObj, prev: h.attrsOf(cluster, oldObj)})
 }
 
 func (h *hub) OnDelete(cluster string, obj any) {
@@ -215,10 +215,12 @@ func (h *hub) held() (events, bytes int) {
 // object it came from, so only the values count).
 func attributesSize(a *aggregate.Attributes) int {
 	n := 64
-	for f, vs := range a.Values {
-		n += len(f) + 48
-		for _, v := range vs {
-			n += len(v) + 16
+	for _, m := range []map[string][]string{a.Indexes, a.Fields} {
+		for f, vs := range m {
+			n += len(f) + 48
+			for _, v := range vs {
+				n += len(v) + 16
+			}
 		}
 	}
 	return n

@@ -75,7 +75,7 @@ func cmAt(name, rv string) *corev1.ConfigMap {
 
 func newTestHub(maxEvents, maxBytes int) *hub {
 	agg, _, _ := aggregate.New(aggregate.Options{Resource: "cm"})
-	return newHub("cm", maxEvents, maxBytes, func(obj any) *aggregate.Attributes { return prevAttributes(agg, obj) })
+	return newHub("cm", maxEvents, maxBytes, func(cluster string, obj any) *aggregate.Attributes { return prevAttributes(agg, cluster, obj) })
 }
 
 // TestHubResumeAndExpiry: positions are the hub's sequence; a position whose later events were
@@ -235,4 +235,27 @@ func encodeObject(s *Server, obj any, rs clusterset.ResourceStatus) ([]byte, err
 	var buf bytes.Buffer
 	err := s.appendEncoded(&buf, obj, rs)
 	return buf.Bytes(), err
+}
+
+// TestPathFieldsKeepTheirMeaning: a field selector on a path keeps the path's meaning even when
+// a custom index has the path's name, in lists and in what a watch keeps of replaced states.
+func TestPathFieldsKeepTheirMeaning(t *testing.T) {
+	agg, _, _ := aggregate.New(aggregate.Options{Resource: "pods"})
+	if err := agg.AddIndex(aggregate.IndexSpec{Name: "status.phase", Func: func(any) ([]string, error) { return []string{"indexed"}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := parseQuery(agg, url.Values{"fieldSelector": {"status.phase=Running"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Index != "" || len(q.Fields) != 1 {
+		t.Fatalf("status.phase routed through the index of that name: %+v", q)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "a"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if !agg.Matches(q, "c1", pod) || !agg.Matches(q, "c1", prevAttributes(agg, "c1", pod)) {
+		t.Error("a Running pod does not match status.phase=Running (as an object, or as kept attributes)")
+	}
+	if _, err := parseQuery(agg, url.Values{"index": {aggregate.IndexClusterNamespace}, "value": {"c1"}}); err == nil {
+		t.Error("cluster-namespace index with a value that is not cluster/namespace accepted")
+	}
 }

@@ -450,6 +450,10 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 		if len(js.Items) != 6 || js.Items[0].Object.Kind != "Node" {
 			t.Errorf("json: %d nodes", len(js.Items))
 		}
+		// A resource named version/resource (one path segment once escaped) reaches the daemon.
+		if err := json.Unmarshal([]byte(run("get", "v1/nodes", "--cluster", "fleet-1", "-o", "json")), &js); err != nil || len(js.Items) != 6 {
+			t.Errorf("get v1/nodes: %v, %d nodes", err, len(js.Items))
+		}
 		if out := run("clusters"); strings.Count(out, "Synced") < 3 {
 			t.Errorf("clusters:\n%s", out)
 		}

@@ -125,8 +125,11 @@ func StartDaemonAt(t testing.TB, scheme string, client *http.Client, addr string
 
 // Stop sends SIGTERM and waits; it reports how the process ended.
 func (d *Daemon) Stop(t testing.TB) error {
-	if d.Cmd.ProcessState != nil {
-		return nil
+	select {
+	case err := <-d.done: // it has ended already
+		d.done <- err
+		return err
+	default:
 	}
 	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
