@@ -45,8 +45,8 @@ func TestSelectAndMatchesAgree(t *testing.T) {
 		{Index: "app", Value: "web1"},
 		{Index: "app", Value: "web1", Namespace: "a"},
 		{Labels: labels.SelectorFromSet(labels.Set{"app": "web0"})},
-		{Fields: []FieldTerm{{Field: "app", Value: "web1"}}},             // the scoped index, as a field term
-		{Fields: []FieldTerm{{Field: "app", Value: "web1", Not: true}}},   // …negated
+		{Fields: []FieldTerm{{Field: "app", Value: "web1"}}},                  // the scoped index, as a field term
+		{Fields: []FieldTerm{{Field: "app", Value: "web1", Not: true}}},       // …negated
 		{Fields: []FieldTerm{{Field: "x", Value: "web1", Values: appValues}}}, // a term with its own reader
 		{Index: IndexNamespace, Value: "a", Fields: []FieldTerm{{Field: "app", Value: "web0"}}},
 	} {
