@@ -52,10 +52,10 @@ run "$bin/multicache" clusters
 run "$bin/multicache" get pods -n load-3 --field-selector image=nginx:1.27.3 -l tier=frontend
 run "$bin/multicache" get nodes -l topology.kubernetes.io/zone=zone-b,node.kubernetes.io/instance-type=m5.xlarge --field-selector metadata.name=node-1 -o wide
 run "$bin/multicache" get widgets -n load-0 -l color=red
-run curl -s "$server/api/v1/resources/pods?index=pod-node&value=node-7&limit=2" -o /dev/null -w "HTTP %{http_code}, %{size_download} bytes in %{time_total}s\n"
+run curl -s "$server/multicache/v1/resources/pods?index=pod-node&value=node-7&limit=2" -o /dev/null -w "HTTP %{http_code}, %{size_download} bytes in %{time_total}s\n"
 echo
-echo "\$ curl -s '$server/api/v1/resources/widgets?limit=1' | jq .clusters   # which clusters serve the CRD"
-curl -s "$server/api/v1/resources/widgets?limit=1" | python3 -c 'import json,sys; [print(c) for c in json.load(sys.stdin)["clusters"]]'
+echo "\$ curl -s '$server/multicache/v1/resources/widgets?limit=1' | jq .clusters   # which clusters serve the CRD"
+curl -s "$server/multicache/v1/resources/widgets?limit=1" | python3 -c 'import json,sys; [print(c) for c in json.load(sys.stdin)["clusters"]]'
 
 echo
 echo "demo: running. Try: $bin/multicache get deploy -A    |    $bin/multicache clusters --watch"

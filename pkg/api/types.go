@@ -8,14 +8,14 @@ import (
 // Paths of the native API.
 const (
 	// ClustersPath answers Clusters.
-	ClustersPath = "/api/v1/clusters"
+	ClustersPath = "/multicache/v1/clusters"
 	// ResourcesPath is followed by "/{resource}" (a List, or with watch=true a stream of
 	// WatchEvents) or "/{resource}/{cluster}/{namespace}/{name}" (an Item; "_" as the namespace
 	// of a cluster-scoped object).
-	ResourcesPath = "/api/v1/resources"
+	ResourcesPath = "/multicache/v1/resources"
 )
 
-// List is one page of GET /api/v1/resources/{resource}: items in cluster, namespace, name
+// List is one page of GET /multicache/v1/resources/{resource}: items in cluster, namespace, name
 // order; Continue, when set, fetches the next page; ResourceVersion is where a watch resumes
 // without a gap; Clusters says how fresh each cluster the answer spans is.
 type List struct {
@@ -60,7 +60,7 @@ type WatchEvent struct {
 	Object  json.RawMessage `json:"object,omitempty"`
 }
 
-// Clusters is the answer to GET /api/v1/clusters.
+// Clusters is the answer to GET /multicache/v1/clusters.
 type Clusters struct {
 	Clusters []Cluster `json:"clusters"`
 }

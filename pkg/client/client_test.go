@@ -170,8 +170,8 @@ func TestErrorsAndOptions(t *testing.T) {
 	}))
 	defer srv2.Close()
 	c2, _ := New(Options{Server: srv2.URL})
-	if _, err := c2.List(context.Background(), "apps/v1/deployments", Query{}, ""); err != nil || gotPath != "/api/v1/resources/apps%2Fv1%2Fdeployments" {
-		t.Errorf("path %q (%v), want /api/v1/resources/apps%%2Fv1%%2Fdeployments", gotPath, err)
+	if _, err := c2.List(context.Background(), "apps/v1/deployments", Query{}, ""); err != nil || gotPath != "/multicache/v1/resources/apps%2Fv1%2Fdeployments" {
+		t.Errorf("path %q (%v), want /multicache/v1/resources/apps%%2Fv1%%2Fdeployments", gotPath, err)
 	}
 	l, err := c.ListAll(context.Background(), "pods", Query{Limit: 1})
 	if err != nil || len(l.Items) != 2 || l.ResourceVersion == "ignored" {

@@ -64,10 +64,10 @@ func BenchmarkHTTP(b *testing.B) {
 	}
 	h := s.Handler()
 	for _, tc := range []struct{ name, path string }{
-		{"index-page-100", "/api/v1/resources/pods?" + url.Values{"fieldSelector": {"spec.nodeName=node-7"}, "limit": {"100"}}.Encode()},
-		{"label-page-100", "/api/v1/resources/pods?" + url.Values{"cluster": {"c2"}, "namespace": {"ns-3"}, "labelSelector": {"app=app-3,tier=web"}, "limit": {"100"}}.Encode()},
-		{"unfiltered-page-500", "/api/v1/resources/pods?limit=500"},
-		{"get", "/api/v1/resources/pods/c3/ns-5/pod-105"},
+		{"index-page-100", "/multicache/v1/resources/pods?" + url.Values{"fieldSelector": {"spec.nodeName=node-7"}, "limit": {"100"}}.Encode()},
+		{"label-page-100", "/multicache/v1/resources/pods?" + url.Values{"cluster": {"c2"}, "namespace": {"ns-3"}, "labelSelector": {"app=app-3,tier=web"}, "limit": {"100"}}.Encode()},
+		{"unfiltered-page-500", "/multicache/v1/resources/pods?limit=500"},
+		{"get", "/multicache/v1/resources/pods/c3/ns-5/pod-105"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodGet, tc.path, nil)

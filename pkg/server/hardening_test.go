@@ -196,7 +196,7 @@ func TestLimits(t *testing.T) {
 	defer hs.Close()
 	defer hs.CloseClientConnections()
 	watch := func() *http.Response {
-		resp, err := http.Get(hs.URL + "/api/v1/resources/pods?watch=true")
+		resp, err := http.Get(hs.URL + "/multicache/v1/resources/pods?watch=true")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestLimits(t *testing.T) {
 	if !ok {
 		t.Fatal("the only request slot is taken")
 	}
-	for _, path := range []string{"/api/v1/resources/pods", "/api/v1/clusters", "/api/v1/resources/pods/good/ns/x"} {
+	for _, path := range []string{"/multicache/v1/resources/pods", "/multicache/v1/clusters", "/multicache/v1/resources/pods/good/ns/x"} {
 		code, body := get(t, s.Handler(), path, "")
 		if code != http.StatusTooManyRequests || !strings.Contains(body, "maxRequestsInFlight") {
 			t.Errorf("%s with every request slot taken: %d %s", path, code, body)
@@ -242,7 +242,7 @@ func TestLimits(t *testing.T) {
 		t.Errorf("/healthz limited: %d", code)
 	}
 	release()
-	if code, body := get(t, s.Handler(), "/api/v1/clusters", ""); code != 200 {
+	if code, body := get(t, s.Handler(), "/multicache/v1/clusters", ""); code != 200 {
 		t.Errorf("after the slot is released: %d %s", code, body)
 	}
 }

@@ -175,9 +175,9 @@ func (s *Server) Handler() http.Handler {
 			h(w, r)
 		}
 	}
-	api("GET /api/v1/clusters", limited(s.withTimeout(s.handleClusters)))
-	api("GET /api/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
-	api("GET /api/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(s.withTimeout(s.handleGet)))
+	api("GET /multicache/v1/clusters", limited(s.withTimeout(s.handleClusters)))
+	api("GET /multicache/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
+	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(s.withTimeout(s.handleGet)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	verbose := s.auth(s.handleReady)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -221,13 +221,13 @@ func TestListBytesMatchAPI(t *testing.T) {
 		}
 	}
 	var page api.List
-	roundTrip("/api/v1/resources/pods?limit=30", &page) // 30 items: the parallel encoder
+	roundTrip("/multicache/v1/resources/pods?limit=30", &page) // 30 items: the parallel encoder
 	if len(page.Items) != 30 || page.Continue == "" {
 		t.Fatalf("first page: %d items, continue %q", len(page.Items), page.Continue)
 	}
-	roundTrip("/api/v1/resources/pods?limit=30&continue="+page.Continue, &api.List{})
-	roundTrip("/api/v1/resources/pods/c1/ns-1/pod-1", &api.Item{})
-	roundTrip("/api/v1/clusters", &api.Clusters{})
+	roundTrip("/multicache/v1/resources/pods?limit=30&continue="+page.Continue, &api.List{})
+	roundTrip("/multicache/v1/resources/pods/c1/ns-1/pod-1", &api.Item{})
+	roundTrip("/multicache/v1/clusters", &api.Clusters{})
 }
 
 // encodeObject is obj as appendEncoded writes it.

@@ -176,7 +176,7 @@ func BenchmarkFleetMillion(b *testing.B) {
 	var body bytes.Buffer
 	get := func(q url.Values) (time.Duration, []byte) {
 		t := time.Now()
-		resp, err := client.Get(hs.URL + "/api/v1/resources/pods?" + q.Encode())
+		resp, err := client.Get(hs.URL + "/multicache/v1/resources/pods?" + q.Encode())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -78,7 +78,7 @@ func listAllPaced(ctx context.Context, t *testing.T, d *harness.Daemon, resource
 	rv := ""
 	for pages := 0; ; pages++ {
 		var page api.List
-		code, apiErr, err := d.Get(ctx, "/api/v1/resources/"+resource, q, &page)
+		code, apiErr, err := d.Get(ctx, "/multicache/v1/resources/"+resource, q, &page)
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("list %s %v: %d %+v %v", resource, q, code, apiErr, err)
 		}
@@ -190,18 +190,18 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 
 	t.Run("get one object, cluster-scoped and namespaced", func(t *testing.T) {
 		var raw api.Item
-		code, e, err := d.Get(ctx, "/api/v1/resources/pods/fleet-2/load-0/pod-3", nil, &raw)
+		code, e, err := d.Get(ctx, "/multicache/v1/resources/pods/fleet-2/load-0/pod-3", nil, &raw)
 		one, _ := decoded(raw)
 		want := truth["fleet-2|load-0/pod-3"]
 		if err != nil || code != 200 || one.Object.Metadata.UID != string(want.UID) {
 			t.Errorf("get pod: %d %+v %v %+v", code, e, err, one)
 		}
-		code, _, err = d.Get(ctx, "/api/v1/resources/Node/fleet-3/_/node-2", nil, &raw)
+		code, _, err = d.Get(ctx, "/multicache/v1/resources/Node/fleet-3/_/node-2", nil, &raw)
 		one, _ = decoded(raw)
 		if err != nil || code != 200 || one.Object.Kind != "Node" {
 			t.Errorf("get node: %d %v %+v", code, err, one)
 		}
-		code, e, _ = d.Get(ctx, "/api/v1/resources/pods/fleet-2/load-0/nope", nil, &one)
+		code, e, _ = d.Get(ctx, "/multicache/v1/resources/pods/fleet-2/load-0/nope", nil, &one)
 		if code != 404 || e.Reason != "NotFound" {
 			t.Errorf("missing pod: %d %+v", code, e)
 		}
@@ -215,14 +215,14 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 			reason string
 			says   string
 		}{
-			{"/api/v1/resources/frobs", nil, 404, "NotFound", `resource "frobs" is not cached`},
-			{"/api/v1/resources/pods", url.Values{"labelSelector": {"a in (b"}}, 400, "BadRequest", "labelSelector"},
-			{"/api/v1/resources/pods", url.Values{"fieldSelector": {"spec.colour=red"}}, 400, "BadRequest", `field "spec.colour"`},
-			{"/api/v1/resources/pods", url.Values{"continue": {"not-a-token"}}, 400, "BadRequest", "continue"},
-			{"/api/v1/resources/pods", url.Values{"limit": {"-3"}}, 400, "BadRequest", "limit"},
-			{"/api/v1/resources/pods", url.Values{"index": {"nope"}, "value": {"x"}}, 400, "BadRequest", `index "nope"`},
-			{"/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {"garbage"}}, 400, "BadRequest", "resourceVersion"},
-			{"/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {"eyJlIjoib2xkIiwidiI6e319"}}, 410, "Expired", "earlier run"},
+			{"/multicache/v1/resources/frobs", nil, 404, "NotFound", `resource "frobs" is not cached`},
+			{"/multicache/v1/resources/pods", url.Values{"labelSelector": {"a in (b"}}, 400, "BadRequest", "labelSelector"},
+			{"/multicache/v1/resources/pods", url.Values{"fieldSelector": {"spec.colour=red"}}, 400, "BadRequest", `field "spec.colour"`},
+			{"/multicache/v1/resources/pods", url.Values{"continue": {"not-a-token"}}, 400, "BadRequest", "continue"},
+			{"/multicache/v1/resources/pods", url.Values{"limit": {"-3"}}, 400, "BadRequest", "limit"},
+			{"/multicache/v1/resources/pods", url.Values{"index": {"nope"}, "value": {"x"}}, 400, "BadRequest", `index "nope"`},
+			{"/multicache/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {"garbage"}}, 400, "BadRequest", "resourceVersion"},
+			{"/multicache/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {"eyJlIjoib2xkIiwidiI6e319"}}, 410, "Expired", "earlier run"},
 		} {
 			code, e, err := d.Get(ctx, tc.path, tc.q, &struct{}{})
 			if err != nil || code != tc.code || e == nil || e.Reason != tc.reason || !strings.Contains(e.Message, tc.says) || e.Code != tc.code {
@@ -233,7 +233,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 
 	t.Run("a CRD two clusters serve", func(t *testing.T) {
 		var page api.List
-		if code, e, err := d.Get(ctx, "/api/v1/resources/widgets", url.Values{"namespace": {"load-0"}}, &page); err != nil || code != 200 {
+		if code, e, err := d.Get(ctx, "/multicache/v1/resources/widgets", url.Values{"namespace": {"load-0"}}, &page); err != nil || code != 200 {
 			t.Fatalf("%d %+v %v", code, e, err)
 		}
 		if len(page.Items) != 8 {
@@ -464,7 +464,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 	var oldToken string
 	t.Run("a token from this run resumes", func(t *testing.T) {
 		_, oldToken = listAll(ctx, t, d, "pods", url.Values{"namespace": {"load-0"}})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL+"/api/v1/resources/pods?watch=true&resourceVersion="+url.QueryEscape(oldToken), nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL+"/multicache/v1/resources/pods?watch=true&resourceVersion="+url.QueryEscape(oldToken), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("resume: %v %v", err, resp)
@@ -473,7 +473,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 	})
 
 	t.Run("SIGTERM shuts down cleanly with a watch open", func(t *testing.T) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL+"/api/v1/resources/pods?watch=true", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL+"/multicache/v1/resources/pods?watch=true", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -490,7 +490,7 @@ func TestDaemonOnLocalFleet(t *testing.T) {
 		t0 := time.Now()
 		d2 := harness.StartDaemon(t, "--config", cfgPath)
 		t.Logf("restarted daemon resynced and ready in %s", time.Since(t0).Round(time.Millisecond))
-		code, e, err := d2.Get(ctx, "/api/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {oldToken}}, &struct{}{})
+		code, e, err := d2.Get(ctx, "/multicache/v1/resources/pods", url.Values{"watch": {"true"}, "resourceVersion": {oldToken}}, &struct{}{})
 		if err != nil || code != http.StatusGone || e.Reason != "Expired" || !strings.Contains(e.Message, "earlier run") {
 			t.Errorf("old token after restart: %d %+v %v", code, e, err)
 		}
@@ -527,7 +527,7 @@ func TestAuth(t *testing.T) {
 		code  int
 	}{{"", 401}, {"wrong", 401}, {"s3cret-token", 200}} {
 		d.Token = tc.token
-		code, e, err := d.Get(ctx, "/api/v1/clusters", nil, &out)
+		code, e, err := d.Get(ctx, "/multicache/v1/clusters", nil, &out)
 		if err != nil || code != tc.code {
 			t.Errorf("token %q: %d %+v %v", tc.token, code, e, err)
 		}

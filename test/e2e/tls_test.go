@@ -81,18 +81,18 @@ func TestTLS(t *testing.T) {
 	d := harness.StartDaemonAt(t, "https", client, addr, "--config", cfg, "--kubeconfig", f.Kubeconfig(), "--resource", "namespaces")
 
 	var clusters map[string]any
-	if code, e, err := d.Get(ctx, "/api/v1/clusters", nil, &clusters); err != nil || code != 200 {
+	if code, e, err := d.Get(ctx, "/multicache/v1/clusters", nil, &clusters); err != nil || code != 200 {
 		t.Fatalf("https with the CA: %d %+v %v", code, e, err)
 	}
 	// Plain HTTP on the TLS port gets Go's 400, never an answer.
-	if resp, err := http.Get("http://" + addr + "/api/v1/clusters"); err == nil {
+	if resp, err := http.Get("http://" + addr + "/multicache/v1/clusters"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("plain http on the https port: %d, want 400", resp.StatusCode)
 		}
 	}
 	// Without the CA the certificate is not trusted.
-	if _, err := http.Get(d.URL + "/api/v1/clusters"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := http.Get(d.URL + "/multicache/v1/clusters"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("https without the CA: %v, want a certificate error", err)
 	}
 	out, err := exec.Command(harness.Binary(t), "clusters", "--server", d.URL, "--certificate-authority", caPath).CombinedOutput()
