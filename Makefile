@@ -17,8 +17,8 @@ help: ## List every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build the pinned etcd and kube-apiserver into bin/ (idempotent)
-	@bash hack/build-tools.sh etcd kube-apiserver
+tools: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (idempotent)
+	@bash hack/build-tools.sh etcd kube-apiserver kubectl
 
 .PHONY: tools-cm
 tools-cm: ## Also build kube-controller-manager (for fleet-up --controller-manager)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned local-fleet binaries into BIN_DIR (default ./bin) from the Go module proxy.
-#   kube-apiserver, kube-controller-manager  <- hack/tools/apiserver (k8s.io/kubernetes v1.37.1)
+#   kube-apiserver, kube-controller-manager,
+#   kubectl                                  <- hack/tools/apiserver (k8s.io/kubernetes v1.37.1)
 #   etcd                                     <- hack/tools/etcd (go.etcd.io/etcd/server/v3 v3.7.0)
 # A binary is rebuilt only when it is missing or its tools module (go.mod, go.sum) changed:
 # a stamp file beside each binary records the hash it was built from.
@@ -39,12 +40,13 @@ build() {
   echo "tools: built $name in $((SECONDS - start))s"
 }
 
-want=${*:-etcd kube-apiserver}
+want=${*:-etcd kube-apiserver kubectl}
 for t in $want; do
   case $t in
     etcd) build etcd "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
     kube-apiserver) build kube-apiserver "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$ldflags_k8s" ;;
     kube-controller-manager) build kube-controller-manager "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags_k8s" ;;
-    *) echo "tools: unknown tool '$t' (want etcd, kube-apiserver, kube-controller-manager)" >&2; exit 2 ;;
+    kubectl) build kubectl "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kubectl "$ldflags_k8s" ;;
+    *) echo "tools: unknown tool '$t' (want etcd, kube-apiserver, kube-controller-manager, kubectl)" >&2; exit 2 ;;
   esac
 done
