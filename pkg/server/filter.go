@@ -116,7 +116,15 @@ func parseQuery(agg *aggregate.Aggregate, q url.Values) (aggregate.Query, error)
 	return out, nil
 }
 
-// prevAttributes is what the watch hub keeps of a replaced state: what any query can read of it.
-func prevAttributes(agg *aggregate.Aggregate, cluster string, obj any) *aggregate.Attributes {
-	return agg.AttributesOf(cluster, obj, pathFields)
+// cachedItems lists every object agg holds.
+func cachedItems(agg *aggregate.Aggregate) []item {
+	result, err := agg.Select(aggregate.Query{})
+	if err != nil {
+		return nil
+	}
+	var out []item
+	for it := range keyed(result) {
+		out = append(out, it)
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,9 +19,13 @@ type event struct {
 	seq     uint64 // the hub's position of this event: consecutive, from 1
 	cluster string
 	typ     string // ADDED, MODIFIED, DELETED
+	key     aggregate.Key
 	obj     any
-	prev    *aggregate.Attributes // MODIFIED only: what queries read of the previous state
-	size    int                   // bytes charged against the ring's bound
+	// prev is the object's state before this event, as the hub knew it: nil for ADDED. A watch
+	// reads it to tell an object that stops matching its query; a snapshot at an earlier
+	// position restores it.
+	prev any
+	size int // bytes charged against the ring's bound
 }
 
 // hub keeps the recent events of one resource, in the order the aggregate delivered them, for
@@ -39,9 +44,14 @@ type event struct {
 // The ring holds at most maxEvents events and keeps about maxBytes of memory alive (objects
 // and previous states, estimated by approxSize). A watch whose next event was evicted ends
 // with 410 Expired, unless none of the evicted events concerned the clusters it watches.
+//
+// The hub also keeps latest, every object's state as of its newest event, so that it can
+// answer what the fleet held at any position whose later events it still keeps (snapshot):
+// latest, with the keys those events touched put back to their previous states. The stores
+// cannot answer that: they run ahead of the hub by the events still being delivered.
 type hub struct {
 	resource  string
-	attrsOf   func(cluster string, obj any) *aggregate.Attributes // what queries read of a previous state
+	current   func() []item // the stores' objects, to rebuild latest after an overflow
 	maxEvents int
 	maxBytes  int
 
@@ -57,11 +67,14 @@ type hub struct {
 	waiting    bool              // someone holds wake
 	resets     int64             // epochs ended because the hub's backlog overflowed
 	expired    int64             // watches ended because they fell behind the ring
+	latest     map[aggregate.Key]any
 }
 
-func newHub(resource string, maxEvents, maxBytes int, attrsOf func(string, any) *aggregate.Attributes) *hub {
-	return &hub{resource: resource, attrsOf: attrsOf, maxEvents: maxEvents, maxBytes: maxBytes,
-		epoch: newEpoch(), ring: make([]event, min(maxEvents, 1024)), evicted: map[string]uint64{}, wake: make(chan struct{})}
+// newHub makes an empty hub; current lists the resource's cached objects (see overflow).
+func newHub(resource string, maxEvents, maxBytes int, current func() []item) *hub {
+	return &hub{resource: resource, current: current, maxEvents: maxEvents, maxBytes: maxBytes,
+		epoch: newEpoch(), ring: make([]event, min(maxEvents, 1024)), evicted: map[string]uint64{},
+		wake: make(chan struct{}), latest: map[aggregate.Key]any{}}
 }
 
 func newEpoch() string {
@@ -74,8 +87,8 @@ func (h *hub) OnAdd(cluster string, obj any, _ bool) {
 	h.append(event{cluster: cluster, typ: api.Added, obj: obj})
 }
 
-func (h *hub) OnUpdate(cluster string, oldObj, newObj any) {
-	h.append(event{cluster: cluster, typ: api.Modified, obj: newObj, prev: h.attrsOf(cluster, oldObj)})
+func (h *hub) OnUpdate(cluster string, _, newObj any) {
+	h.append(event{cluster: cluster, typ: api.Modified, obj: newObj})
 }
 
 func (h *hub) OnDelete(cluster string, obj any) {
@@ -87,10 +100,19 @@ func (h *hub) OnDelete(cluster string, obj any) {
 
 // overflow is the hub's aggregate.HandlerOptions.OnOverflow: events were dropped before
 // reaching it, so no position it handed out can be resumed from. Every watch ends with 410 and
-// every token expires; clients relist.
+// every token expires; clients relist. latest is rebuilt from the stores, which may be ahead
+// of the events still to come: those then repeat what latest holds, which changes nothing.
 func (h *hub) overflow() {
+	var objs []item
+	if h.current != nil {
+		objs = h.current()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	clear(h.latest)
+	for _, it := range objs {
+		h.latest[it.key] = it.obj
+	}
 	h.epoch = newEpoch()
 	for i := range h.n {
 		h.ring[(h.start+i)%len(h.ring)] = event{}
@@ -103,12 +125,24 @@ func (h *hub) overflow() {
 }
 
 func (h *hub) append(ev event) {
-	ev.size = approxSize(ev.obj)
-	if ev.prev != nil {
-		ev.size += attributesSize(ev.prev)
+	k, err := aggregate.KeyOf(ev.cluster, ev.obj)
+	if err != nil {
+		return // not an object: the aggregate never stores one
 	}
+	ev.key = k
+	ev.size = approxSize(ev.obj)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	ev.prev = h.latest[k]
+	if ev.typ == api.Deleted {
+		delete(h.latest, k)
+	} else {
+		h.latest[k] = ev.obj
+	}
+	if ev.typ == api.Modified && ev.prev != nil {
+		// The replaced state stays alive as long as the event does.
+		ev.size += approxSize(ev.prev)
+	}
 	h.seq++
 	ev.seq = h.seq
 	for h.n > 0 && (h.n == h.maxEvents || h.bytes+ev.size > h.maxBytes) {
@@ -211,21 +245,6 @@ func (h *hub) held() (events, bytes int) {
 	return h.n, h.bytes
 }
 
-// attributesSize estimates what a kept previous state costs (its labels map is shared with the
-// object it came from, so only the values count).
-func attributesSize(a *aggregate.Attributes) int {
-	n := 64
-	for _, m := range []map[string][]string{a.Indexes, a.Fields} {
-		for f, vs := range m {
-			n += len(f) + 48
-			for _, v := range vs {
-				n += len(v) + 16
-			}
-		}
-	}
-	return n
-}
-
 // sizer is implemented by typed API objects (their protobuf size).
 type sizer interface{ Size() int }
 
@@ -264,4 +283,48 @@ func sizeOfValue(v any) int {
 		return len(x) + 16
 	}
 	return 16
+}
+
+// snapshot returns the objects of clusters (every cluster when empty) as of pos, in no order:
+// latest, with every key that an event after pos touched put back to its state before the
+// first such event. It fails with errExpired when pos is of another epoch, or when an event
+// after pos that concerns clusters is no longer kept.
+func (h *hub) snapshot(pos token, clusters []string) ([]item, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if pos.Epoch != h.epoch {
+		return nil, errExpired{"it comes from an earlier run of the daemon, or the watch cache was reset since; list again"}
+	}
+	if pos.Seq > h.seq {
+		return nil, errExpired{fmt.Sprintf("resourceVersion is ahead of the newest event (%d); list again", h.seq)}
+	}
+	first := h.seq - uint64(h.n) + 1
+	if pos.Seq+1 < first && h.lostLocked(pos.Seq, clusters) {
+		return nil, errExpired{"resourceVersion too old: events after it are no longer kept; list again"}
+	}
+	want := func(c string) bool { return len(clusters) == 0 || slices.Contains(clusters, c) }
+	// Newest to oldest, so that the first event after pos has the last word.
+	restore := map[aggregate.Key]any{}
+	for i := h.n - 1; i >= 0; i-- {
+		ev := &h.ring[(h.start+i)%len(h.ring)]
+		if ev.seq <= pos.Seq {
+			break
+		}
+		if want(ev.cluster) {
+			restore[ev.key] = ev.prev
+		}
+	}
+	out := make([]item, 0, len(h.latest))
+	for k, obj := range h.latest {
+		if _, touched := restore[k]; touched || !want(k.Cluster) {
+			continue
+		}
+		out = append(out, item{key: k, cluster: k.Cluster, obj: obj})
+	}
+	for k, obj := range restore {
+		if obj != nil {
+			out = append(out, item{key: k, cluster: k.Cluster, obj: obj})
+		}
+	}
+	return out, nil
 }

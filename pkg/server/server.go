@@ -141,7 +141,7 @@ func New(opts Options) (*Server, error) {
 		limits: newLimits(opts.MaxWatches, opts.MaxRequestsInFlight)}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
-		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func(cluster string, obj any) *aggregate.Attributes { return prevAttributes(agg, cluster, obj) })
+		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func() []item { return cachedItems(agg) })
 		// Every event, in order: a watch relays the change stream, so an add and delete of the
 		// same object while the hub is behind must both reach it. Past HubMaxPending the hub
 		// resets (every watch 410) rather than grow without bound.

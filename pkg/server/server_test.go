@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"slices"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,8 +75,50 @@ func cmAt(name, rv string) *corev1.ConfigMap {
 }
 
 func newTestHub(maxEvents, maxBytes int) *hub {
-	agg, _, _ := aggregate.New(aggregate.Options{Resource: "cm"})
-	return newHub("cm", maxEvents, maxBytes, func(cluster string, obj any) *aggregate.Attributes { return prevAttributes(agg, cluster, obj) })
+	return newHub("cm", maxEvents, maxBytes, nil)
+}
+
+// TestHubSnapshot: a snapshot at a position is what the events up to it built, whatever came
+// after, as long as the events after it are kept.
+func TestHubSnapshot(t *testing.T) {
+	h := newTestHub(100, 1<<30)
+	h.OnAdd("c1", cmAt("a", "1"), false)
+	h.OnAdd("c2", cmAt("b", "1"), false)
+	at := h.position()
+	h.OnUpdate("c1", nil, cmAt("a", "2"))
+	h.OnUpdate("c1", nil, cmAt("a", "3"))
+	h.OnDelete("c2", cmAt("b", "1"))
+	h.OnAdd("c2", cmAt("c", "1"), false)
+	state := func(items []item) map[string]string {
+		out := map[string]string{}
+		for _, it := range items {
+			out[it.key.String()] = it.obj.(*corev1.ConfigMap).ResourceVersion
+		}
+		return out
+	}
+	got, err := h.snapshot(at, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"c1|ns/a": "1", "c2|ns/b": "1"}; !reflect.DeepEqual(state(got), want) {
+		t.Errorf("snapshot at 2: %v, want %v", state(got), want)
+	}
+	got, _ = h.snapshot(h.position(), []string{"c2"})
+	if want := map[string]string{"c2|ns/c": "1"}; !reflect.DeepEqual(state(got), want) {
+		t.Errorf("snapshot now, c2 only: %v, want %v", state(got), want)
+	}
+	small := newTestHub(2, 1<<30)
+	small.OnAdd("c1", cmAt("a", "1"), false)
+	old := small.position()
+	for i := 2; i <= 4; i++ {
+		small.OnUpdate("c1", nil, cmAt("a", strconv.Itoa(i)))
+	}
+	if _, err := small.snapshot(old, nil); err == nil {
+		t.Error("snapshot at a position whose later events were evicted: no error")
+	}
+	if _, err := small.snapshot(token{Epoch: "other", Seq: 1}, nil); err == nil {
+		t.Error("snapshot at another epoch's position: no error")
+	}
 }
 
 // TestHubResumeAndExpiry: positions are the hub's sequence; a position whose later events were
@@ -238,7 +281,7 @@ func encodeObject(s *Server, obj any, rs clusterset.ResourceStatus) ([]byte, err
 }
 
 // TestPathFieldsKeepTheirMeaning: a field selector on a path keeps the path's meaning even when
-// a custom index has the path's name, in lists and in what a watch keeps of replaced states.
+// a custom index has the path's name, for objects and for their attributes.
 func TestPathFieldsKeepTheirMeaning(t *testing.T) {
 	agg, _, _ := aggregate.New(aggregate.Options{Resource: "pods"})
 	if err := agg.AddIndex(aggregate.IndexSpec{Name: "status.phase", Func: func(any) ([]string, error) { return []string{"indexed"}, nil }}); err != nil {
@@ -252,8 +295,8 @@ func TestPathFieldsKeepTheirMeaning(t *testing.T) {
 		t.Fatalf("status.phase routed through the index of that name: %+v", q)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "a"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	if !agg.Matches(q, "c1", pod) || !agg.Matches(q, "c1", prevAttributes(agg, "c1", pod)) {
-		t.Error("a Running pod does not match status.phase=Running (as an object, or as kept attributes)")
+	if !agg.Matches(q, "c1", pod) || !agg.Matches(q, "c1", agg.AttributesOf("c1", pod, pathFields)) {
+		t.Error("a Running pod does not match status.phase=Running (as an object, or as attributes)")
 	}
 	if _, err := parseQuery(agg, url.Values{"index": {aggregate.IndexClusterNamespace}, "value": {"c1"}}); err == nil {
 		t.Error("cluster-namespace index with a value that is not cluster/namespace accepted")
