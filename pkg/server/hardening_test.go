@@ -60,19 +60,18 @@ func TestSecretRedactionEveryShape(t *testing.T) {
 }
 
 // TestHubRingIsBoundedByMemory: under churn the watch ring holds replaced objects for resuming
-// watches. It keeps them within a memory bound, not a count alone: with 64 MiB, 2,000 updates
-// of distinct 64 KiB objects (estimated at 3× that in memory) must keep at most about 340 of
-// them reachable, not 2,000 (or, with the previous states, 4,000).
+// watches and snapshots. It keeps them within a memory bound, not a count alone: with 64 MiB,
+// 2,000 updates of 20 objects of 64 KiB (estimated at 3× that in memory) must keep at most
+// about 340 states reachable besides the 20 current ones, not 2,000.
 func TestHubRingIsBoundedByMemory(t *testing.T) {
 	h := newTestHub(100000, 64<<20)
 	var refs []weak.Pointer[corev1.ConfigMap]
 	big := strings.Repeat("x", 64<<10)
 	for i := range 2000 {
-		name := "o" + strconv.Itoa(i)
-		old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: strconv.Itoa(2 * i)}, Data: map[string]string{"v": big + "a"}}
-		cur := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: strconv.Itoa(2*i + 1)}, Data: map[string]string{"v": big + "b"}}
-		h.OnUpdate("c1", old, cur)
-		refs = append(refs, weak.Make(old), weak.Make(cur))
+		name := "o" + strconv.Itoa(i%20)
+		cur := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: strconv.Itoa(i)}, Data: map[string]string{"v": big + strconv.Itoa(i)}}
+		h.OnUpdate("c1", nil, cur)
+		refs = append(refs, weak.Make(cur))
 	}
 	runtime.GC()
 	runtime.GC()
@@ -83,8 +82,11 @@ func TestHubRingIsBoundedByMemory(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(h)
-	if reachable > 400 {
-		t.Errorf("%d objects of 64 KiB (%d MiB) are reachable through the watch ring after 2,000 updates", reachable, reachable*64>>10)
+	if reachable > 420 {
+		t.Errorf("%d states of 64 KiB (%d MiB) are reachable through the watch hub after 2,000 updates of 20 objects", reachable, reachable*64>>10)
+	}
+	if reachable < 20 {
+		t.Errorf("only %d states reachable: the hub lost current objects", reachable)
 	}
 }
 
