@@ -2,6 +2,7 @@ package clusterset
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,11 +10,14 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
@@ -131,7 +135,7 @@ func (r *runner) run() {
 		for _, s := range pending {
 			res, err := resolve(mapper, s.spec.Name)
 			if err == nil {
-				res.aliases = aliases(cached, res)
+				describeResource(ctx, dc, cached, &res)
 			}
 			switch {
 			case err == nil:
@@ -223,28 +227,53 @@ func (r *runner) probeOnce(ctx context.Context, dc *discovery.DiscoveryClient) {
 	}
 }
 
-// aliases lists the names a user may give the resource: plural, singular, kind, short names,
-// plural.group, and group/version/resource (version/resource in the core group).
-func aliases(dc discovery.DiscoveryInterface, r resolved) []string {
-	out := []string{r.gvr.Resource, strings.ToLower(r.gvk.Kind), r.gvk.Kind}
-	if r.gvr.Group != "" {
-		out = append(out, r.gvr.Resource+"."+r.gvr.Group, r.gvr.Group+"/"+r.gvr.Version+"/"+r.gvr.Resource)
-	} else {
-		out = append(out, r.gvr.Version+"/"+r.gvr.Resource)
-	}
-	list, err := dc.ServerResourcesForGroupVersion(r.gvr.GroupVersion().String())
-	if err != nil {
-		return out
-	}
-	for _, ar := range list.APIResources {
-		if ar.Name == r.gvr.Resource {
-			if ar.SingularName != "" {
-				out = append(out, ar.SingularName)
+// describeResource fills in what r's discovery document and, for a custom resource, its definition
+// say about it: the names a user may give it (plural, singular, kind, short names,
+// plural.group, and group/version/resource, version/resource in the core group), its
+// categories and its printer columns. What cannot be read is left out.
+func describeResource(ctx context.Context, dc *discovery.DiscoveryClient, cached discovery.DiscoveryInterface, r *resolved) {
+	r.api = metav1.APIResource{Name: r.gvr.Resource, Kind: r.gvk.Kind, Namespaced: r.namespaced}
+	if list, err := cached.ServerResourcesForGroupVersion(r.gvr.GroupVersion().String()); err == nil {
+		for _, ar := range list.APIResources {
+			if ar.Name == r.gvr.Resource {
+				r.api.SingularName, r.api.ShortNames, r.api.Categories = ar.SingularName, ar.ShortNames, ar.Categories
 			}
-			out = append(out, ar.ShortNames...)
 		}
 	}
-	return out
+	r.aliases = []string{r.gvr.Resource, strings.ToLower(r.gvk.Kind), r.gvk.Kind}
+	if r.gvr.Group != "" {
+		r.aliases = append(r.aliases, r.gvr.Resource+"."+r.gvr.Group, r.gvr.Group+"/"+r.gvr.Version+"/"+r.gvr.Resource)
+	} else {
+		r.aliases = append(r.aliases, r.gvr.Version+"/"+r.gvr.Resource)
+	}
+	if r.api.SingularName != "" {
+		r.aliases = append(r.aliases, r.api.SingularName)
+	}
+	r.aliases = append(r.aliases, r.api.ShortNames...)
+	if !scheme.Scheme.IsGroupRegistered(r.gvr.Group) {
+		r.columns = printerColumns(ctx, dc, r.gvr)
+	}
+}
+
+// printerColumns reads the additionalPrinterColumns of gvr's CustomResourceDefinition for its
+// version; nil when there is no definition (an aggregated API) or it cannot be read.
+func printerColumns(ctx context.Context, dc *discovery.DiscoveryClient, gvr schema.GroupVersionResource) []apiextensionsv1.CustomResourceColumnDefinition {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	raw, err := dc.RESTClient().Get().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", gvr.Resource+"."+gvr.Group).Do(ctx).Raw()
+	if err != nil {
+		return nil
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if json.Unmarshal(raw, &crd) != nil {
+		return nil
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Name == gvr.Version {
+			return v.AdditionalPrinterColumns
+		}
+	}
+	return nil
 }
 
 // ResolveResource maps a resource name as ResourceSpec.Name takes it (plural, kind, short name

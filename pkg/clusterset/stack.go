@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -77,6 +78,8 @@ type resolved struct {
 	gvk        schema.GroupVersionKind
 	namespaced bool
 	aliases    []string
+	api        metav1.APIResource // name, singular, short names, categories, kind, scope
+	columns    []apiextensionsv1.CustomResourceColumnDefinition
 }
 
 // build creates the informer for r with the decoding spec.Mode asks for.
@@ -255,6 +258,8 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 	s.st.GVR, s.st.Mode = r.gvr.String(), mode
 	s.st.Group, s.st.Version, s.st.Kind = r.gvk.Group, r.gvk.Version, r.gvk.Kind
 	s.st.Namespaced, s.st.Aliases = r.namespaced, r.aliases
+	s.st.Plural, s.st.Singular, s.st.ShortNames, s.st.Categories = r.api.Name, r.api.SingularName, r.api.ShortNames, r.api.Categories
+	s.st.PrinterColumns = r.columns
 	if s.st.State == Pending || s.st.State == NotServed {
 		s.setStateLocked(Syncing, "")
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 )
@@ -47,7 +48,13 @@ type ResourceStatus struct {
 	Group, Version, Kind string
 	Namespaced           bool
 	Aliases              []string
-	State                State
+	// Plural, Singular, ShortNames and Categories are the resource's names in this cluster's
+	// discovery; PrinterColumns are its CustomResourceDefinition's additionalPrinterColumns
+	// for Version (nil for built-in resources, and when the definition cannot be read).
+	Plural, Singular       string
+	ShortNames, Categories []string
+	PrinterColumns         []apiextensionsv1.CustomResourceColumnDefinition
+	State                  State
 	// Since is when the resource entered State.
 	Since    time.Time
 	Error    string    // the last error, in words; empty when healthy
