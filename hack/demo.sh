@@ -10,7 +10,7 @@ server="http://$listen"
 bin=$root/bin
 start=$SECONDS
 
-go build -o "$bin/multicache" ./cmd/multicache
+go -C cmd/multicache build -o "$bin/multicache" .
 go build -o "$bin/fleet" ./test/fleet/cmd/fleet
 
 daemon=

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 
+	"github.com/multicache/multicache/cmd/multicache/kubeprinters"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/config"
 	"github.com/multicache/multicache/pkg/server"
@@ -159,6 +160,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	}
 	sopts := cfg.ServerOptions()
 	sopts.Registry, sopts.Logger, sopts.Tokens = reg, log, tokens
+	sopts.Tables = kubeprinters.New()
 	srv, err := server.New(sopts)
 	if err != nil {
 		return err

@@ -15,6 +15,11 @@ const (
 	ResourcesPath = "/multicache/v1/resources"
 )
 
+// ClusterAnnotation is carried by every object the Kubernetes API serves: the name of the
+// cluster it lives in. In the fleet view, a label selector requirement on this key selects
+// clusters (multicache.io/cluster=east, multicache.io/cluster in (east,west)).
+const ClusterAnnotation = "multicache.io/cluster"
+
 // List is one page of GET /multicache/v1/resources/{resource}: items in cluster, namespace, name
 // order; Continue, when set, fetches the next page; ResourceVersion is where a watch resumes
 // without a gap; Clusters says how fresh each cluster the answer spans is.

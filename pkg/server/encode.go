@@ -98,11 +98,10 @@ func (s *Server) writeItem(w http.ResponseWriter, cluster string, obj any, rs cl
 // parallelItems: pages with at least this many items are encoded by several goroutines.
 const parallelItems = 16
 
-// encodeItems appends page as comma-separated api.Item entries. Large pages are split into
-// contiguous chunks encoded concurrently (JSON encoding is most of a page's cost), then joined
-// in order.
+// encodeItems appends page as comma-separated api.Item entries.
 func (s *Server) encodeItems(buf *bytes.Buffer, page []item, info map[string]clusterset.ResourceStatus) error {
-	one := func(buf *bytes.Buffer, it item) error {
+	return encodeEach(buf, len(page), func(buf *bytes.Buffer, i int) error {
+		it := page[i]
 		buf.WriteString(`{"cluster":`)
 		writeName(buf, it.cluster)
 		buf.WriteString(`,"object":`)
@@ -111,14 +110,20 @@ func (s *Server) encodeItems(buf *bytes.Buffer, page []item, info map[string]clu
 		}
 		buf.WriteByte('}')
 		return nil
-	}
-	workers := min(runtime.GOMAXPROCS(0), 4, len(page)/parallelItems*2)
+	})
+}
+
+// encodeEach appends the n entries one writes, comma-separated. Many entries are split into
+// contiguous chunks encoded concurrently (JSON encoding is most of a page's cost), then joined
+// in order.
+func encodeEach(buf *bytes.Buffer, n int, one func(buf *bytes.Buffer, i int) error) error {
+	workers := min(runtime.GOMAXPROCS(0), 4, n/parallelItems*2)
 	if workers < 2 {
-		for i, it := range page {
+		for i := range n {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if err := one(buf, it); err != nil {
+			if err := one(buf, i); err != nil {
 				return err
 			}
 		}
@@ -127,15 +132,15 @@ func (s *Server) encodeItems(buf *bytes.Buffer, page []item, info map[string]clu
 	chunks := make([]*bytes.Buffer, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
-	per := (len(page) + workers - 1) / workers
+	per := (n + workers - 1) / workers
 	for w := range workers {
 		chunks[w] = getBuffer()
 		wg.Go(func() {
-			for i := w * per; i < min(len(page), (w+1)*per); i++ {
+			for i := w * per; i < min(n, (w+1)*per); i++ {
 				if i > w*per {
 					chunks[w].WriteByte(',')
 				}
-				if errs[w] = one(chunks[w], page[i]); errs[w] != nil {
+				if errs[w] = one(chunks[w], i); errs[w] != nil {
 					return
 				}
 			}

@@ -4,25 +4,45 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/multicache/multicache/pkg/api"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-var reasons = map[int]string{
-	http.StatusBadRequest:          "BadRequest",
-	http.StatusUnauthorized:        "Unauthorized",
-	http.StatusForbidden:           "Forbidden",
-	http.StatusNotFound:            "NotFound",
-	http.StatusMethodNotAllowed:    "MethodNotAllowed",
-	http.StatusGone:                "Expired",
-	http.StatusTooManyRequests:     "TooManyRequests",
-	http.StatusServiceUnavailable:  "ServiceUnavailable",
-	http.StatusInternalServerError: "InternalError",
-	http.StatusGatewayTimeout:      "Timeout",
+var reasons = map[int]metav1.StatusReason{
+	http.StatusBadRequest:          metav1.StatusReasonBadRequest,
+	http.StatusUnauthorized:        metav1.StatusReasonUnauthorized,
+	http.StatusForbidden:           metav1.StatusReasonForbidden,
+	http.StatusNotFound:            metav1.StatusReasonNotFound,
+	http.StatusMethodNotAllowed:    metav1.StatusReasonMethodNotAllowed,
+	http.StatusNotAcceptable:       metav1.StatusReasonNotAcceptable,
+	http.StatusConflict:            metav1.StatusReasonConflict,
+	http.StatusGone:                metav1.StatusReasonExpired,
+	http.StatusTooManyRequests:     metav1.StatusReasonTooManyRequests,
+	http.StatusServiceUnavailable:  metav1.StatusReasonServiceUnavailable,
+	http.StatusInternalServerError: metav1.StatusReasonInternalError,
+	http.StatusGatewayTimeout:      metav1.StatusReasonTimeout,
 }
 
-// writeError answers an api.Error.
+// statusOf is the metav1.Status of an error answer. Both APIs answer errors with one: the
+// native API's api.Error reads its code, reason and message.
+func statusOf(code int, msg string) *metav1.Status {
+	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Code: int32(code), Reason: reasons[code], Message: msg}
+}
+
+// writeError answers a metav1.Status with code and msg.
 func writeError(w http.ResponseWriter, code int, msg string) {
+	writeStatus(w, statusOf(code, msg))
+}
+
+// writeStatus answers st, with its code.
+func writeStatus(w http.ResponseWriter, st *metav1.Status) {
+	if st.Kind == "" {
+		st.Kind, st.APIVersion = "Status", "v1"
+	}
+	if st.Status == "" {
+		st.Status = metav1.StatusFailure
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(api.Error{Code: code, Reason: reasons[code], Message: msg})
+	w.WriteHeader(int(st.Code))
+	_ = json.NewEncoder(w).Encode(st)
 }

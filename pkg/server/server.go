@@ -17,6 +17,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/table"
 )
 
 // Options configures a Server.
@@ -56,6 +57,9 @@ type Options struct {
 	AllowSecretData bool
 	// Metrics is where metrics are registered. Default: a new registry, served on /metrics.
 	Metrics *prometheus.Registry
+	// Tables supplies the Table columns of built-in kinds for the Kubernetes API (kubectl get).
+	// The daemon sets Kubernetes' own printers. Without it, built-in kinds get NAME and AGE.
+	Tables table.Provider
 }
 
 // Default fills every unset field with its default.
@@ -124,6 +128,9 @@ type Server struct {
 
 	aliasMu sync.Mutex
 	aliases map[string]string // lower-cased alias → configured resource name
+
+	cat    catalogCache
+	tables *table.Set
 }
 
 // New builds the server and registers its watch hubs as handlers on every aggregate; call it
@@ -138,7 +145,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, started: time.Now(),
 		hubs: map[string]*hub{}, hubRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{},
-		limits: newLimits(opts.MaxWatches, opts.MaxRequestsInFlight)}
+		limits: newLimits(opts.MaxWatches, opts.MaxRequestsInFlight), tables: table.NewSet(opts.Tables)}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
 		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func() []item { return cachedItems(agg) })
@@ -188,9 +195,9 @@ func (s *Server) Handler() http.Handler {
 		s.handleReady(w, r)
 	})
 	mux.Handle("GET /metrics", s.auth(limited(promhttp.HandlerFor(s.opts.Metrics, promhttp.HandlerOpts{}).ServeHTTP)))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
-	})
+	// Everything else is the Kubernetes API (or no route at all): it limits its requests itself,
+	// and watches have no timeout.
+	mux.Handle("/", s.metrics.instrument("kube", s.auth(s.handleKube)))
 	return mux
 }
 

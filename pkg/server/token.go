@@ -30,12 +30,21 @@ func parseToken(s string) (token, error) {
 type continueToken struct {
 	Last string `json:"k"`
 	RV   string `json:"rv"`
+	// Exact: the list reads the hub's snapshot at RV (resourceVersionMatch=Exact), not the
+	// stores.
+	Exact bool `json:"x,omitempty"`
 }
 
 func (c continueToken) encode() string { return encodeJSON(c) }
 
 // parseContinue returns the key to continue after and the list's resourceVersion.
 func parseContinue(s string) (aggregate.Key, string, error) {
+	k, rv, _, err := parseContinueExact(s)
+	return k, rv, err
+}
+
+// parseContinueExact is parseContinue, and whether the list reads a snapshot.
+func parseContinueExact(s string) (aggregate.Key, string, bool, error) {
 	var c continueToken
 	err := decodeJSON(s, &c)
 	var k aggregate.Key
@@ -43,9 +52,9 @@ func parseContinue(s string) (aggregate.Key, string, error) {
 		k, err = aggregate.ParseKey(c.Last)
 	}
 	if err != nil {
-		return k, "", fmt.Errorf("continue %q: malformed token", s)
+		return k, "", false, fmt.Errorf("continue %q: malformed token", s)
 	}
-	return k, c.RV, nil
+	return k, c.RV, c.Exact, nil
 }
 
 // Tokens are base64url JSON, unpadded.

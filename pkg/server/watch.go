@@ -192,5 +192,5 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 
 // errorObject is the object of an ERROR event: the error, as a Status.
 func errorObject(code int, msg string) api.Error {
-	return api.Error{Kind: "Status", Code: code, Reason: reasons[code], Message: msg}
+	return api.Error{Kind: "Status", Code: code, Reason: string(reasons[code]), Message: msg}
 }

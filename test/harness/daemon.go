@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,7 +37,11 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "multicache")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/multicache/multicache/cmd/multicache").CombinedOutput()
+		// The daemon is its own module (it requires k8s.io/kubernetes for the printers).
+		_, self, _, _ := runtime.Caller(0)
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Dir = filepath.Join(filepath.Dir(self), "..", "..", "cmd", "multicache")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("build: %v\n%s", err, out)
 		}

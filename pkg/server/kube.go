@@ -1,0 +1,435 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
+)
+
+// handleKube answers the Kubernetes API: discovery, and get, list and watch of every cached
+// resource, in the fleet view at the root or in one cluster's under /clusters/{name}. Writes
+// get 405; everything is served from memory.
+func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
+	p, ok, err := parseKubePath(r.URL.Path)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusNotFound, "the server could not find the requested resource: "+err.Error())
+		return
+	}
+	cat, ok := s.catalog(p.cluster)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", p.cluster))
+		return
+	}
+	var kr *kubeResource
+	if p.what == "object" {
+		if kr = cat.find(p.group, p.version, p.resource); kr == nil {
+			gv := p.version
+			if p.group != "" {
+				gv = p.group + "/" + p.version
+			}
+			writeError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s %s is not cached (see the discovery at /api and /apis)", gv, p.resource))
+			return
+		}
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		what := "this path"
+		if kr != nil {
+			what = kr.groupResource().String()
+		}
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not supported on %s: multicache serves reads only (get, list, watch)", strings.ToLower(r.Method), what))
+		return
+	}
+	if p.what != "object" {
+		release, ok := s.limits.acquireRequest(w)
+		if !ok {
+			return
+		}
+		defer release()
+		s.handleDiscovery(w, r, p, cat)
+		return
+	}
+	switch {
+	case p.subresource != "":
+		writeError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: subresource %q of %s is not served (multicache serves the objects themselves)", p.subresource, kr.groupResource()))
+		return
+	case p.namespacedPath && !kr.api.Namespaced:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s is cluster-scoped", kr.groupResource()))
+		return
+	}
+	f, err := negotiate(r)
+	if err != nil {
+		writeError(w, http.StatusNotAcceptable, err.Error())
+		return
+	}
+	vals := r.URL.Query()
+	if p.watchPath || vals.Get("watch") == "true" || vals.Get("watch") == "1" {
+		if p.name != "" {
+			// The deprecated watch of one object: a watch of the collection, by name.
+			fs := "metadata.name=" + p.name
+			if old := vals.Get("fieldSelector"); old != "" {
+				fs += "," + old
+			}
+			vals.Set("fieldSelector", fs)
+		}
+		release, ok := s.limits.acquireWatch(w)
+		if !ok {
+			return
+		}
+		defer release()
+		s.kubeWatch(w, r, p, kr, f, vals)
+		return
+	}
+	release, ok := s.limits.acquireRequest(w)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	if p.name != "" {
+		s.kubeGet(ctx, w, p, kr, f, vals)
+		return
+	}
+	s.kubeList(ctx, w, p, kr, f, vals)
+}
+
+// kubeSelection is a parsed list or watch request.
+type kubeSelection struct {
+	query aggregate.Query
+	none  bool // the cluster selector selects no cluster
+}
+
+// clusterRequirements splits a label selector into its requirements on the cluster key, which
+// select clusters, and the others, which select objects.
+func clusterRequirements(selector string) (clusters []labels.Requirement, objects labels.Selector, err error) {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return nil, nil, fmt.Errorf("labelSelector %q: %v", selector, err)
+	}
+	reqs, _ := sel.Requirements()
+	objects = labels.NewSelector()
+	for _, req := range reqs {
+		if req.Key() == api.ClusterAnnotation {
+			clusters = append(clusters, req)
+			continue
+		}
+		objects = objects.Add(req)
+	}
+	return clusters, objects, nil
+}
+
+// selectClusters keeps the clusters every requirement accepts, as if each cluster were an
+// object labelled with its name.
+func selectClusters(candidates []string, reqs []labels.Requirement) []string {
+	var out []string
+	for _, c := range candidates {
+		set := labels.Set{api.ClusterAnnotation: c}
+		if !slices.ContainsFunc(reqs, func(r labels.Requirement) bool { return !r.Matches(set) }) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// kubeSelect parses the selection of a list or watch: path namespace and cluster, label
+// selector (its cluster requirements select clusters) and field selector.
+func (s *Server) kubeSelect(p kubePath, kr *kubeResource, agg *aggregate.Aggregate, vals url.Values) (kubeSelection, error) {
+	clusterReqs, objects, err := clusterRequirements(vals.Get("labelSelector"))
+	if err != nil {
+		return kubeSelection{}, err
+	}
+	native := url.Values{}
+	if fs := vals.Get("fieldSelector"); fs != "" {
+		native.Set("fieldSelector", fs)
+	}
+	if kr.api.Namespaced {
+		native.Set("namespace", p.namespace)
+	}
+	q, err := parseQuery(agg, native)
+	if err != nil {
+		return kubeSelection{}, err
+	}
+	if !objects.Empty() {
+		q.Labels = objects
+	}
+	if p.cluster != "" || len(clusterReqs) > 0 {
+		candidates := kr.clusters
+		if p.cluster != "" {
+			candidates = []string{p.cluster}
+		}
+		q.Clusters = selectClusters(candidates, clusterReqs)
+		if len(q.Clusters) == 0 {
+			return kubeSelection{query: q, none: true}, nil
+		}
+	}
+	return kubeSelection{query: q}, nil
+}
+
+// listPosition is how a list reads: at the hub's position now (from the stores, which may be
+// ahead of it), or exactly at an earlier one (from the hub's snapshot).
+type listPosition struct {
+	pos   token
+	exact bool
+	after *aggregate.Key // continue after this key
+}
+
+// parseListPosition reads resourceVersion, resourceVersionMatch and continue, as
+// kube-apiserver validates them. A resourceVersion of another run is 410.
+func parseListPosition(h *hub, vals url.Values) (listPosition, int, error) {
+	rv, rvm, cont := vals.Get("resourceVersion"), vals.Get("resourceVersionMatch"), vals.Get("continue")
+	switch metav1.ResourceVersionMatch(rvm) {
+	case "", metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact:
+	default:
+		return listPosition{}, http.StatusBadRequest, fmt.Errorf("resourceVersionMatch %q: want NotOlderThan or Exact", rvm)
+	}
+	if rvm != "" && rv == "" {
+		return listPosition{}, http.StatusBadRequest, fmt.Errorf("resourceVersionMatch is forbidden unless resourceVersion is provided")
+	}
+	if cont != "" {
+		if rv != "" && rv != "0" {
+			return listPosition{}, http.StatusBadRequest, fmt.Errorf("specifying resourceVersion is not allowed when using continue")
+		}
+		k, listRV, exact, err := parseContinueExact(cont)
+		if err != nil {
+			return listPosition{}, http.StatusBadRequest, err
+		}
+		t, err := parseToken(listRV)
+		if err != nil {
+			return listPosition{}, http.StatusBadRequest, fmt.Errorf("continue: %w", err)
+		}
+		return listPosition{pos: t, exact: exact, after: &k}, 0, nil
+	}
+	if metav1.ResourceVersionMatch(rvm) == metav1.ResourceVersionMatchExact {
+		if rv == "0" {
+			return listPosition{}, http.StatusBadRequest, fmt.Errorf("resourceVersionMatch Exact is forbidden for resourceVersion 0")
+		}
+		t, err := parseToken(rv)
+		if err != nil {
+			return listPosition{}, http.StatusBadRequest, err
+		}
+		return listPosition{pos: t, exact: true}, 0, nil
+	}
+	if rv != "" && rv != "0" {
+		// NotOlderThan (or the legacy unset match): the cache now is at least as new as any
+		// position of this run. A position of another run cannot be compared: 410, relist.
+		t, err := parseToken(rv)
+		if err != nil {
+			return listPosition{}, http.StatusBadRequest, err
+		}
+		if t.Epoch != h.position().Epoch {
+			return listPosition{}, http.StatusGone, fmt.Errorf("resourceVersion %s comes from an earlier run of the daemon, or the watch cache was reset since; list again", rv)
+		}
+	}
+	return listPosition{pos: h.position()}, 0, nil
+}
+
+// kubeList answers a list: from the stores, or, for an exact resourceVersion, from the hub's
+// snapshot at it (410 once the events after it are gone).
+func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
+	limit := s.opts.MaxPageSize
+	if l := vals.Get("limit"); l != "" {
+		n, err := strconv.ParseInt(l, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
+			return
+		}
+		if n > 0 && n < int64(limit) {
+			limit = int(n)
+		}
+	}
+	if kr == clustersResource {
+		s.listClusters(ctx, w, p, kr, f, vals)
+		return
+	}
+	agg, _ := s.reg.Aggregate(kr.name)
+	h := s.hubs[kr.name]
+	sel, err := s.kubeSelect(p, kr, agg, vals)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	lp, code, err := parseListPosition(h, vals)
+	if err != nil {
+		writeError(w, code, err.Error())
+		return
+	}
+	req := request{resource: kr.name, agg: agg, query: sel.query}
+	var pg page
+	switch {
+	case sel.none:
+	case lp.exact:
+		items, err := h.snapshot(lp.pos, sel.query.Clusters)
+		if err != nil {
+			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
+			return
+		}
+		pg = pageOf(items, func(it item) bool { return agg.Matches(sel.query, it.cluster, it.obj) }, lp.after, limit)
+	default:
+		if pg, err = s.selectPage(req, lp.after, limit); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		writeError(w, http.StatusGatewayTimeout, "request timed out")
+		return
+	}
+	l := kubeList{kr: kr, items: pg.items, rv: lp.pos.encode(), includeObject: vals.Get("includeObject")}
+	if pg.more {
+		l.cont = continueToken{Last: pg.items[len(pg.items)-1].key.String(), RV: l.rv, Exact: lp.exact}.encode()
+	}
+	if !sel.none {
+		s.warnUnfresh(w, req, pg.fresh)
+	}
+	if err := s.writeKubeList(ctx, w, f, l); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// pageOf is the page of items that keep accepts after the key after, in key order.
+func pageOf(items []item, keep func(item) bool, after *aggregate.Key, limit int) page {
+	pg := page{}
+	for _, it := range items {
+		if (after == nil || less(*after, it.key)) && keep(it) {
+			pg.items = append(pg.items, it)
+		}
+	}
+	sort.Slice(pg.items, func(i, j int) bool { return less(pg.items[i].key, pg.items[j].key) })
+	if len(pg.items) > limit {
+		pg.more, pg.items = true, pg.items[:limit]
+	}
+	return pg
+}
+
+// warnUnfresh adds a Warning header (kubectl prints them) for every cluster the answer spans
+// that is not in step with its API server: syncing, failing, or serving its last state.
+func (s *Server) warnUnfresh(w http.ResponseWriter, req request, fresh map[string]bool) {
+	list, _ := s.freshness(req, fresh)
+	for _, c := range list {
+		if c.Synced || c.NotServed {
+			continue
+		}
+		msg := fmt.Sprintf("cluster %q: %s may be stale or incomplete (%s)", c.Name, req.resource, c.Error)
+		if c.Error == "" {
+			msg = fmt.Sprintf("cluster %q: %s not synced yet", c.Name, req.resource)
+		}
+		if hv, err := utilnet.NewWarningHeader(299, "-", msg); err == nil {
+			w.Header().Add("Warning", hv)
+		}
+	}
+}
+
+// listClusters answers clusters.multicache.io: the label selector's cluster requirements and
+// a metadata.name field selector apply.
+func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
+	reqs, _, err := clusterRequirements(vals.Get("labelSelector"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var name string
+	if fs := vals.Get("fieldSelector"); fs != "" {
+		var ok bool
+		if name, ok = strings.CutPrefix(fs, "metadata.name="); !ok || strings.ContainsAny(name, ",=!") {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("fieldSelector %q: clusters support metadata.name=NAME only", fs))
+			return
+		}
+	}
+	var items []item
+	for _, it := range s.clusterItems(p.cluster) {
+		if len(selectClusters([]string{it.cluster}, reqs)) == 1 && (name == "" || it.cluster == name) {
+			items = append(items, it)
+		}
+	}
+	if err := s.writeKubeList(ctx, w, f, kubeList{kr: kr, items: items, includeObject: vals.Get("includeObject")}); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// kubeGet answers one object by name. In the fleet view a name may exist in several clusters:
+// a Table gets one row per cluster; any other answer is 409 naming them.
+func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
+	gr := kr.groupResource()
+	var found []item
+	var req request
+	if kr == clustersResource {
+		for _, it := range s.clusterItems(p.cluster) {
+			if it.cluster == p.name {
+				found = append(found, it)
+			}
+		}
+	} else {
+		agg, _ := s.reg.Aggregate(kr.name)
+		req = request{resource: kr.name, agg: agg}
+		clusters := agg.Clusters()
+		if p.cluster != "" {
+			clusters = []string{p.cluster}
+			req.query.Clusters = clusters
+		}
+		for _, c := range clusters {
+			k := aggregate.Key{Cluster: c, Namespace: p.namespace, Name: p.name}
+			if !kr.api.Namespaced {
+				k.Namespace = ""
+			}
+			obj, exists, err := agg.Get(k)
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, err.Error())
+				return
+			}
+			if exists {
+				found = append(found, item{key: k, cluster: c, obj: obj})
+			}
+		}
+		s.warnUnfresh(w, req, nil)
+	}
+	switch {
+	case len(found) == 0:
+		st := statusOf(http.StatusNotFound, fmt.Sprintf("%s %q not found", gr, p.name))
+		st.Details = &metav1.StatusDetails{Name: p.name, Group: gr.Group, Kind: gr.Resource}
+		writeStatus(w, st)
+		return
+	case f.as == "Table":
+		t, err := s.kubeTable(ctx, kr, found, false, vals.Get("includeObject"), f.tableVersion)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, t)
+		return
+	case len(found) > 1:
+		var names, paths []string
+		for _, it := range found {
+			names = append(names, it.cluster)
+			paths = append(paths, "/clusters/"+it.cluster+p.objectPath())
+		}
+		st := statusOf(http.StatusConflict, fmt.Sprintf("%s %q exists in %d clusters (%s): read it from one of them, at %s", gr, p.name, len(found), strings.Join(names, ", "), strings.Join(paths, " or ")))
+		st.Details = &metav1.StatusDetails{Name: p.name, Group: gr.Group, Kind: gr.Resource}
+		writeStatus(w, st)
+		return
+	}
+	buf := getBuffer()
+	defer putBuffer(buf)
+	if err := s.appendKubeObject(buf, f, kr, found[0], true); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	buf.WriteByte('\n')
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+}

@@ -1,0 +1,235 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/table"
+)
+
+// form is what a Kubernetes API client asked an answer to be, from its Accept header.
+type form struct {
+	as           string // "" (objects), "Table" or "PartialObjectMetadata"
+	tableVersion string // meta.k8s.io version of a Table: v1 or v1beta1
+}
+
+// negotiate reads the Accept header: the first entry the server can answer wins. JSON is the
+// only encoding; a client that offers protobuf first (generated clients do) offers JSON too.
+func negotiate(r *http.Request) (form, error) {
+	accept := r.Header.Get("Accept")
+	if strings.TrimSpace(accept) == "" {
+		return form{}, nil
+	}
+	for _, entry := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(entry))
+		if err != nil {
+			continue
+		}
+		if mt != "application/json" && mt != "*/*" && mt != "application/*" {
+			continue
+		}
+		switch as := params["as"]; {
+		case as == "":
+			return form{}, nil
+		case as == "Table" && params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1"):
+			return form{as: "Table", tableVersion: params["v"]}, nil
+		case (as == "PartialObjectMetadata" || as == "PartialObjectMetadataList") && params["g"] == "meta.k8s.io" && params["v"] == "v1":
+			return form{as: "PartialObjectMetadata"}, nil
+		}
+	}
+	return form{}, fmt.Errorf("none of the media types accepted (%s) can be served: the server answers application/json, as objects, Table (meta.k8s.io v1, v1beta1) or PartialObjectMetadata (meta.k8s.io v1)", accept)
+}
+
+// kubeObject returns what the Kubernetes API serves of obj, cached from cluster: a copy that
+// carries the cluster annotation (and apiVersion and kind when typeMeta), with Secrets
+// redacted unless allowed. obj, the cache's, is never modified: the copy is shallow, with its
+// own metadata and annotations.
+func (s *Server) kubeObject(cluster string, obj any, kr *kubeResource, typeMeta bool) (runtime.Object, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if !s.opts.AllowSecretData {
+		obj = redactSecret(obj, kr.gvk.Group == "" && kr.gvk.Kind == "Secret")
+	}
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		c := make(map[string]any, len(o.Object))
+		for k, v := range o.Object {
+			c[k] = v
+		}
+		md, _ := o.Object["metadata"].(map[string]any)
+		mdc := make(map[string]any, len(md)+1)
+		for k, v := range md {
+			mdc[k] = v
+		}
+		ann, _ := md["annotations"].(map[string]any)
+		annc := make(map[string]any, len(ann)+1)
+		for k, v := range ann {
+			annc[k] = v
+		}
+		annc[api.ClusterAnnotation] = cluster
+		mdc["annotations"] = annc
+		c["metadata"] = mdc
+		if _, has := c["kind"]; !has && typeMeta {
+			c["apiVersion"], c["kind"] = kr.gvk.GroupVersion().String(), kr.gvk.Kind
+		}
+		return &unstructured.Unstructured{Object: c}, nil
+	case runtime.Object:
+		v := reflect.ValueOf(o)
+		if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+			return nil, fmt.Errorf("cluster %q: cannot copy a %T", cluster, obj)
+		}
+		cp := reflect.New(v.Elem().Type())
+		cp.Elem().Set(v.Elem())
+		c := cp.Interface().(runtime.Object)
+		m, err := meta.Accessor(c)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", cluster, err)
+		}
+		ann := make(map[string]string, len(m.GetAnnotations())+1)
+		for k, v := range m.GetAnnotations() {
+			ann[k] = v
+		}
+		ann[api.ClusterAnnotation] = cluster
+		m.SetAnnotations(ann)
+		gvk := kr.gvk
+		if _, isPartial := c.(*metav1.PartialObjectMetadata); !isPartial {
+			if kinds, _, err := scheme.Scheme.ObjectKinds(c); err == nil && len(kinds) > 0 {
+				gvk = kinds[0] // the version this cluster's informer decodes, whatever the first cluster's
+			}
+		}
+		if !typeMeta {
+			gvk = schema.GroupVersionKind{} // as kube-apiserver lists typed objects
+		}
+		c.GetObjectKind().SetGroupVersionKind(gvk)
+		return c, nil
+	}
+	return nil, fmt.Errorf("cluster %q: cannot serve a %T", cluster, obj)
+}
+
+// kubeList is one answer to a Kubernetes list: its items, in key order, and its position.
+type kubeList struct {
+	kr            *kubeResource
+	items         []item
+	rv, cont      string
+	includeObject string // of a Table: None, Metadata (the default) or Object
+}
+
+// writeKubeList answers l in the form the client asked for: a {Kind}List, a Table, or a
+// PartialObjectMetadataList.
+func (s *Server) writeKubeList(ctx context.Context, w http.ResponseWriter, f form, l kubeList) error {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	switch f.as {
+	case "Table":
+		t, err := s.kubeTable(ctx, l.kr, l.items, false, l.includeObject, f.tableVersion)
+		if err != nil {
+			return err
+		}
+		t.ResourceVersion, t.Continue = l.rv, l.cont
+		if err := json.NewEncoder(buf).Encode(t); err != nil {
+			return err
+		}
+	default:
+		kind, apiVersion := l.kr.gvk.Kind+"List", l.kr.gvk.GroupVersion().String()
+		if f.as == "PartialObjectMetadata" {
+			kind, apiVersion = "PartialObjectMetadataList", metav1.SchemeGroupVersion.String()
+		}
+		md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont})
+		fmt.Fprintf(buf, `{"kind":%q,"apiVersion":%q,"metadata":%s,"items":[`, kind, apiVersion, md)
+		err := encodeEach(buf, len(l.items), func(buf *bytes.Buffer, i int) error {
+			return s.appendKubeObject(buf, f, l.kr, l.items[i], false)
+		})
+		if err != nil {
+			return err
+		}
+		buf.WriteString("]}\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+	return nil
+}
+
+// appendKubeObject appends it as the Kubernetes API serves it: the object, or its
+// PartialObjectMetadata.
+func (s *Server) appendKubeObject(buf *bytes.Buffer, f form, kr *kubeResource, it item, typeMeta bool) error {
+	obj, err := s.kubeObject(it.cluster, it.obj, kr, typeMeta || f.as == "PartialObjectMetadata")
+	if err != nil {
+		return err
+	}
+	var v any = obj
+	if f.as == "PartialObjectMetadata" {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return fmt.Errorf("cluster %q: %w", it.cluster, err)
+		}
+		p := meta.AsPartialObjectMetadata(m)
+		p.Kind, p.APIVersion = "PartialObjectMetadata", metav1.SchemeGroupVersion.String()
+		v = p
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("cluster %q: encode %s: %w", it.cluster, it.key, err)
+	}
+	buf.Write(b)
+	return nil
+}
+
+// kubeTable makes the Table of items: CLUSTER, then the kind's columns (none when noHeaders),
+// each row's object as includeObject says.
+func (s *Server) kubeTable(ctx context.Context, kr *kubeResource, items []item, noHeaders bool, includeObject, version string) (*metav1.Table, error) {
+	conv, err := s.convertor(kr)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]table.Row, len(items))
+	for i, it := range items {
+		obj, err := s.kubeObject(it.cluster, it.obj, kr, true)
+		if err != nil {
+			return nil, err
+		}
+		rows[i] = table.Row{Cluster: it.cluster, Object: obj}
+	}
+	t, err := table.Build(ctx, conv, rows, noHeaders)
+	if err != nil {
+		return nil, fmt.Errorf("%s: table: %w", kr.groupResource(), err)
+	}
+	if version == "v1beta1" {
+		t.APIVersion = "meta.k8s.io/v1beta1"
+	}
+	switch metav1.IncludeObjectPolicy(includeObject) {
+	case metav1.IncludeNone:
+		for i := range t.Rows {
+			t.Rows[i].Object = runtime.RawExtension{}
+		}
+	case metav1.IncludeObject:
+		for i := range t.Rows {
+			t.Rows[i].Object = runtime.RawExtension{Object: rows[i].Object}
+		}
+	}
+	return t, nil
+}
+
+// convertor is kr's table.Convertor.
+func (s *Server) convertor(kr *kubeResource) (table.Convertor, error) {
+	if kr == clustersResource {
+		return clusterColumns{}, nil
+	}
+	return s.tables.For(kr.gvk, kr.columns, kr.mode == clusterset.ModeMetadata)
+}
