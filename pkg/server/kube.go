@@ -36,6 +36,14 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", p.cluster))
 		return
 	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		what := r.URL.Path
+		if p.resource != "" {
+			what = p.resource
+		}
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not supported on %s: multicache serves reads only (get, list, watch)", strings.ToLower(r.Method), what))
+		return
+	}
 	var kr *kubeResource
 	if p.what == "object" {
 		if kr = cat.find(p.group, p.version, p.resource); kr == nil {
@@ -46,14 +54,6 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s %s is not cached (see the discovery at /api and /apis)", gv, p.resource))
 			return
 		}
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		what := "this path"
-		if kr != nil {
-			what = kr.groupResource().String()
-		}
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not supported on %s: multicache serves reads only (get, list, watch)", strings.ToLower(r.Method), what))
-		return
 	}
 	if p.what != "object" {
 		release, ok := s.limits.acquireRequest(w)

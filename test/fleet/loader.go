@@ -430,6 +430,11 @@ func WidgetCRD() *apiextensionsv1.CustomResourceDefinition {
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 					Type: "object", XPreserveUnknownFields: &preserve,
 				}},
+				AdditionalPrinterColumns: []apiextensionsv1.CustomResourceColumnDefinition{
+					{Name: "Color", Type: "string", JSONPath: ".spec.color"},
+					{Name: "Size", Type: "integer", JSONPath: ".spec.size", Priority: 1},
+					{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+				},
 			}},
 		},
 	}

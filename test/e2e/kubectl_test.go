@@ -1,0 +1,398 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
+)
+
+const kubectlConfig = `
+kubeconfig:
+  paths: [%q]
+  include: ["fleet-*"]
+resources:
+  - name: pods
+    indexes: [label, pod-node]
+  - name: nodes
+  - name: deployments.apps
+  - name: widgets
+  - name: namespaces
+    mode: metadata
+server:
+  maxPageSize: 50
+  bookmarkInterval: 1s
+`
+
+// kubectl runs the kubectl that `make tools` builds.
+type kubectl struct {
+	t    *testing.T
+	bin  string
+	args []string // before every command: --server, --kubeconfig, --token
+}
+
+func newKubectl(t *testing.T, args ...string) kubectl {
+	bin := filepath.Join(fleet.DefaultBinDir(), "kubectl")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("kubectl: %v (make tools builds it)", err)
+	}
+	return kubectl{t: t, bin: bin, args: args}
+}
+
+// run returns stdout and stderr, and whether kubectl exited 0.
+func (k kubectl) run(args ...string) (string, string, bool) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.bin, append(append([]string{}, k.args...), args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG=/dev/null", "HOME="+k.t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err == nil
+}
+
+// ok runs and fails the test unless kubectl exits 0.
+func (k kubectl) ok(args ...string) string {
+	k.t.Helper()
+	out, errs, ok := k.run(args...)
+	if !ok {
+		k.t.Fatalf("kubectl %s: %s", strings.Join(args, " "), errs)
+	}
+	return out
+}
+
+// table is kubectl's tabular output: the header's column names and each row's cells (no cell
+// in these tests contains a space).
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+func parseTable(out string) table {
+	var t table
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) == 0 || lines[0] == "" {
+		return t
+	}
+	// Header names may hold one space ("NOMINATED NODE"): split on runs of 2+ spaces.
+	for _, h := range strings.Split(lines[0], "  ") {
+		if h = strings.TrimSpace(h); h != "" {
+			t.header = append(t.header, h)
+		}
+	}
+	for _, l := range lines[1:] {
+		t.rows = append(t.rows, strings.Fields(l))
+	}
+	return t
+}
+
+// col returns the index of column name, failing when absent.
+func (tb table) col(t *testing.T, name string) int {
+	t.Helper()
+	i := slices.Index(tb.header, name)
+	if i < 0 {
+		t.Fatalf("no column %s in %v", name, tb.header)
+	}
+	return i
+}
+
+// keys returns cluster|namespace/name of every row (namespace "" without a NAMESPACE column).
+func (tb table) keys(t *testing.T) []string {
+	t.Helper()
+	c, n := tb.col(t, "CLUSTER"), tb.col(t, "NAME")
+	ns := slices.Index(tb.header, "NAMESPACE")
+	var out []string
+	for _, r := range tb.rows {
+		k := r[c] + "|"
+		if ns >= 0 {
+			k += r[ns] + "/"
+		}
+		out = append(out, k+r[n])
+	}
+	sort.Strings(out)
+	return out
+}
+
+// podKeys returns the sorted keys of the truth's pods that keep accepts.
+func podKeys(truth map[string]corev1.Pod, withNamespace bool, keep func(cluster string, p corev1.Pod) bool) []string {
+	var out []string
+	for k, p := range truth {
+		cluster := strings.SplitN(k, "|", 2)[0]
+		if keep(cluster, p) {
+			if withNamespace {
+				out = append(out, k)
+			} else {
+				out = append(out, cluster+"|"+p.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestKubectl: the real kubectl against the daemon, in the fleet view and in one cluster's,
+// every answer compared with what the API servers list.
+func TestKubectl(t *testing.T) {
+	env := harness.Start(t, harness.Options{Timeout: 10 * time.Minute, Seed: fleet.Spec{Namespaces: 2, Nodes: 3, PodsPerNamespace: 12,
+		WidgetsPerNamespace: 3, CRDClusters: []string{"fleet-1", "fleet-2"}}})
+	ctx, f := env.Ctx, env.Fleet
+	cfgPath := filepath.Join(t.TempDir(), "multicache.yaml")
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(kubectlConfig, f.Kubeconfig())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := harness.StartDaemon(t, "--config", cfgPath)
+	k := newKubectl(t, "--server", d.URL)
+	truth := truthPods(ctx, t, f)
+	all := func(string, corev1.Pod) bool { return true }
+
+	t.Run("get -A, -n, -l and --field-selector equal the API servers", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			keep func(string, corev1.Pod) bool
+		}{
+			{[]string{"-A"}, all},
+			{[]string{"-n", "load-1"}, func(_ string, p corev1.Pod) bool { return p.Namespace == "load-1" }},
+			{[]string{"-A", "-l", "app in (app-1,app-2),tier!=cache"}, func(_ string, p corev1.Pod) bool {
+				return (p.Labels["app"] == "app-1" || p.Labels["app"] == "app-2") && p.Labels["tier"] != "cache"
+			}},
+			{[]string{"-A", "-l", "multicache.io/cluster=fleet-2"}, func(c string, _ corev1.Pod) bool { return c == "fleet-2" }},
+			{[]string{"-A", "-l", "multicache.io/cluster!=fleet-2"}, func(c string, _ corev1.Pod) bool { return c != "fleet-2" }},
+			{[]string{"-n", "load-0", "-l", "multicache.io/cluster in (fleet-1,fleet-3),tier=frontend"}, func(c string, p corev1.Pod) bool {
+				return (c == "fleet-1" || c == "fleet-3") && p.Namespace == "load-0" && p.Labels["tier"] == "frontend"
+			}},
+			{[]string{"-A", "-l", "multicache.io/cluster notin (fleet-1)"}, func(c string, _ corev1.Pod) bool { return c != "fleet-1" }},
+			{[]string{"-A", "--field-selector", "spec.nodeName=node-1"}, func(_ string, p corev1.Pod) bool { return p.Spec.NodeName == "node-1" }},
+		} {
+			tb := parseTable(k.ok(append([]string{"get", "pods"}, tc.args...)...))
+			if tb.header[0] != "NAMESPACE" && tb.header[0] != "CLUSTER" || !slices.Contains(tb.header, "READY") {
+				t.Errorf("%v: header %v: want CLUSTER first (after kubectl's NAMESPACE) and the Pod columns", tc.args, tb.header)
+			}
+			want := podKeys(truth, tc.args[0] == "-A", tc.keep)
+			if len(want) == 0 {
+				t.Fatalf("%v: ground truth empty, the case proves nothing", tc.args)
+			}
+			if got := tb.keys(t); !slices.Equal(got, want) {
+				t.Errorf("kubectl get pods %v: %d rows, the API servers list %d", tc.args, len(got), len(want))
+			}
+		}
+	})
+
+	t.Run("-o wide, json, yaml and name", func(t *testing.T) {
+		tb := parseTable(k.ok("get", "pods", "-A", "-o", "wide"))
+		node := tb.col(t, "NODE")
+		for _, r := range tb.rows {
+			want := truth[r[tb.col(t, "CLUSTER")]+"|"+r[0]+"/"+r[tb.col(t, "NAME")]]
+			if r[node] != want.Spec.NodeName {
+				t.Fatalf("-o wide: row %v: NODE %s, the API server says %s", r, r[node], want.Spec.NodeName)
+			}
+		}
+		var list struct {
+			Kind  string       `json:"kind"`
+			Items []corev1.Pod `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(k.ok("get", "pods", "-A", "-o", "json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, p := range list.Items {
+			got[p.Annotations["multicache.io/cluster"]+"|"+p.Namespace+"/"+p.Name] = string(p.UID)
+		}
+		if list.Kind != "List" || len(got) != len(truth) {
+			t.Errorf("-o json: kind %s, %d distinct cluster|namespace/name, want %d", list.Kind, len(got), len(truth))
+		}
+		for key, p := range truth {
+			if got[key] != string(p.UID) {
+				t.Fatalf("-o json: %s: uid %q, the API server says %q", key, got[key], p.UID)
+			}
+		}
+		if y := k.ok("get", "pods", "-n", "load-0", "-l", "multicache.io/cluster=fleet-3", "-o", "yaml"); !strings.Contains(y, "multicache.io/cluster: fleet-3") || strings.Contains(y, "fleet-1") {
+			t.Errorf("-o yaml of fleet-3's pods: no cluster annotation, or another cluster's")
+		}
+		names := strings.Fields(k.ok("get", "pods", "-n", "load-1", "-l", "multicache.io/cluster=fleet-1", "-o", "name"))
+		if want := podKeys(truth, false, func(c string, p corev1.Pod) bool { return c == "fleet-1" && p.Namespace == "load-1" }); len(names) != len(want) || !strings.HasPrefix(names[0], "pod/") {
+			t.Errorf("-o name: %d names (%v), want %d", len(names), names[:min(3, len(names))], len(want))
+		}
+	})
+
+	t.Run("get NAME: one cluster, several clusters", func(t *testing.T) {
+		cs, _ := f.Clientset("fleet-3")
+		if _, err := cs.CoreV1().Pods("load-0").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "only-here"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var pod corev1.Pod
+		harness.WaitFor(t, "only-here served", 30*time.Second, func() bool {
+			out, _, ok := k.run("get", "pod", "only-here", "-n", "load-0", "-o", "json")
+			return ok && json.Unmarshal([]byte(out), &pod) == nil
+		})
+		if pod.Annotations["multicache.io/cluster"] != "fleet-3" || pod.Kind != "Pod" {
+			t.Errorf("get one: annotation %q kind %q", pod.Annotations["multicache.io/cluster"], pod.Kind)
+		}
+		tb := parseTable(k.ok("get", "pod", "pod-3", "-n", "load-1"))
+		if got := tb.keys(t); !slices.Equal(got, []string{"fleet-1|pod-3", "fleet-2|pod-3", "fleet-3|pod-3"}) {
+			t.Errorf("get pod-3 as a table: rows %v, want one per cluster", got)
+		}
+		_, errs, ok := k.run("get", "pod", "pod-3", "-n", "load-1", "-o", "json")
+		if ok || !strings.Contains(errs, "Error from server (Conflict)") || !strings.Contains(errs, "/clusters/fleet-2/api/v1/namespaces/load-1/pods/pod-3") {
+			t.Errorf("get pod-3 -o json: ok=%t, stderr %q: want a Conflict naming the paths", ok, errs)
+		}
+		if _, errs, ok := k.run("get", "pod", "nowhere", "-n", "load-1"); ok || !strings.Contains(errs, `Error from server (NotFound): pods "nowhere" not found`) {
+			t.Errorf("get a missing pod: ok=%t, stderr %q", ok, errs)
+		}
+	})
+
+	t.Run("api-resources", func(t *testing.T) {
+		out := k.ok("api-resources")
+		for _, want := range [][]string{
+			{"pods", "po", "v1", "true", "Pod"},
+			{"nodes", "no", "v1", "false", "Node"},
+			{"deployments", "deploy", "apps/v1", "true", "Deployment"},
+			{"widgets", "wd", "example.multicache.io/v1", "true", "Widget"},
+			{"clusters", "multicache.io/v1", "false", "Cluster"},
+		} {
+			if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool { return slices.Equal(strings.Fields(l), want) }) {
+				t.Errorf("api-resources: no line %v in\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("a CRD served by 2 of 3 clusters, with its printer columns", func(t *testing.T) {
+		tb := parseTable(k.ok("get", "widgets", "-A", "-o", "wide"))
+		if want := []string{"NAMESPACE", "CLUSTER", "NAME", "COLOR", "SIZE", "AGE"}; !slices.Equal(tb.header, want) {
+			t.Errorf("widgets -o wide: header %v, want %v", tb.header, want)
+		}
+		clusters := map[string]int{}
+		for _, r := range tb.rows {
+			clusters[r[1]]++
+		}
+		if len(tb.rows) != 2*2*3 || clusters["fleet-3"] != 0 {
+			t.Errorf("widgets: %d rows by cluster %v, want 12 from fleet-1 and fleet-2", len(tb.rows), clusters)
+		}
+		if tb := parseTable(k.ok("get", "widgets", "-A")); slices.Contains(tb.header, "SIZE") {
+			t.Errorf("widgets without -o wide: header %v shows the priority-1 column", tb.header)
+		}
+	})
+
+	t.Run("one cluster through a kubeconfig", func(t *testing.T) {
+		kc := filepath.Join(t.TempDir(), "kubeconfig")
+		cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: fleet-2\n  cluster:\n    server: %s/clusters/fleet-2\ncontexts:\n- name: fleet-2\n  context:\n    cluster: fleet-2\ncurrent-context: fleet-2\n", d.URL)
+		if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		one := newKubectl(t, "--kubeconfig", kc)
+		tb := parseTable(one.ok("get", "pods", "-A"))
+		if want := podKeys(truth, true, func(c string, _ corev1.Pod) bool { return c == "fleet-2" }); !slices.Equal(tb.keys(t), want) {
+			t.Errorf("/clusters/fleet-2: %d rows, the API server lists %d", len(tb.rows), len(want))
+		}
+		if out := one.ok("get", "pod", "pod-3", "-n", "load-1", "-o", "name"); strings.TrimSpace(out) != "pod/pod-3" {
+			t.Errorf("/clusters/fleet-2: get pod-3: %q", out)
+		}
+		kc3 := strings.ReplaceAll(cfg, "fleet-2", "fleet-3")
+		if err := os.WriteFile(kc, []byte(kc3), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, errs, ok := one.run("get", "widgets", "-A"); ok || !strings.Contains(errs, `the server doesn't have a resource type "widgets"`) {
+			t.Errorf("/clusters/fleet-3 lacks the CRD: ok=%t, stderr %q", ok, errs)
+		}
+	})
+
+	t.Run("errors as kubectl prints them", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"get", "pods", "-A", "-l", "app in (x"}, "Error from server (BadRequest)"},
+			{[]string{"get", "pods", "-A", "--field-selector", "spec.serviceAccountName=x"}, "Error from server (BadRequest)"},
+			{[]string{"get", "foos"}, `error: the server doesn't have a resource type "foos"`},
+			{[]string{"delete", "pod", "pod-1", "-n", "load-0"}, "Error from server (MethodNotAllowed)"},
+			{[]string{"create", "namespace", "x"}, "Error from server (MethodNotAllowed)"},
+			{[]string{"label", "pod", "only-here", "-n", "load-0", "x=y"}, "Error from server (MethodNotAllowed)"},
+		} {
+			_, errs, ok := k.run(tc.args...)
+			if ok || !strings.Contains(errs, tc.want) {
+				t.Errorf("kubectl %s: ok=%t, stderr %q, want %q", strings.Join(tc.args, " "), ok, errs, tc.want)
+			}
+		}
+	})
+
+	t.Run("clusters.multicache.io", func(t *testing.T) {
+		tb := parseTable(k.ok("get", "clusters.multicache.io"))
+		if want := []string{"CLUSTER", "STATE", "SYNCED", "OBJECTS", "LAST-SYNC", "ERROR"}; !slices.Equal(tb.header, want) {
+			t.Errorf("clusters: header %v, want %v", tb.header, want)
+		}
+		for i, r := range tb.rows {
+			if r[0] != f.Names()[i] || r[1] != "Synced" || r[2] != "5/5" {
+				t.Errorf("clusters: row %v", r)
+			}
+		}
+		if len(tb.rows) != 3 {
+			t.Errorf("clusters: %d rows", len(tb.rows))
+		}
+		if out := k.ok("get", "clusters.multicache.io", "fleet-2", "-o", "name"); strings.TrimSpace(out) != "cluster.multicache.io/fleet-2" {
+			t.Errorf("get one cluster: %q", out)
+		}
+	})
+
+	t.Run("get -w across clusters", func(t *testing.T) {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(wctx, k.bin, "--server", d.URL, "get", "pods", "-A", "-w", "-l", "run=watch")
+		cmd.Env = append(os.Environ(), "KUBECONFIG=/dev/null", "HOME="+t.TempDir())
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		lines := make(chan string, 100)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		time.Sleep(2 * time.Second) // the watch is open (its list is empty)
+		for _, c := range f.Names() {
+			cs, _ := f.Clientset(c)
+			if _, err := cs.CoreV1().Pods("load-0").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "watched-" + c, Labels: map[string]string{"run": "watch"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seen := map[string]bool{}
+		for len(seen) < 3 {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("kubectl get -w ended: %s", errb.String())
+				}
+				if fs := strings.Fields(l); len(fs) > 2 && fs[2] == "watched-"+fs[1] {
+					seen[fs[1]] = true
+				}
+			case <-wctx.Done():
+				t.Fatalf("kubectl get -w showed %v of 3 clusters' new pods; stderr %s", seen, errb.String())
+			}
+		}
+	})
+}
