@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"net/http"
+	neturl "net/url"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
@@ -349,6 +353,60 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("Pod and Node rows equal the API servers' own", func(t *testing.T) {
+		setStatuses(ctx, t, f)
+		for _, path := range []string{"/api/v1/pods", "/api/v1/nodes"} {
+			var ours metav1.Table
+			harness.WaitFor(t, "statuses served", 30*time.Second, func() bool {
+				ours = tableAt(ctx, t, d.URL+path, nil)
+				for _, r := range ours.Rows {
+					if slices.Contains(r.Cells, any("Running")) || slices.Contains(r.Cells, any("Ready")) {
+						return true
+					}
+				}
+				return false
+			})
+			if ours.ColumnDefinitions[0].Name != "Cluster" {
+				t.Fatalf("%s: first column %q", path, ours.ColumnDefinitions[0].Name)
+			}
+			age := slices.IndexFunc(ours.ColumnDefinitions, func(c metav1.TableColumnDefinition) bool { return c.Name == "Age" })
+			byKey := map[string][]any{}
+			for _, r := range ours.Rows {
+				m := rowMeta(t, r)
+				byKey[r.Cells[0].(string)+"|"+m.Namespace+"/"+m.Name] = r.Cells[1:]
+			}
+			compared := 0
+			for _, c := range f.Names() {
+				cl, _ := f.Cluster(c)
+				theirs := tableAt(ctx, t, cl.URL()+path, cl.AdminConfig())
+				if !reflect.DeepEqual(ours.ColumnDefinitions[1:], theirs.ColumnDefinitions) {
+					t.Errorf("%s: columns differ from %s's:\n ours %+v\n its  %+v", path, c, ours.ColumnDefinitions[1:], theirs.ColumnDefinitions)
+				}
+				for _, r := range theirs.Rows {
+					m := rowMeta(t, r)
+					got, ok := byKey[c+"|"+m.Namespace+"/"+m.Name]
+					if !ok {
+						t.Errorf("%s: %s/%s of %s: no row", path, m.Namespace, m.Name, c)
+						continue
+					}
+					want := slices.Clone(r.Cells)
+					got = slices.Clone(got)
+					if age > 0 {
+						// Age is the time since creation when each server answered.
+						want[age-1], got[age-1] = nil, nil
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Errorf("%s: %s/%s of %s: cells %v, the API server's %v", path, m.Namespace, m.Name, c, got, want)
+					}
+					compared++
+				}
+			}
+			if compared != len(ours.Rows) || compared == 0 {
+				t.Errorf("%s: compared %d rows, the daemon served %d", path, compared, len(ours.Rows))
+			}
+		}
+	})
+
 	t.Run("get -w across clusters", func(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
@@ -396,3 +454,101 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 }
+
+// tableAt GETs url as a Table, every page of it, with cfg's credentials when cfg is not nil.
+func tableAt(ctx context.Context, t *testing.T, url string, cfg *rest.Config) metav1.Table {
+	t.Helper()
+	client := http.DefaultClient
+	if cfg != nil {
+		rt, err := rest.TransportFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client = &http.Client{Transport: rt}
+	}
+	var all metav1.Table
+	for cont := ""; ; {
+		u := url
+		if cont != "" {
+			u += "?continue=" + neturl.QueryEscape(cont)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tb metav1.Table
+		err = json.NewDecoder(resp.Body).Decode(&tb)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s as a Table: %d %v", u, resp.StatusCode, err)
+		}
+		if all.ColumnDefinitions == nil {
+			all.ColumnDefinitions = tb.ColumnDefinitions
+		}
+		all.Rows = append(all.Rows, tb.Rows...)
+		if cont = tb.Continue; cont == "" {
+			return all
+		}
+	}
+}
+
+// rowMeta decodes a row's PartialObjectMetadata.
+func rowMeta(t *testing.T, r metav1.TableRow) metav1.PartialObjectMetadata {
+	t.Helper()
+	var m metav1.PartialObjectMetadata
+	if err := json.Unmarshal(r.Object.Raw, &m); err != nil || m.Kind != "PartialObjectMetadata" {
+		t.Fatalf("row object %s: %v", r.Object.Raw, err)
+	}
+	return m
+}
+
+// setStatuses gives some Pods and Nodes of every cluster the statuses a kubelet would write,
+// so that the printers' columns have something to print: running, restarting, waiting and
+// succeeded Pods; Ready Nodes with addresses, versions and roles.
+func setStatuses(ctx context.Context, t *testing.T, f *fleet.Fleet) {
+	t.Helper()
+	now := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	for _, c := range f.Names() {
+		cs, _ := f.Clientset(c)
+		pods, err := cs.CoreV1().Pods("load-0").List(ctx, metav1.ListOptions{Limit: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range pods.Items {
+			p.Status.PodIP, p.Status.StartTime = fmt.Sprintf("10.0.%d.%d", len(c), i+1), &now
+			p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+			var statuses []corev1.ContainerStatus
+			for _, ctr := range p.Spec.Containers {
+				st := corev1.ContainerStatus{Name: ctr.Name, Image: ctr.Image, Ready: true, RestartCount: int32(i), Started: ptr(true),
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}
+				if i == 2 {
+					st.Ready, st.State = false, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+					st.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: now}}
+				}
+				statuses = append(statuses, st)
+			}
+			p.Status.ContainerStatuses = statuses
+			p.Status.Phase = []corev1.PodPhase{corev1.PodRunning, corev1.PodRunning, corev1.PodRunning, corev1.PodSucceeded}[i]
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+			if _, err := cs.CoreV1().Pods("load-0").UpdateStatus(ctx, &p, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range nodes.Items {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}
+			n.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: "v1.37.1", OSImage: "Debian GNU/Linux 13", KernelVersion: "6.12.0", ContainerRuntimeVersion: "containerd://2.1.0"}
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.%d.%d", len(c), i+1)}}
+			if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, &n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
