@@ -20,6 +20,11 @@ const (
 // clusters (multicache.io/cluster=east, multicache.io/cluster in (east,west)).
 const ClusterAnnotation = "multicache.io/cluster"
 
+// ResourceVersionAnnotation holds, on objects the Kubernetes API serves, the object's
+// resourceVersion in its own cluster. Their metadata.resourceVersion is the daemon's: a
+// position in the fleet's change stream that a watch resumes from.
+const ResourceVersionAnnotation = "multicache.io/resource-version"
+
 // List is one page of GET /multicache/v1/resources/{resource}: items in cluster, namespace, name
 // order; Continue, when set, fetches the next page; ResourceVersion is where a watch resumes
 // without a gap; Clusters says how fresh each cluster the answer spans is.

@@ -23,9 +23,10 @@ type event struct {
 	obj     any
 	// prev is the object's state before this event, as the hub knew it: nil for ADDED. A watch
 	// reads it to tell an object that stops matching its query; a snapshot at an earlier
-	// position restores it.
-	prev any
-	size int // bytes charged against the ring's bound
+	// position restores it. prevSeq is the sequence of the event that made prev.
+	prev    any
+	prevSeq uint64
+	size    int // bytes charged against the ring's bound
 }
 
 // hub keeps the recent events of one resource, in the order the aggregate delivered them, for
@@ -67,14 +68,20 @@ type hub struct {
 	waiting    bool              // someone holds wake
 	resets     int64             // epochs ended because the hub's backlog overflowed
 	expired    int64             // watches ended because they fell behind the ring
-	latest     map[aggregate.Key]any
+	latest     map[aggregate.Key]state
+}
+
+// state is an object as of the event that made it.
+type state struct {
+	obj any
+	seq uint64
 }
 
 // newHub makes an empty hub; current lists the resource's cached objects (see overflow).
 func newHub(resource string, maxEvents, maxBytes int, current func() []item) *hub {
 	return &hub{resource: resource, current: current, maxEvents: maxEvents, maxBytes: maxBytes,
 		epoch: newEpoch(), ring: make([]event, min(maxEvents, 1024)), evicted: map[string]uint64{},
-		wake: make(chan struct{}), latest: map[aggregate.Key]any{}}
+		wake: make(chan struct{}), latest: map[aggregate.Key]state{}}
 }
 
 func newEpoch() string {
@@ -111,7 +118,7 @@ func (h *hub) overflow() {
 	defer h.mu.Unlock()
 	clear(h.latest)
 	for _, it := range objs {
-		h.latest[it.key] = it.obj
+		h.latest[it.key] = state{obj: it.obj, seq: h.seq}
 	}
 	h.epoch = newEpoch()
 	for i := range h.n {
@@ -133,18 +140,19 @@ func (h *hub) append(ev event) {
 	ev.size = approxSize(ev.obj)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ev.prev = h.latest[k]
+	prev := h.latest[k]
+	ev.prev, ev.prevSeq = prev.obj, prev.seq
+	h.seq++
+	ev.seq = h.seq
 	if ev.typ == api.Deleted {
 		delete(h.latest, k)
 	} else {
-		h.latest[k] = ev.obj
+		h.latest[k] = state{obj: ev.obj, seq: ev.seq}
 	}
 	if ev.typ == api.Modified && ev.prev != nil {
 		// The replaced state stays alive as long as the event does.
 		ev.size += approxSize(ev.prev)
 	}
-	h.seq++
-	ev.seq = h.seq
 	for h.n > 0 && (h.n == h.maxEvents || h.bytes+ev.size > h.maxBytes) {
 		h.evictLocked()
 	}
@@ -304,27 +312,43 @@ func (h *hub) snapshot(pos token, clusters []string) ([]item, error) {
 	}
 	want := func(c string) bool { return len(clusters) == 0 || slices.Contains(clusters, c) }
 	// Newest to oldest, so that the first event after pos has the last word.
-	restore := map[aggregate.Key]any{}
+	restore := map[aggregate.Key]state{}
 	for i := h.n - 1; i >= 0; i-- {
 		ev := &h.ring[(h.start+i)%len(h.ring)]
 		if ev.seq <= pos.Seq {
 			break
 		}
 		if want(ev.cluster) {
-			restore[ev.key] = ev.prev
+			restore[ev.key] = state{obj: ev.prev, seq: ev.prevSeq}
 		}
 	}
 	out := make([]item, 0, len(h.latest))
-	for k, obj := range h.latest {
+	for k, st := range h.latest {
 		if _, touched := restore[k]; touched || !want(k.Cluster) {
 			continue
 		}
-		out = append(out, item{key: k, cluster: k.Cluster, obj: obj})
+		out = append(out, item{key: k, cluster: k.Cluster, obj: st.obj, seq: st.seq})
 	}
-	for k, obj := range restore {
-		if obj != nil {
-			out = append(out, item{key: k, cluster: k.Cluster, obj: obj})
+	for k, st := range restore {
+		if st.obj != nil {
+			out = append(out, item{key: k, cluster: k.Cluster, obj: st.obj, seq: st.seq})
 		}
 	}
 	return out, nil
+}
+
+// sequence sets each item's seq: that of the event that made its object, when the hub holds
+// that object as the key's latest state. An object the hub has not seen yet (the stores run
+// ahead of it) gets the hub's position: its event is still to come, and a watch from there
+// sees it.
+func (h *hub) sequence(items []item) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range items {
+		if st, ok := h.latest[items[i].key]; ok && st.obj == items[i].obj {
+			items[i].seq = st.seq
+		} else {
+			items[i].seq = h.seq
+		}
+	}
 }

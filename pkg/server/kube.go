@@ -290,7 +290,10 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 		writeError(w, http.StatusGatewayTimeout, "request timed out")
 		return
 	}
-	l := kubeList{kr: kr, items: pg.items, rv: lp.pos.encode(), includeObject: vals.Get("includeObject")}
+	if !lp.exact {
+		h.sequence(pg.items) // a snapshot's items have theirs
+	}
+	l := kubeList{kr: kr, items: pg.items, rv: lp.pos.encode(), epoch: lp.pos.Epoch, includeObject: vals.Get("includeObject")}
 	if pg.more {
 		l.cont = continueToken{Last: pg.items[len(pg.items)-1].key.String(), RV: l.rv, Exact: lp.exact}.encode()
 	}
@@ -368,6 +371,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 	gr := kr.groupResource()
 	var found []item
 	var req request
+	epoch := ""
 	if kr == clustersResource {
 		for _, it := range s.clusterItems(p.cluster) {
 			if it.cluster == p.name {
@@ -396,6 +400,9 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 				found = append(found, item{key: k, cluster: c, obj: obj})
 			}
 		}
+		h := s.hubs[kr.name]
+		h.sequence(found)
+		epoch = h.position().Epoch
 		s.warnUnfresh(w, req, nil)
 	}
 	switch {
@@ -405,7 +412,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 		writeStatus(w, st)
 		return
 	case f.as == "Table":
-		t, err := s.kubeTable(ctx, kr, found, false, vals.Get("includeObject"), f.tableVersion)
+		t, err := s.kubeTable(ctx, kr, found, epoch, false, vals.Get("includeObject"), f.tableVersion)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
@@ -425,7 +432,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)
-	if err := s.appendKubeObject(buf, f, kr, found[0], true); err != nil {
+	if err := s.appendKubeObject(buf, f, kr, found[0], epoch, true); err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}

@@ -56,11 +56,19 @@ func negotiate(r *http.Request) (form, error) {
 	return form{}, fmt.Errorf("none of the media types accepted (%s) can be served: the server answers application/json, as objects, Table (meta.k8s.io v1, v1beta1) or PartialObjectMetadata (meta.k8s.io v1)", accept)
 }
 
-// kubeObject returns what the Kubernetes API serves of obj, cached from cluster: a copy that
-// carries the cluster annotation (and apiVersion and kind when typeMeta), with Secrets
-// redacted unless allowed. obj, the cache's, is never modified: the copy is shallow, with its
-// own metadata and annotations.
-func (s *Server) kubeObject(cluster string, obj any, kr *kubeResource, typeMeta bool) (runtime.Object, error) {
+// kubeObject returns what the Kubernetes API serves of it: a copy of its object that carries
+// the cluster annotation (and apiVersion and kind when typeMeta), with Secrets redacted unless
+// allowed. Its resourceVersion is a position of the watch hub (epoch, it.seq) that a watch
+// resumes from, as client-go's reflectors do with the last object they received; the
+// cluster's own resourceVersion moves to an annotation. Without an epoch (clusters) it is
+// left alone. The cache's object is never modified: the copy is shallow, with its own metadata
+// and annotations.
+func (s *Server) kubeObject(it item, epoch string, kr *kubeResource, typeMeta bool) (runtime.Object, error) {
+	cluster, obj := it.cluster, it.obj
+	rv := ""
+	if epoch != "" {
+		rv = token{Epoch: epoch, Seq: it.seq}.encode()
+	}
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -84,6 +92,12 @@ func (s *Server) kubeObject(cluster string, obj any, kr *kubeResource, typeMeta 
 			annc[k] = v
 		}
 		annc[api.ClusterAnnotation] = cluster
+		if rv != "" {
+			if own, ok := md["resourceVersion"].(string); ok {
+				annc[api.ResourceVersionAnnotation] = own
+			}
+			mdc["resourceVersion"] = rv
+		}
 		mdc["annotations"] = annc
 		c["metadata"] = mdc
 		if _, has := c["kind"]; !has && typeMeta {
@@ -107,6 +121,10 @@ func (s *Server) kubeObject(cluster string, obj any, kr *kubeResource, typeMeta 
 			ann[k] = v
 		}
 		ann[api.ClusterAnnotation] = cluster
+		if rv != "" {
+			ann[api.ResourceVersionAnnotation] = m.GetResourceVersion()
+			m.SetResourceVersion(rv)
+		}
 		m.SetAnnotations(ann)
 		gvk := kr.gvk
 		if _, isPartial := c.(*metav1.PartialObjectMetadata); !isPartial {
@@ -128,6 +146,7 @@ type kubeList struct {
 	kr            *kubeResource
 	items         []item
 	rv, cont      string
+	epoch         string // of the items' resourceVersions; "" for clusters
 	includeObject string // of a Table: None, Metadata (the default) or Object
 }
 
@@ -138,7 +157,7 @@ func (s *Server) writeKubeList(ctx context.Context, w http.ResponseWriter, f for
 	defer putBuffer(buf)
 	switch f.as {
 	case "Table":
-		t, err := s.kubeTable(ctx, l.kr, l.items, false, l.includeObject, f.tableVersion)
+		t, err := s.kubeTable(ctx, l.kr, l.items, l.epoch, false, l.includeObject, f.tableVersion)
 		if err != nil {
 			return err
 		}
@@ -154,7 +173,7 @@ func (s *Server) writeKubeList(ctx context.Context, w http.ResponseWriter, f for
 		md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont})
 		fmt.Fprintf(buf, `{"kind":%q,"apiVersion":%q,"metadata":%s,"items":[`, kind, apiVersion, md)
 		err := encodeEach(buf, len(l.items), func(buf *bytes.Buffer, i int) error {
-			return s.appendKubeObject(buf, f, l.kr, l.items[i], false)
+			return s.appendKubeObject(buf, f, l.kr, l.items[i], l.epoch, false)
 		})
 		if err != nil {
 			return err
@@ -168,8 +187,8 @@ func (s *Server) writeKubeList(ctx context.Context, w http.ResponseWriter, f for
 
 // appendKubeObject appends it as the Kubernetes API serves it: the object, or its
 // PartialObjectMetadata.
-func (s *Server) appendKubeObject(buf *bytes.Buffer, f form, kr *kubeResource, it item, typeMeta bool) error {
-	obj, err := s.kubeObject(it.cluster, it.obj, kr, typeMeta || f.as == "PartialObjectMetadata")
+func (s *Server) appendKubeObject(buf *bytes.Buffer, f form, kr *kubeResource, it item, epoch string, typeMeta bool) error {
+	obj, err := s.kubeObject(it, epoch, kr, typeMeta || f.as == "PartialObjectMetadata")
 	if err != nil {
 		return err
 	}
@@ -193,14 +212,14 @@ func (s *Server) appendKubeObject(buf *bytes.Buffer, f form, kr *kubeResource, i
 
 // kubeTable makes the Table of items: CLUSTER, then the kind's columns (none when noHeaders),
 // each row's object as includeObject says.
-func (s *Server) kubeTable(ctx context.Context, kr *kubeResource, items []item, noHeaders bool, includeObject, version string) (*metav1.Table, error) {
+func (s *Server) kubeTable(ctx context.Context, kr *kubeResource, items []item, epoch string, noHeaders bool, includeObject, version string) (*metav1.Table, error) {
 	conv, err := s.convertor(kr)
 	if err != nil {
 		return nil, err
 	}
 	rows := make([]table.Row, len(items))
 	for i, it := range items {
-		obj, err := s.kubeObject(it.cluster, it.obj, kr, true)
+		obj, err := s.kubeObject(it, epoch, kr, true)
 		if err != nil {
 			return nil, err
 		}

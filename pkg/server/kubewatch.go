@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,9 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 //   - no resourceVersion, or "0": the same ADDED events, without that BOOKMARK;
 //   - a resourceVersion token: the events after it, or an ERROR 410 once they are gone;
 //   - sendInitialEvents=false without a resourceVersion: the events from now.
+//
+// A watch that starts with the current objects gets 429 (client-go retries) while a cluster
+// has not synced the resource since the daemon started (initializing).
 //
 // allowWatchBookmarks adds BOOKMARKs now and then; timeoutSeconds ends the watch cleanly.
 func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, kr *kubeResource, f form, vals url.Values) {
@@ -100,6 +104,13 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 			expired = err
 		}
 	}
+	if initial {
+		if waiting := s.initializing(kr.name); len(waiting) > 0 {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is still syncing in %s; retry", kr.groupResource(), strings.Join(waiting, ", ")))
+			return
+		}
+	}
 	var items []item
 	if initial && !sel.none {
 		all, err := h.snapshot(pos, q.Clusters)
@@ -130,7 +141,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 		writeName(line, typ)
 		line.WriteString(`,"object":`)
 		if f.as == "Table" {
-			t, err := s.kubeTable(r.Context(), kr, []item{it}, !headers, vals.Get("includeObject"), f.tableVersion)
+			t, err := s.kubeTable(r.Context(), kr, []item{it}, pos.Epoch, !headers, vals.Get("includeObject"), f.tableVersion)
 			if err != nil {
 				return err
 			}
@@ -140,7 +151,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 				return err
 			}
 			line.Write(b)
-		} else if err := s.appendKubeObject(line, f, kr, it, true); err != nil {
+		} else if err := s.appendKubeObject(line, f, kr, it, pos.Epoch, true); err != nil {
 			return err
 		}
 		line.WriteString("}\n")
@@ -199,7 +210,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	// one that stops is DELETED.
 	send := func(ev event) error {
 		now := agg.Matches(q, ev.cluster, ev.obj)
-		it := item{key: ev.key, cluster: ev.cluster, obj: ev.obj}
+		it := item{key: ev.key, cluster: ev.cluster, obj: ev.obj, seq: ev.seq}
 		if ev.typ == api.Modified {
 			was := ev.prev != nil && agg.Matches(q, ev.cluster, ev.prev)
 			switch {

@@ -18,6 +18,9 @@ type item struct {
 	key     aggregate.Key
 	cluster string
 	obj     any
+	// seq is the watch hub's sequence of the event that made obj, when known (see
+	// hub.sequence): the Kubernetes API serves it as the object's resourceVersion.
+	seq uint64
 }
 
 func less(a, b aggregate.Key) bool {

@@ -142,6 +142,29 @@ func (s *Server) ready() (bool, []string) {
 	return len(waiting) == 0, waiting
 }
 
+// initializing lists the clusters whose resource has not synced since the daemon started
+// (Pending, Syncing, or Failed for less than DeadClusterTimeout). A watch that starts with the
+// current objects waits for them (429), so that an informer never takes a half-synced cache for
+// the fleet; a Degraded cluster, synced before, serves its last state.
+func (s *Server) initializing(resource string) []string {
+	var out []string
+	now := time.Now()
+	for c, rs := range s.info(resource) {
+		switch rs.State {
+		case clusterset.Pending, clusterset.Syncing:
+		case clusterset.Failed:
+			if now.Sub(rs.Since) >= s.opts.DeadClusterTimeout {
+				continue
+			}
+		default:
+			continue
+		}
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // handleReady answers "ok" or "not ready" with a count; ?verbose (behind auth) names what is
 // waiting.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
