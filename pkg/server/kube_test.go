@@ -1,0 +1,328 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/multicache/multicache/internal/fakeapi"
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/clusterset"
+)
+
+func TestParseKubePath(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want kubePath
+		err  bool
+	}{
+		{path: "/version", want: kubePath{what: "version"}},
+		{path: "/clusters/east/apis", want: kubePath{cluster: "east", what: "apis"}},
+		{path: "/apis/apps", want: kubePath{what: "group", group: "apps"}},
+		{path: "/api/v1", want: kubePath{what: "resources", version: "v1"}},
+		{path: "/apis/apps/v1/", want: kubePath{what: "resources", group: "apps", version: "v1"}},
+		{path: "/api/v1/pods", want: kubePath{what: "object", version: "v1", resource: "pods", clusterScope: true}},
+		{path: "/api/v1/namespaces/ns/pods/p", want: kubePath{what: "object", version: "v1", namespace: "ns", resource: "pods", name: "p", namespacedPath: true}},
+		{path: "/api/v1/namespaces/ns", want: kubePath{what: "object", version: "v1", resource: "namespaces", name: "ns", clusterScope: true}},
+		{path: "/api/v1/namespaces/ns/pods/p/log", want: kubePath{what: "object", version: "v1", namespace: "ns", resource: "pods", name: "p", subresource: "log", namespacedPath: true}},
+		{path: "/clusters/west/apis/apps/v1/watch/namespaces/ns/deployments", want: kubePath{cluster: "west", what: "object", group: "apps", version: "v1", namespace: "ns", resource: "deployments", watchPath: true, namespacedPath: true}},
+		{path: "/clusters//api", err: true},
+		{path: "/nope", err: true},
+	} {
+		got, ok, err := parseKubePath(tc.path)
+		if tc.err {
+			if err == nil {
+				t.Errorf("%s: no error", tc.path)
+			}
+			continue
+		}
+		if !ok || err != nil || got != tc.want {
+			t.Errorf("%s: %+v %t %v, want %+v", tc.path, got, ok, err, tc.want)
+		}
+	}
+}
+
+func TestNegotiate(t *testing.T) {
+	for accept, want := range map[string]string{
+		"": "", "*/*": "",
+		"application/vnd.kubernetes.protobuf,application/json": "",
+		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json": "Table v1",
+		"application/json;as=Table;v=v1beta1;g=meta.k8s.io":                          "Table v1beta1",
+		"application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1": "PartialObjectMetadata ",
+		"application/vnd.kubernetes.protobuf": "error",
+		"application/json;as=Table;v=v2;g=meta.k8s.io": "error",
+	} {
+		r := httptest.NewRequest("GET", "/api/v1/pods", nil)
+		r.Header.Set("Accept", accept)
+		f, err := negotiate(r)
+		got := f.as
+		if f.as == "Table" || f.as == "PartialObjectMetadata" {
+			got += " " + f.tableVersion
+		}
+		if err != nil {
+			got = "error"
+		}
+		if got != want {
+			t.Errorf("Accept %q: %q, want %q", accept, got, want)
+		}
+	}
+}
+
+func pod(name string) corev1.Pod {
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), ResourceVersion: "7", Labels: map[string]string{"app": name}}}
+}
+
+// kubeFixture is a server over two fake clusters: a has pods both and only-a, b has both.
+func kubeFixture(t *testing.T, tokens ...string) (*httptest.Server, *Server) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	a.SetPods([]corev1.Pod{pod("both"), pod("only-a")})
+	b.SetPods([]corev1.Pod{pod("both")})
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg, Tokens: tokens, BookmarkInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	waitUntil(t, "synced", 10*time.Second, func() bool {
+		ca, _ := reg.ClusterStatus("a")
+		cb, _ := reg.ClusterStatus("b")
+		return ca.State == clusterset.Synced && cb.State == clusterset.Synced
+	})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return hs, s
+}
+
+func do(t *testing.T, hs *httptest.Server, method, path, accept string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader("{}"))
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+// TestKubeReads: lists carry the kind, the position, and per object the cluster and a
+// resumable resourceVersion; the cluster selector selects clusters; a name in two clusters is
+// two rows of a Table or a 409; errors are Status objects with kubectl's reasons.
+func TestKubeReads(t *testing.T) {
+	hs, s := kubeFixture(t)
+	var list struct {
+		Kind     string          `json:"kind"`
+		Metadata metav1.ListMeta `json:"metadata"`
+		Items    []corev1.Pod    `json:"items"`
+	}
+	code, _, body := do(t, hs, "GET", "/api/v1/pods", "application/vnd.kubernetes.protobuf,application/json")
+	if err := json.Unmarshal(body, &list); err != nil || code != 200 || list.Kind != "PodList" || len(list.Items) != 3 {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	if _, err := parseToken(list.Metadata.ResourceVersion); err != nil {
+		t.Errorf("list resourceVersion %q: %v", list.Metadata.ResourceVersion, err)
+	}
+	for _, p := range list.Items {
+		if p.Annotations[api.ClusterAnnotation] == "" || p.Annotations[api.ResourceVersionAnnotation] != "7" || p.Kind != "" {
+			t.Errorf("item %s: annotations %v, kind %q", p.Name, p.Annotations, p.Kind)
+		}
+		if _, err := parseToken(p.ResourceVersion); err != nil {
+			t.Errorf("item %s: resourceVersion %q is not a position", p.Name, p.ResourceVersion)
+		}
+	}
+	for sel, want := range map[string]int{"multicache.io/cluster=b": 1, "multicache.io/cluster!=b": 2, "multicache.io/cluster in (a,b),app=both": 2, "multicache.io/cluster=zz": 0, "!multicache.io/cluster": 0} {
+		_, _, body := do(t, hs, "GET", "/api/v1/pods?labelSelector="+url.QueryEscape(sel), "")
+		list.Items = nil
+		if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != want {
+			t.Errorf("labelSelector %q: %d items, want %d (%s)", sel, len(list.Items), want, body)
+		}
+	}
+	code, _, body = do(t, hs, "GET", "/api/v1/namespaces/ns/pods/both", "")
+	var st metav1.Status
+	if err := json.Unmarshal(body, &st); err != nil || code != 409 || st.Reason != metav1.StatusReasonConflict || !strings.Contains(st.Message, "/clusters/b/api/v1/namespaces/ns/pods/both") {
+		t.Errorf("get a name in two clusters: %d %s", code, body)
+	}
+	var tab metav1.Table
+	_, _, body = do(t, hs, "GET", "/api/v1/namespaces/ns/pods/both", tableAccept)
+	if err := json.Unmarshal(body, &tab); err != nil || len(tab.Rows) != 2 || tab.ColumnDefinitions[0].Name != "Cluster" || tab.Rows[1].Cells[0] != "b" {
+		t.Errorf("get a name in two clusters, as a Table: %s", body)
+	}
+	var one corev1.Pod
+	code, _, body = do(t, hs, "GET", "/clusters/b/api/v1/namespaces/ns/pods/both", "")
+	if err := json.Unmarshal(body, &one); err != nil || code != 200 || one.Kind != "Pod" || one.Annotations[api.ClusterAnnotation] != "b" {
+		t.Errorf("get in one cluster's view: %d %s", code, body)
+	}
+	for _, tc := range []struct {
+		method, path, accept string
+		code                 int
+		reason               metav1.StatusReason
+	}{
+		{"POST", "/api/v1/namespaces/ns/pods", "", 405, metav1.StatusReasonMethodNotAllowed},
+		{"DELETE", "/api/v1/namespaces/ns/pods/both", "", 405, metav1.StatusReasonMethodNotAllowed},
+		{"PATCH", "/api/v1/configmaps", "", 405, metav1.StatusReasonMethodNotAllowed},
+		{"GET", "/api/v1/configmaps", "", 404, metav1.StatusReasonNotFound},
+		{"GET", "/api/v1/namespaces/ns/pods/nope", "", 404, metav1.StatusReasonNotFound},
+		{"GET", "/api/v1/namespaces/ns/pods/both/log", "", 404, metav1.StatusReasonNotFound},
+		{"GET", "/clusters/zz/api/v1/pods", "", 404, metav1.StatusReasonNotFound},
+		{"GET", "/api/v1/pods?labelSelector=a+in+(", "", 400, metav1.StatusReasonBadRequest},
+		{"GET", "/api/v1/pods?fieldSelector=spec.restartPolicy%3DNever", "", 400, metav1.StatusReasonBadRequest},
+		{"GET", "/api/v1/pods?resourceVersion=5&resourceVersionMatch=Exact", "", 400, metav1.StatusReasonBadRequest},
+		{"GET", "/api/v1/pods?resourceVersion=" + token{Epoch: "gone", Seq: 1}.encode() + "&resourceVersionMatch=Exact", "", 410, metav1.StatusReasonExpired},
+		{"GET", "/api/v1/pods", "application/vnd.kubernetes.protobuf", 406, metav1.StatusReasonNotAcceptable},
+		{"GET", "/api/v1/pods?watch=true&sendInitialEvents=true", "", 400, metav1.StatusReasonBadRequest},
+	} {
+		code, _, body := do(t, hs, tc.method, tc.path, tc.accept)
+		var st metav1.Status
+		if err := json.Unmarshal(body, &st); err != nil || code != tc.code || st.Reason != tc.reason || st.Kind != "Status" || st.APIVersion != "v1" || int(st.Code) != code {
+			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.path, code, body, tc.code, tc.reason)
+		}
+	}
+
+	// An exact list at a position reads the state then, whatever came after.
+	at := s.hubs["pods"].position()
+	late := pod("late")
+	s.hubs["pods"].OnAdd("a", &late, false)
+	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+at.encode(), "")
+	list.Items = nil
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 3 || list.Metadata.ResourceVersion != at.encode() {
+		t.Errorf("exact list at %v: %s", at, body)
+	}
+	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+s.hubs["pods"].position().encode(), "")
+	list.Items = nil
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 4 {
+		t.Errorf("exact list now: %d items, want 4", len(list.Items))
+	}
+}
+
+type kubeEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+func watchLines(t *testing.T, hs *httptest.Server, path, accept string, n int) []kubeEvent {
+	t.Helper()
+	req, _ := http.NewRequest("GET", hs.URL+path, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("watch %s: %d %s", path, resp.StatusCode, b)
+	}
+	var out []kubeEvent
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for len(out) < n && sc.Scan() {
+		var ev kubeEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("watch %s: line %q: %v", path, sc.Text(), err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// TestKubeWatch: a watch-list streams the objects, then the BOOKMARK that ends the initial
+// events; a position of another run is an ERROR 410 event; a Table watch carries the columns
+// in its first event only; timeoutSeconds ends the watch.
+func TestKubeWatch(t *testing.T) {
+	hs, s := kubeFixture(t)
+	evs := watchLines(t, hs, "/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "", 4)
+	for i, ev := range evs[:3] {
+		var p corev1.Pod
+		if ev.Type != "ADDED" || json.Unmarshal(ev.Object, &p) != nil || p.Kind != "Pod" {
+			t.Errorf("event %d: %s %s", i, ev.Type, ev.Object)
+		}
+	}
+	var bm metav1.PartialObjectMetadata
+	if evs[3].Type != "BOOKMARK" || json.Unmarshal(evs[3].Object, &bm) != nil || bm.Annotations[metav1.InitialEventsAnnotationKey] != "true" || bm.Kind != "Pod" || bm.ResourceVersion != s.hubs["pods"].position().encode() {
+		t.Errorf("after the initial events: %s %s", evs[3].Type, evs[3].Object)
+	}
+	evs = watchLines(t, hs, "/api/v1/pods?watch=true&resourceVersion="+token{Epoch: "gone", Seq: 3}.encode(), "", 1)
+	var st metav1.Status
+	if evs[0].Type != "ERROR" || json.Unmarshal(evs[0].Object, &st) != nil || st.Code != 410 || st.Reason != metav1.StatusReasonExpired {
+		t.Errorf("watch from another run's position: %s %s", evs[0].Type, evs[0].Object)
+	}
+	evs = watchLines(t, hs, "/api/v1/pods?watch=true&labelSelector=multicache.io%2Fcluster%3Da", tableAccept, 2)
+	var first, second metav1.Table
+	if json.Unmarshal(evs[0].Object, &first) != nil || json.Unmarshal(evs[1].Object, &second) != nil || len(first.ColumnDefinitions) == 0 || second.ColumnDefinitions != nil || first.Rows[0].Cells[0] != "a" {
+		t.Errorf("table watch: %s / %s", evs[0].Object, evs[1].Object)
+	}
+	start := time.Now()
+	watchLines(t, hs, "/api/v1/pods?watch=true&timeoutSeconds=1&resourceVersion="+s.hubs["pods"].position().encode(), "", 100)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("timeoutSeconds=1: the watch lasted %s", d)
+	}
+}
+
+// TestKubeDiscoveryAndAuth: discovery lists what the clusters serve, with the clusters
+// resource; with tokens, the Kubernetes API needs one like the native API does.
+func TestKubeDiscoveryAndAuth(t *testing.T) {
+	hs, _ := kubeFixture(t, "secret")
+	if code, _, body := do(t, hs, "GET", "/api/v1/pods", ""); code != 401 || !strings.Contains(string(body), `"reason":"Unauthorized"`) {
+		t.Errorf("no token: %d %s", code, body)
+	}
+	get := func(path string, out any) {
+		req, _ := http.NewRequest("GET", hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer secret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %v", path, resp.StatusCode, err)
+		}
+	}
+	var core metav1.APIResourceList
+	get("/api/v1", &core)
+	if len(core.APIResources) != 1 || core.APIResources[0].Name != "pods" || core.APIResources[0].ShortNames[0] != "po" || strings.Join(core.APIResources[0].Verbs, ",") != "get,list,watch" {
+		t.Errorf("/api/v1: %+v", core)
+	}
+	var groups metav1.APIGroupList
+	get("/apis", &groups)
+	if len(groups.Groups) != 1 || groups.Groups[0].Name != "multicache.io" {
+		t.Errorf("/apis: %+v", groups)
+	}
+	var clusters metav1.APIResourceList
+	get("/apis/multicache.io/v1", &clusters)
+	if len(clusters.APIResources) != 1 || clusters.APIResources[0].Kind != "Cluster" {
+		t.Errorf("/apis/multicache.io/v1: %+v", clusters)
+	}
+	var tab metav1.Table
+	req, _ := http.NewRequest("GET", hs.URL+"/apis/multicache.io/v1/clusters", nil)
+	req.Header.Set("Authorization", "Bearer secret")
+	req.Header.Set("Accept", tableAccept)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&tab); err != nil || len(tab.Rows) != 2 || tab.Rows[0].Cells[1] != "Synced" {
+		t.Errorf("clusters as a Table: %+v %v", tab, err)
+	}
+}
