@@ -55,12 +55,12 @@ func TestParseKubePath(t *testing.T) {
 func TestNegotiate(t *testing.T) {
 	for accept, want := range map[string]string{
 		"": "", "*/*": "",
-		"application/vnd.kubernetes.protobuf,application/json": "",
-		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json": "Table v1",
-		"application/json;as=Table;v=v1beta1;g=meta.k8s.io":                          "Table v1beta1",
+		"application/vnd.kubernetes.protobuf,application/json":                                                                                                 "",
+		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json":                                      "Table v1",
+		"application/json;as=Table;v=v1beta1;g=meta.k8s.io":                                                                                                    "Table v1beta1",
 		"application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1": "PartialObjectMetadata ",
-		"application/vnd.kubernetes.protobuf": "error",
-		"application/json;as=Table;v=v2;g=meta.k8s.io": "error",
+		"application/vnd.kubernetes.protobuf":                                                                                                                  "error",
+		"application/json;as=Table;v=v2;g=meta.k8s.io":                                                                                                         "error",
 	} {
 		r := httptest.NewRequest("GET", "/api/v1/pods", nil)
 		r.Header.Set("Accept", accept)

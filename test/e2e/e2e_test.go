@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -534,6 +535,23 @@ func TestAuth(t *testing.T) {
 		if code == 401 && (e == nil || e.Reason != "Unauthorized") {
 			t.Errorf("token %q: body %+v", tc.token, e)
 		}
+	}
+	// kubectl's --token, against the Kubernetes API; kubectl sends tokens over TLS only.
+	dir := t.TempDir()
+	caPath, certPath, keyPath := selfSignedCA(t, dir)
+	cfg := filepath.Join(dir, "multicache.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("server:\n  tls: {certFile: %q, keyFile: %q}\n", certPath, keyPath)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	tlsd := harness.StartDaemonAt(t, "https", insecure, harness.FreePort(t), "--config", cfg, "--kubeconfig", f.Kubeconfig(), "--resource", "namespaces", "--token-file", tokens)
+	k := newKubectl(t, "--server", tlsd.URL, "--certificate-authority", caPath)
+	// Without any credential kubectl prompts for a username on stdin, so the refusal is shown with a wrong token.
+	if _, errs, ok := k.run("--token", "wrong-token", "get", "namespaces"); ok || !strings.Contains(errs, "You must be logged in to the server") {
+		t.Errorf("kubectl with a wrong token: ok=%t %q", ok, errs)
+	}
+	if out := k.ok("--token", "s3cret-token", "get", "namespaces", "default", "-o", "name"); strings.TrimSpace(out) != "namespace/default" {
+		t.Errorf("kubectl --token: %q", out)
 	}
 	b, _ := os.ReadFile(d.Log)
 	if strings.Contains(string(b), "s3cret-token") || strings.Contains(string(b), f.Clusters[0].Token) {

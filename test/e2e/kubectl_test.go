@@ -6,9 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"net/http"
 	neturl "net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -451,6 +451,31 @@ func TestKubectl(t *testing.T) {
 			case <-wctx.Done():
 				t.Fatalf("kubectl get -w showed %v of 3 clusters' new pods; stderr %s", seen, errb.String())
 			}
+		}
+	})
+
+	t.Run("a failing cluster: kubectl prints a warning, the others answer", func(t *testing.T) {
+		cl, _ := f.Cluster("fleet-3")
+		if err := cl.StopAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cl.StartAPIServer(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		var out, errs string
+		harness.WaitFor(t, "a warning for fleet-3", time.Minute, func() bool {
+			var ok bool
+			out, errs, ok = k.run("get", "pods", "-A")
+			return ok && strings.Contains(errs, `Warning: cluster "fleet-3"`)
+		})
+		byCluster := map[string]int{}
+		for _, k := range parseTable(out).keys(t) {
+			byCluster[strings.SplitN(k, "|", 2)[0]]++
+		}
+		if len(byCluster) != 3 || byCluster["fleet-3"] < len(podKeys(truth, true, func(c string, _ corev1.Pod) bool { return c == "fleet-3" })) {
+			t.Errorf("with fleet-3 down: rows by cluster %v: want fleet-3's last state beside the others'", byCluster)
 		}
 	})
 }
