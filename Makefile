@@ -64,6 +64,15 @@ bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 1
 	  $(GO) test -run '^$$' -bench WriteLatency -benchtime 1x -timeout 30m -v ./test/bench/ | grep -v '^    fleet.go'
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_MILLION=$(BENCH_MILLION) \
 	  $(GO) test -run '^$$' -bench FleetMillion -benchtime 1x -timeout 60m -v ./test/bench/ | grep -v '^    fleet.go'
+	$(MAKE) --no-print-directory bench-kubectl
+
+BENCH_KUBECTL_PODS ?= 20000
+BENCH_KUBECTL_RUNS ?= 7
+
+.PHONY: bench-kubectl
+bench-kubectl: tools ## kubectl get pods -A -l SEL through the daemon vs a kubectl fan-out (3 clusters x 20k Pods)
+	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_KUBECTL_PODS=$(BENCH_KUBECTL_PODS) MULTICACHE_BENCH_KUBECTL_RUNS=$(BENCH_KUBECTL_RUNS) \
+	  $(GO) test -run '^$$' -bench Kubectl -benchtime 1x -timeout 30m -v ./test/bench/ | grep -v '^    fleet.go'
 
 .PHONY: soak
 soak: tools ## 10-minute load (1,000 writes/s target, 3 clusters, fast/slow/panicking handlers) and wait for the slow handler

@@ -198,7 +198,7 @@ func (s *Server) Handler() http.Handler {
 	// Everything else is the Kubernetes API (or no route at all): it limits its requests itself,
 	// and watches have no timeout.
 	mux.Handle("/", s.metrics.instrument("kube", s.auth(s.handleKube)))
-	return mux
+	return compressLarge(mux)
 }
 
 func (s *Server) withTimeout(h http.HandlerFunc) http.HandlerFunc {

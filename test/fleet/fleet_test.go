@@ -212,8 +212,17 @@ func TestLocalFleet(t *testing.T) {
 		cfg.Host = p.URL()
 		cfg.Timeout = 2 * time.Second
 		cs := kubernetes.NewForConfigOrDie(cfg)
+		sent0, recv0 := p.Bytes()
 		if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
 			t.Fatalf("through proxy: %v", err)
+		}
+		// A second list on the same TLS connection: at least its request and answer moved.
+		sent1, recv1 := p.Bytes()
+		if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if sent2, recv2 := p.Bytes(); sent1 <= sent0 || recv1 <= recv0 || sent2 <= sent1 || recv2-recv1 < 100 {
+			t.Fatalf("byte counts %d/%d, %d/%d, %d/%d: each list must add to both", sent0, recv0, sent1, recv1, sent2, recv2)
 		}
 		w, err := kubernetes.NewForConfigOrDie(withoutTimeout(cfg)).CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy is a loopback TCP proxy in front of one API server, for network faults. It forwards
@@ -22,6 +23,8 @@ type Proxy struct {
 	closed  bool
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
+
+	sent, received atomic.Int64 // bytes forwarded to the target, and back to clients
 }
 
 // NewProxy listens on a free 127.0.0.1 port and forwards to target (host:port).
@@ -74,6 +77,11 @@ func (p *Proxy) Conns() int {
 	return len(p.conns) / 2
 }
 
+// Bytes is how many bytes the proxy has forwarded so far: from clients to the target (sent)
+// and from the target back to clients (received). For TLS targets these are the encrypted
+// bytes, as on the wire.
+func (p *Proxy) Bytes() (sent, received int64) { return p.sent.Load(), p.received.Load() }
+
 // Close stops listening, closes every connection and waits for the forwarding goroutines.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -110,13 +118,14 @@ func (p *Proxy) accept() {
 		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(out, in)
-		go p.pipe(in, out)
+		go p.pipe(out, in, &p.sent)
+		go p.pipe(in, out, &p.received)
 	}
 }
 
-// pipe copies src to dst, waiting at every chunk while the proxy is stalled.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, adding what it writes to count, waiting at every chunk while the
+// proxy is stalled.
+func (p *Proxy) pipe(dst, src net.Conn, count *atomic.Int64) {
 	defer p.wg.Done()
 	defer func() {
 		p.mu.Lock()
@@ -133,7 +142,9 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			if !p.waitFlowing() {
 				return
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			w, werr := dst.Write(buf[:n])
+			count.Add(int64(w))
+			if werr != nil {
 				return
 			}
 		}

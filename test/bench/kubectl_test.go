@@ -1,0 +1,299 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
+)
+
+// kubectlRun is one measured `kubectl get`: through the daemon (one process) or the fan-out
+// (one process per cluster, in parallel).
+type kubectlRun struct {
+	wall       time.Duration
+	sent, recv int64         // bytes on the wire, both directions, summed over the proxies
+	clientCPU  time.Duration // user+system time of the kubectl processes
+	serverCPU  time.Duration // user+system time of the daemon, or of every API server and etcd
+	rows       []string      // "cluster namespace name ready status restarts", sorted
+}
+
+// procCPU is the user+system time pid has used, from /proc/pid/stat (clock ticks of 10 ms).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces; fields after its closing parenthesis start at state (3).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+func cpuOf(pids []int) (d time.Duration) {
+	for _, p := range pids {
+		d += procCPU(p)
+	}
+	return d
+}
+
+// kubectlRows parses kubectl's default table into rows "cluster namespace name ready status
+// restarts". Through the daemon the table has a CLUSTER column (with -A kubectl puts its own
+// NAMESPACE column before the server's first one); from one API server it has none and cluster
+// names the server. AGE, the last column, is left out: it changes between runs.
+func kubectlRows(out, cluster string) ([]string, error) {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) == 0 || lines[0] == "" {
+		return nil, nil
+	}
+	header := strings.Fields(lines[0])
+	want := []string{"NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"}
+	if cluster == "" {
+		want = append([]string{"NAMESPACE", "CLUSTER"}, want[1:]...)
+	}
+	if strings.Join(header, " ") != strings.Join(want, " ") {
+		return nil, fmt.Errorf("header %q, want %q", lines[0], want)
+	}
+	rows := make([]string, 0, len(lines)-1)
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) != len(want) {
+			return nil, fmt.Errorf("row %q: %d cells, want %d", l, len(f), len(want))
+		}
+		if cluster != "" {
+			f = append([]string{cluster}, f...)
+		} else {
+			f[0], f[1] = f[1], f[0]
+		}
+		rows = append(rows, strings.Join(f[:len(f)-1], " "))
+	}
+	return rows, nil
+}
+
+// BenchmarkKubectl measures `kubectl get pods -A -l SEL` through the daemon's Kubernetes API
+// against a fan-out of the same kubectl to every API server (one process per cluster, run in
+// parallel), on 3 clusters of bulk-seeded Pods: wall time, bytes on the wire (counted by a
+// TCP proxy in front of every server), and the CPU of the clients and of the servers. Both
+// answers must hold the same rows.
+//
+//	MULTICACHE_BENCH_KUBECTL_PODS=20000 MULTICACHE_BENCH_KUBECTL_RUNS=7 go test -run '^$' -bench Kubectl -benchtime 1x -timeout 30m ./test/bench/
+func BenchmarkKubectl(b *testing.B) {
+	perCluster := harness.EnvInt("MULTICACHE_BENCH_KUBECTL_PODS", 20000)
+	runs := harness.EnvInt("MULTICACHE_BENCH_KUBECTL_RUNS", 7)
+	const namespaces = 10
+	bin := filepath.Join(fleet.DefaultBinDir(), "kubectl")
+	if _, err := os.Stat(bin); err != nil {
+		b.Fatalf("kubectl: %v (make tools builds it)", err)
+	}
+	env := harness.Start(b, harness.Options{Clusters: 3, Timeout: time.Hour})
+	ctx, f := env.Ctx, env.Fleet
+	spec := fleet.BulkSpec{Namespaces: namespaces, PodsPerNamespace: perCluster / namespaces, ConfigMapsPerNamespace: 1, Nodes: 100}
+	if _, err := env.Loader.BulkSeed(ctx, spec); err != nil {
+		b.Fatal(err)
+	}
+
+	// Every server behind a counting proxy; kubectl reaches them only through it.
+	dir := b.TempDir()
+	kc, err := clientcmd.LoadFromFile(f.Kubeconfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var apiProxies []*fleet.Proxy
+	for name, c := range kc.Clusters {
+		p, err := fleet.NewProxy(strings.TrimPrefix(c.Server, "https://"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		apiProxies = append(apiProxies, p)
+		kc.Clusters[name].Server = p.URL()
+	}
+	fanoutConfig := filepath.Join(dir, "fanout.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, fanoutConfig); err != nil {
+		b.Fatal(err)
+	}
+	d := harness.StartDaemon(b, "--kubeconfig", f.Kubeconfig(), "--resource", "pods")
+	dp, err := fleet.NewProxy(strings.TrimPrefix(d.URL, "http://"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dp.Close()
+	serverPIDs := f.PIDs()
+	contexts := f.Names()
+
+	kubectl := func(args ...string) (string, time.Duration, error) {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG=/dev/null")
+		var out, errs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errs
+		if err := cmd.Run(); err != nil {
+			return "", 0, fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errs.String())
+		}
+		return out.String(), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
+	}
+	bytesOf := func(ps ...*fleet.Proxy) (sent, recv int64) {
+		for _, p := range ps {
+			s, r := p.Bytes()
+			sent, recv = sent+s, recv+r
+		}
+		return sent, recv
+	}
+	// Discovery is cached per target in its own directory, warm after the first run (not
+	// counted), as for a user who runs kubectl more than once.
+	viaDaemon := func(sel string) (kubectlRun, error) {
+		s0, r0 := dp.Bytes()
+		c0 := procCPU(d.Cmd.Process.Pid)
+		start := time.Now()
+		out, cpu, err := kubectl("--server", "http://"+dp.Addr(), "--cache-dir", filepath.Join(dir, "cache-daemon"),
+			"get", "pods", "-A", "-l", sel)
+		wall := time.Since(start)
+		if err != nil {
+			return kubectlRun{}, err
+		}
+		s1, r1 := dp.Bytes()
+		rows, err := kubectlRows(out, "")
+		sort.Strings(rows)
+		return kubectlRun{wall: wall, sent: s1 - s0, recv: r1 - r0, clientCPU: cpu, serverCPU: procCPU(d.Cmd.Process.Pid) - c0, rows: rows}, err
+	}
+	fanout := func(sel string) (kubectlRun, error) {
+		s0, r0 := bytesOf(apiProxies...)
+		c0 := cpuOf(serverPIDs)
+		var mu sync.Mutex
+		var run kubectlRun
+		var firstErr error
+		var wg sync.WaitGroup
+		start := time.Now()
+		for _, name := range contexts {
+			wg.Go(func() {
+				out, cpu, err := kubectl("--kubeconfig", fanoutConfig, "--context", name, "--cache-dir", filepath.Join(dir, "cache-fanout"),
+					"get", "pods", "-A", "-l", sel)
+				var rows []string
+				if err == nil {
+					rows, err = kubectlRows(out, name)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				run.rows = append(run.rows, rows...)
+				run.clientCPU += cpu
+			})
+		}
+		wg.Wait()
+		run.wall = time.Since(start)
+		s1, r1 := bytesOf(apiProxies...)
+		run.sent, run.recv, run.serverCPU = s1-s0, r1-r0, cpuOf(serverPIDs)-c0
+		sort.Strings(run.rows)
+		return run, firstErr
+	}
+
+	selectors := []struct{ sel, what string }{
+		{"app=app-7", "1 Pod in 20"},
+		{"tier=frontend", "1 Pod in 3"},
+	}
+	var sb strings.Builder
+	sb.WriteString("| selector | rows | variant | wall | received | sent | kubectl CPU | server CPU |\n|---|---|---|---|---|---|---|---|\n")
+	var ratios []string
+	for _, s := range selectors {
+		if _, err := viaDaemon(s.sel); err != nil { // warm-up: discovery caches
+			b.Fatal(err)
+		}
+		if _, err := fanout(s.sel); err != nil {
+			b.Fatal(err)
+		}
+		got := map[bool][]kubectlRun{}
+		for i := range runs {
+			order := []bool{true, false}
+			if i%2 == 1 {
+				order = []bool{false, true}
+			}
+			for _, daemon := range order {
+				run, err := fanout(s.sel)
+				if daemon {
+					run, err = viaDaemon(s.sel)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				got[daemon] = append(got[daemon], run)
+			}
+		}
+		// Ground truth: the fan-out is what the API servers list. Every run of both must agree.
+		truth := got[false][0].rows
+		if want := 3 * perCluster; len(truth) == 0 || len(truth) > want {
+			b.Fatalf("%s: the API servers list %d Pods (of %d)", s.sel, len(truth), want)
+		}
+		for _, daemon := range []bool{false, true} {
+			for i, r := range got[daemon] {
+				if strings.Join(r.rows, "\n") != strings.Join(truth, "\n") {
+					b.Fatalf("%s: run %d (daemon %t) printed %d rows, the API servers %d, or other rows", s.sel, i, daemon, len(r.rows), len(truth))
+				}
+			}
+		}
+		type stat struct{ med, lo, hi float64 }
+		of := func(daemon bool, x func(kubectlRun) float64) stat {
+			var xs []float64
+			for _, r := range got[daemon] {
+				xs = append(xs, x(r))
+			}
+			sort.Float64s(xs)
+			return stat{median(xs), xs[0], xs[len(xs)-1]}
+		}
+		wall := func(r kubectlRun) float64 { return r.wall.Seconds() * 1000 }
+		recv := func(r kubectlRun) float64 { return float64(r.recv) / (1 << 20) }
+		sent := func(r kubectlRun) float64 { return float64(r.sent) / (1 << 10) }
+		ccpu := func(r kubectlRun) float64 { return r.clientCPU.Seconds() * 1000 }
+		scpu := func(r kubectlRun) float64 { return r.serverCPU.Seconds() * 1000 }
+		cell := func(st stat, unit string, prec int) string {
+			return fmt.Sprintf("%.*f %s (%.*f–%.*f)", prec, st.med, unit, prec, st.lo, prec, st.hi)
+		}
+		for _, daemon := range []bool{true, false} {
+			name := "fan-out: 3 kubectl, one per API server"
+			if daemon {
+				name = "one kubectl through multicache"
+			}
+			fmt.Fprintf(&sb, "| `%s` (%s) | %d | %s | %s | %s | %s | %s | %s |\n", s.sel, s.what, len(truth), name,
+				cell(of(daemon, wall), "ms", 0), cell(of(daemon, recv), "MiB", 2), cell(of(daemon, sent), "KiB", 1),
+				cell(of(daemon, ccpu), "ms", 0), cell(of(daemon, scpu), "ms", 0))
+		}
+		ratios = append(ratios, fmt.Sprintf("`%s`: wall %.2f×, bytes received %.2f×, server CPU %.2f×", s.sel,
+			of(true, wall).med/of(false, wall).med, of(true, recv).med/of(false, recv).med, of(true, scpu).med/of(false, scpu).med))
+	}
+	b.Log("\n" + sb.String() + "\nmulticache ÷ fan-out, medians: " + strings.Join(ratios, "; "))
+	if os.Getenv("MULTICACHE_BENCH_WRITE") != "" {
+		writeSection(b, "K1: kubectl get through the daemon vs a kubectl fan-out, 3 clusters", fmt.Sprintf(`%s
+
+3 clusters of %d bulk-seeded Pods each (%d namespaces; labels app-0…app-19, tier
+frontend/backend/cache), the daemon on them with `+"`--resource pods`"+`. For each selector,
+`+"`kubectl get pods -A -l SEL`"+` runs through the daemon's Kubernetes API (one process, CLUSTER
+column) and as a fan-out: one kubectl per cluster's API server, the three in parallel, the best a
+script can do. Both print the same rows (checked on every run, less AGE). Each variant ran %d
+times, alternating which goes first; median (min–max). kubectl's discovery cache is warm (one
+run before measuring). Bytes are counted by a TCP proxy in front of every server (TLS bytes for
+the API servers, plain HTTP for the daemon). kubectl CPU sums the processes of a variant;
+server CPU is the daemon's, or the 3 API servers' and 3 etcds' together, over the run (from
+/proc, 10 ms ticks). Everything shares the machine's CPUs.
+
+%s
+multicache ÷ fan-out, medians: %s.
+
+Command: `+"`MULTICACHE_BENCH_KUBECTL_PODS=%d MULTICACHE_BENCH_KUBECTL_RUNS=%d go test -run '^$' -bench Kubectl -benchtime 1x -timeout 30m ./test/bench/`"+`
+`, machineLine(), perCluster, namespaces, runs, sb.String(), strings.Join(ratios, "; "), perCluster, runs))
+	}
+}
