@@ -52,6 +52,11 @@ run "$bin/multicache" clusters
 run "$bin/multicache" get pods -n load-3 --field-selector image=nginx:1.27.3 -l tier=frontend
 run "$bin/multicache" get nodes -l topology.kubernetes.io/zone=zone-b,node.kubernetes.io/instance-type=m5.xlarge --field-selector metadata.name=node-1 -o wide
 run "$bin/multicache" get widgets -n load-0 -l color=red
+# The same memory, as a Kubernetes API: kubectl reads the fleet as one API server.
+kubectl() { KUBECONFIG=/dev/null "$bin/kubectl" "$@"; }
+run kubectl --server "$server" get pods -A -l tier=frontend --field-selector spec.nodeName=node-1
+run kubectl --server "$server" get widgets -A -l color=red -o wide
+run kubectl --server "$server" get clusters.multicache.io
 run curl -s "$server/multicache/v1/resources/pods?index=pod-node&value=node-7&limit=2" -o /dev/null -w "HTTP %{http_code}, %{size_download} bytes in %{time_total}s\n"
 echo
 echo "\$ curl -s '$server/multicache/v1/resources/widgets?limit=1' | jq .clusters   # which clusters serve the CRD"
@@ -59,5 +64,6 @@ curl -s "$server/multicache/v1/resources/widgets?limit=1" | python3 -c 'import j
 
 echo
 echo "demo: running. Try: $bin/multicache get deploy -A    |    $bin/multicache clusters --watch"
+echo "demo:              $bin/kubectl --server $server get deploy -A -w    |    $bin/kubectl --server $server api-resources"
 echo "demo: kubeconfig for kubectl: $dir/kubeconfig (contexts fleet-1..3). Ctrl-C stops everything."
 wait "$daemon"

@@ -1,9 +1,3 @@
-// Command multicache keeps one live, indexed cache of a fleet of Kubernetes clusters and
-// answers fleet inventory questions over HTTP and from the command line.
-//
-//	multicache serve --config configs/multicache.yaml
-//	multicache get pods -A -l app=web --cluster fleet-1
-//	multicache clusters --watch
 package main
 
 import (

@@ -82,8 +82,10 @@ type Server struct {
 	Auth   *Auth  `json:"auth,omitempty"`
 	// AllowInsecure permits listening beyond loopback without auth.
 	AllowInsecure bool `json:"allowInsecure,omitempty"`
-	// MaxPageSize caps `limit`. Default 1000.
+	// MaxPageSize caps `limit` in the native API. Default 1000.
 	MaxPageSize int `json:"maxPageSize,omitempty"`
+	// KubeMaxPageSize caps one list answer of the Kubernetes API. Default 10000.
+	KubeMaxPageSize int `json:"kubeMaxPageSize,omitempty"`
 	// RequestTimeout bounds non-watch requests. Default 30s.
 	RequestTimeout Duration `json:"requestTimeout,omitempty"`
 	// WatchBuffer is how many recent events per resource a watch can resume from. Default 100000.
@@ -337,7 +339,7 @@ func (c *Config) ResourceSpecs() ([]clusterset.ResourceSpec, error) {
 // and Tokens are the caller's).
 func (c *Config) ServerOptions() server.Options {
 	return server.Options{
-		MaxPageSize: c.Server.MaxPageSize, RequestTimeout: c.Server.RequestTimeout.Duration,
+		MaxPageSize: c.Server.MaxPageSize, KubeMaxPageSize: c.Server.KubeMaxPageSize, RequestTimeout: c.Server.RequestTimeout.Duration,
 		WatchBuffer: c.Server.WatchBuffer, WatchBufferBytes: c.Server.WatchBufferBytes,
 		MaxWatches: c.Server.MaxWatches, MaxRequestsInFlight: c.Server.MaxRequestsInFlight,
 		BookmarkInterval: c.Server.BookmarkInterval.Duration, DeadClusterTimeout: c.Readiness.DeadClusterTimeout.Duration,

@@ -184,7 +184,8 @@ func serverVersion() version.Info {
 }
 
 // handleDiscovery answers /version, /api, /apis, /apis/{g}, /api/v1 and /apis/{g}/{v}, legacy
-// discovery; a client asking for aggregated discovery gets it and falls back.
+// discovery only: a client asking for aggregated discovery gets these documents, recognises
+// their content type and reads them as legacy discovery.
 func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request, p kubePath, cat *catalog) {
 	switch p.what {
 	case "version":

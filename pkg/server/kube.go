@@ -242,7 +242,7 @@ func parseListPosition(h *hub, vals url.Values) (listPosition, int, error) {
 // kubeList answers a list: from the stores, or, for an exact resourceVersion, from the hub's
 // snapshot at it (410 once the events after it are gone).
 func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
-	limit := s.opts.MaxPageSize
+	limit := s.opts.KubeMaxPageSize
 	if l := vals.Get("limit"); l != "" {
 		n, err := strconv.ParseInt(l, 10, 64)
 		if err != nil || n < 0 {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,11 @@ func pod(name string) corev1.Pod {
 
 // kubeFixture is a server over two fake clusters: a has pods both and only-a, b has both.
 func kubeFixture(t *testing.T, tokens ...string) (*httptest.Server, *Server) {
+	return kubeFixtureWith(t, Options{Tokens: tokens})
+}
+
+// kubeFixtureWith is kubeFixture with opts (their Registry and BookmarkInterval are set).
+func kubeFixtureWith(t *testing.T, opts Options) (*httptest.Server, *Server) {
 	a, b := fakeapi.New(t), fakeapi.New(t)
 	a.SetPods([]corev1.Pod{pod("both"), pod("only-a")})
 	b.SetPods([]corev1.Pod{pod("both")})
@@ -92,7 +98,8 @@ func kubeFixture(t *testing.T, tokens ...string) (*httptest.Server, *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Registry: reg, Tokens: tokens, BookmarkInterval: 100 * time.Millisecond})
+	opts.Registry, opts.BookmarkInterval = reg, 100*time.Millisecond
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,5 +331,62 @@ func TestKubeDiscoveryAndAuth(t *testing.T) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(&tab); err != nil || len(tab.Rows) != 2 || tab.Rows[0].Cells[1] != "Synced" {
 		t.Errorf("clusters as a Table: %+v %v", tab, err)
+	}
+}
+
+// TestKubeMaxPageSize: a Kubernetes API list answers at most KubeMaxPageSize items, whatever
+// the limit (none included), and its continue leads to the rest, as a client-go pager reads.
+func TestKubeMaxPageSize(t *testing.T) {
+	hs, _ := kubeFixtureWith(t, Options{KubeMaxPageSize: 2})
+	var names []string
+	pages := 0
+	for path := "/api/v1/pods?limit=50"; ; {
+		var list struct {
+			Metadata metav1.ListMeta `json:"metadata"`
+			Items    []corev1.Pod    `json:"items"`
+		}
+		code, _, body := do(t, hs, "GET", path, "")
+		if err := json.Unmarshal(body, &list); err != nil || code != 200 || len(list.Items) > 2 {
+			t.Fatalf("%s: %d, %d items: %s", path, code, len(list.Items), body)
+		}
+		pages++
+		for _, p := range list.Items {
+			names = append(names, p.Annotations[api.ClusterAnnotation]+"/"+p.Name)
+		}
+		if list.Metadata.Continue == "" {
+			break
+		}
+		path = "/api/v1/pods?continue=" + url.QueryEscape(list.Metadata.Continue)
+	}
+	if want := []string{"a/both", "a/only-a", "b/both"}; pages != 2 || !slices.Equal(names, want) {
+		t.Errorf("%d pages of %v, want 2 of %v", pages, names, want)
+	}
+}
+
+// TestCatalogSameNameInTwoGroups: a namespaced and a cluster-scoped resource of the same plural
+// in different groups both resolve, each with its own scope, and discovery lists both.
+func TestCatalogSameNameInTwoGroups(t *testing.T) {
+	rs := func(name, group string, namespaced bool) clusterset.ResourceStatus {
+		return clusterset.ResourceStatus{Resource: name, Group: group, Version: "v1", Kind: "Widget", Plural: "widgets",
+			Namespaced: namespaced, State: clusterset.Synced}
+	}
+	cat := buildCatalog([]clusterset.ClusterStatus{
+		{Name: "b", Resources: []clusterset.ResourceStatus{rs("widgets.b.example", "b.example", false)}},
+		{Name: "a", Resources: []clusterset.ResourceStatus{rs("widgets.a.example", "a.example", true), rs("widgets.b.example", "b.example", false)}},
+	}, "")
+	for group, namespaced := range map[string]bool{"a.example": true, "b.example": false} {
+		kr := cat.find(group, "v1", "widgets")
+		if kr == nil || kr.api.Namespaced != namespaced || kr.gvk.Group != group {
+			t.Fatalf("find %s/v1/widgets: %+v", group, kr)
+		}
+		if res := cat.resourcesOf(group, "v1"); len(res) != 1 || res[0].Name != "widgets" || res[0].Namespaced != namespaced {
+			t.Errorf("discovery of %s/v1: %+v", group, res)
+		}
+	}
+	if kr := cat.find("b.example", "v1", "widgets"); !slices.Equal(kr.clusters, []string{"a", "b"}) {
+		t.Errorf("b.example widgets: clusters %v, want [a b]", kr.clusters)
+	}
+	if cat.find("c.example", "v1", "widgets") != nil {
+		t.Error("a group no cluster serves resolved")
 	}
 }

@@ -26,8 +26,14 @@ type Options struct {
 	Logger   *zap.Logger
 	// Tokens accepted as "Authorization: Bearer …". Empty: no auth.
 	Tokens []string
-	// MaxPageSize caps `limit`; it is also the page size when no limit is given. Default 1000.
+	// MaxPageSize caps `limit` in the native API; it is also the page size when no limit is
+	// given. Default 1000.
 	MaxPageSize int
+	// KubeMaxPageSize caps one list answer of the Kubernetes API, whatever limit the client
+	// asks, none included; the rest follows by `continue`, which kubectl and client-go follow.
+	// It bounds the memory one answer takes (answers are encoded whole before they are sent).
+	// kubectl pages by 500 unless told otherwise (--chunk-size). Default 10000.
+	KubeMaxPageSize int
 	// RequestTimeout bounds every request but watches. Default 30s.
 	RequestTimeout time.Duration
 	// WatchBuffer is how many events per resource a watch can resume from. Default 100000.
@@ -73,6 +79,7 @@ func (o *Options) Default() {
 		}
 	}
 	setInt(&o.MaxPageSize, 1000)
+	setInt(&o.KubeMaxPageSize, 10000)
 	setInt(&o.WatchBuffer, 100000)
 	setInt(&o.WatchBufferBytes, 128<<20)
 	setInt(&o.MaxWatches, 1000)
@@ -98,7 +105,7 @@ func (o Options) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"maxPageSize", o.MaxPageSize}, {"watchBuffer", o.WatchBuffer}, {"watchBufferBytes", o.WatchBufferBytes},
+	}{{"maxPageSize", o.MaxPageSize}, {"kubeMaxPageSize", o.KubeMaxPageSize}, {"watchBuffer", o.WatchBuffer}, {"watchBufferBytes", o.WatchBufferBytes},
 		{"maxWatches", o.MaxWatches}, {"maxRequestsInFlight", o.MaxRequestsInFlight}, {"hubMaxPending", o.HubMaxPending}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("server.%s: %d: must not be negative", f.name, f.v))

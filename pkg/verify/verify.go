@@ -1,6 +1,3 @@
-// Package verify is the convergence checker: it compares what an aggregate holds with what each
-// API server itself lists (UID and resourceVersion of every object) and reports every object
-// that diverges. Ground truth is a metadata-only LIST, so checking is cheap for the server.
 package verify
 
 import (

@@ -155,12 +155,12 @@ func BenchmarkKubectl(b *testing.B) {
 	}
 	// Discovery is cached per target in its own directory, warm after the first run (not
 	// counted), as for a user who runs kubectl more than once.
-	viaDaemon := func(sel string) (kubectlRun, error) {
+	viaDaemon := func(sel, chunk string) (kubectlRun, error) {
 		s0, r0 := dp.Bytes()
 		c0 := procCPU(d.Cmd.Process.Pid)
 		start := time.Now()
 		out, cpu, err := kubectl("--server", "http://"+dp.Addr(), "--cache-dir", filepath.Join(dir, "cache-daemon"),
-			"get", "pods", "-A", "-l", sel)
+			"get", "pods", "-A", "-l", sel, "--chunk-size", chunk)
 		wall := time.Since(start)
 		if err != nil {
 			return kubectlRun{}, err
@@ -170,7 +170,7 @@ func BenchmarkKubectl(b *testing.B) {
 		sort.Strings(rows)
 		return kubectlRun{wall: wall, sent: s1 - s0, recv: r1 - r0, clientCPU: cpu, serverCPU: procCPU(d.Cmd.Process.Pid) - c0, rows: rows}, err
 	}
-	fanout := func(sel string) (kubectlRun, error) {
+	fanout := func(sel, chunk string) (kubectlRun, error) {
 		s0, r0 := bytesOf(apiProxies...)
 		c0 := cpuOf(serverPIDs)
 		var mu sync.Mutex
@@ -181,7 +181,7 @@ func BenchmarkKubectl(b *testing.B) {
 		for _, name := range contexts {
 			wg.Go(func() {
 				out, cpu, err := kubectl("--kubeconfig", fanoutConfig, "--context", name, "--cache-dir", filepath.Join(dir, "cache-fanout"),
-					"get", "pods", "-A", "-l", sel)
+					"get", "pods", "-A", "-l", sel, "--chunk-size", chunk)
 				var rows []string
 				if err == nil {
 					rows, err = kubectlRows(out, name)
@@ -207,49 +207,57 @@ func BenchmarkKubectl(b *testing.B) {
 		{"app=app-7", "1 Pod in 20"},
 		{"tier=frontend", "1 Pod in 3"},
 	}
+	// kubectl pages by 500 unless told otherwise, and its client allows 5 requests/s after a
+	// burst of 10 (client-go's defaults): a list of many pages waits on the client. Both
+	// variants run as users type them, and with --chunk-size=0 (one request per server).
+	type variant struct {
+		daemon bool
+		chunk  string
+	}
+	variants := []variant{{true, "500"}, {false, "500"}, {true, "0"}, {false, "0"}}
 	var sb strings.Builder
-	sb.WriteString("| selector | rows | variant | wall | received | sent | kubectl CPU | server CPU |\n|---|---|---|---|---|---|---|---|\n")
+	sb.WriteString("| selector | rows | variant | --chunk-size | wall | received | sent | kubectl CPU | server CPU |\n|---|---|---|---|---|---|---|---|---|\n")
 	var ratios []string
 	for _, s := range selectors {
-		if _, err := viaDaemon(s.sel); err != nil { // warm-up: discovery caches
-			b.Fatal(err)
-		}
-		if _, err := fanout(s.sel); err != nil {
-			b.Fatal(err)
-		}
-		got := map[bool][]kubectlRun{}
-		for i := range runs {
-			order := []bool{true, false}
-			if i%2 == 1 {
-				order = []bool{false, true}
+		got := map[variant][]kubectlRun{}
+		measure := func(v variant) (kubectlRun, error) {
+			if v.daemon {
+				return viaDaemon(s.sel, v.chunk)
 			}
-			for _, daemon := range order {
-				run, err := fanout(s.sel)
-				if daemon {
-					run, err = viaDaemon(s.sel)
-				}
+			return fanout(s.sel, v.chunk)
+		}
+		for _, v := range variants { // warm-up: discovery caches
+			if _, err := measure(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range runs {
+			for j := range variants { // rotating order
+				v := variants[(i+j)%len(variants)]
+				run, err := measure(v)
 				if err != nil {
 					b.Fatal(err)
 				}
-				got[daemon] = append(got[daemon], run)
+				got[v] = append(got[v], run)
 			}
 		}
-		// Ground truth: the fan-out is what the API servers list. Every run of both must agree.
-		truth := got[false][0].rows
+		// Ground truth: the fan-out is what the API servers list. Every run of every variant
+		// must agree.
+		truth := got[variant{false, "500"}][0].rows
 		if want := 3 * perCluster; len(truth) == 0 || len(truth) > want {
 			b.Fatalf("%s: the API servers list %d Pods (of %d)", s.sel, len(truth), want)
 		}
-		for _, daemon := range []bool{false, true} {
-			for i, r := range got[daemon] {
+		for _, v := range variants {
+			for i, r := range got[v] {
 				if strings.Join(r.rows, "\n") != strings.Join(truth, "\n") {
-					b.Fatalf("%s: run %d (daemon %t) printed %d rows, the API servers %d, or other rows", s.sel, i, daemon, len(r.rows), len(truth))
+					b.Fatalf("%s: run %d of %+v printed %d rows, the API servers %d, or other rows", s.sel, i, v, len(r.rows), len(truth))
 				}
 			}
 		}
 		type stat struct{ med, lo, hi float64 }
-		of := func(daemon bool, x func(kubectlRun) float64) stat {
+		of := func(v variant, x func(kubectlRun) float64) stat {
 			var xs []float64
-			for _, r := range got[daemon] {
+			for _, r := range got[v] {
 				xs = append(xs, x(r))
 			}
 			sort.Float64s(xs)
@@ -263,17 +271,20 @@ func BenchmarkKubectl(b *testing.B) {
 		cell := func(st stat, unit string, prec int) string {
 			return fmt.Sprintf("%.*f %s (%.*f–%.*f)", prec, st.med, unit, prec, st.lo, prec, st.hi)
 		}
-		for _, daemon := range []bool{true, false} {
+		for _, v := range variants {
 			name := "fan-out: 3 kubectl, one per API server"
-			if daemon {
+			if v.daemon {
 				name = "one kubectl through multicache"
 			}
-			fmt.Fprintf(&sb, "| `%s` (%s) | %d | %s | %s | %s | %s | %s | %s |\n", s.sel, s.what, len(truth), name,
-				cell(of(daemon, wall), "ms", 0), cell(of(daemon, recv), "MiB", 2), cell(of(daemon, sent), "KiB", 1),
-				cell(of(daemon, ccpu), "ms", 0), cell(of(daemon, scpu), "ms", 0))
+			fmt.Fprintf(&sb, "| `%s` (%s) | %d | %s | %s | %s | %s | %s | %s | %s |\n", s.sel, s.what, len(truth), name, v.chunk,
+				cell(of(v, wall), "ms", 0), cell(of(v, recv), "MiB", 2), cell(of(v, sent), "KiB", 1),
+				cell(of(v, ccpu), "ms", 0), cell(of(v, scpu), "ms", 0))
 		}
-		ratios = append(ratios, fmt.Sprintf("`%s`: wall %.2f×, bytes received %.2f×, server CPU %.2f×", s.sel,
-			of(true, wall).med/of(false, wall).med, of(true, recv).med/of(false, recv).med, of(true, scpu).med/of(false, scpu).med))
+		for _, chunk := range []string{"500", "0"} {
+			d, f := variant{true, chunk}, variant{false, chunk}
+			ratios = append(ratios, fmt.Sprintf("`%s` --chunk-size=%s: wall %.2f×, bytes received %.2f×, server CPU %.2f×", s.sel, chunk,
+				of(d, wall).med/of(f, wall).med, of(d, recv).med/of(f, recv).med, of(d, scpu).med/of(f, scpu).med))
+		}
 	}
 	b.Log("\n" + sb.String() + "\nmulticache ÷ fan-out, medians: " + strings.Join(ratios, "; "))
 	if os.Getenv("MULTICACHE_BENCH_WRITE") != "" {
@@ -283,8 +294,13 @@ func BenchmarkKubectl(b *testing.B) {
 frontend/backend/cache), the daemon on them with `+"`--resource pods`"+`. For each selector,
 `+"`kubectl get pods -A -l SEL`"+` runs through the daemon's Kubernetes API (one process, CLUSTER
 column) and as a fan-out: one kubectl per cluster's API server, the three in parallel, the best a
-script can do. Both print the same rows (checked on every run, less AGE). Each variant ran %d
-times, alternating which goes first; median (min–max). kubectl's discovery cache is warm (one
+script can do; each with kubectl's default paging (500) and with `+"`--chunk-size=0`"+`. All print
+the same rows (checked on every run, less AGE). Each variant ran %d times, in rotating order;
+median (min–max). kubectl's client allows 5 requests/s after a burst of 10 (client-go's
+defaults), so a list of more than 10 pages waits on the client: through the daemon one
+kubectl fetches every page, while the fan-out splits them over three clients. With
+`+"`--chunk-size=0`"+` an API server answers in one page; the daemon answers at most
+`+"`server.kubeMaxPageSize`"+` (10,000) items per page. kubectl's discovery cache is warm (one
 run before measuring). Bytes are counted by a TCP proxy in front of every server (TLS bytes for
 the API servers, plain HTTP for the daemon). kubectl CPU sums the processes of a variant;
 server CPU is the daemon's, or the 3 API servers' and 3 etcds' together, over the run (from

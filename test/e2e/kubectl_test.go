@@ -274,6 +274,18 @@ func TestKubectl(t *testing.T) {
 				t.Errorf("api-resources: no line %v in\n%s", want, out)
 			}
 		}
+		// Short names and categories resolve as they do against an API server.
+		sel := []string{"-n", "load-0", "-l", "multicache.io/cluster=fleet-1", "-o", "name"}
+		pods := k.ok(append([]string{"get", "pods"}, sel...)...)
+		if po := k.ok(append([]string{"get", "po"}, sel...)...); po != pods || !strings.Contains(pods, "pod/") {
+			t.Errorf("get po: %q, get pods: %q", po, pods)
+		}
+		all := k.ok(append([]string{"get", "all"}, sel...)...)
+		for _, want := range []string{"pod/", "deployment.apps/"} {
+			if !strings.Contains(all, want) {
+				t.Errorf("get all (the category): no %s in %q", want, all)
+			}
+		}
 	})
 
 	t.Run("a CRD served by 2 of 3 clusters, with its printer columns", func(t *testing.T) {
