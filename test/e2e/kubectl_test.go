@@ -153,7 +153,7 @@ func podKeys(truth map[string]corev1.Pod, withNamespace bool, keep func(cluster 
 // TestKubectl: the real kubectl against the daemon, in the fleet view and in one cluster's,
 // every answer compared with what the API servers list.
 func TestKubectl(t *testing.T) {
-	env := harness.Start(t, harness.Options{Timeout: 10 * time.Minute, Seed: fleet.Spec{Namespaces: 2, Nodes: 3, PodsPerNamespace: 12,
+	env := harness.Start(t, harness.Options{Timeout: 10 * time.Minute, Seed: fleet.Spec{Namespaces: 2, Nodes: 3, PodsPerNamespace: 12, DeploymentsPerNamespace: 2,
 		WidgetsPerNamespace: 3, CRDClusters: []string{"fleet-1", "fleet-2"}}})
 	ctx, f := env.Ctx, env.Fleet
 	cfgPath := filepath.Join(t.TempDir(), "multicache.yaml")
