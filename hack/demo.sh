@@ -54,8 +54,8 @@ run "$bin/multicache" get nodes -l topology.kubernetes.io/zone=zone-b,node.kuber
 run "$bin/multicache" get widgets -n load-0 -l color=red
 # The same memory, as a Kubernetes API: kubectl reads the fleet as one API server.
 kubectl() { KUBECONFIG=/dev/null "$bin/kubectl" "$@"; }
-run kubectl --server "$server" get pods -A -l tier=frontend --field-selector spec.nodeName=node-1
-run kubectl --server "$server" get widgets -A -l color=red -o wide
+run kubectl --server "$server" get pods -n load-3 -l app=app-3 -o wide
+run kubectl --server "$server" get widgets -n load-0 -l color=red -o wide
 run kubectl --server "$server" get clusters.multicache.io
 run curl -s "$server/multicache/v1/resources/pods?index=pod-node&value=node-7&limit=2" -o /dev/null -w "HTTP %{http_code}, %{size_download} bytes in %{time_total}s\n"
 echo
