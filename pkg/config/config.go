@@ -84,7 +84,7 @@ type Server struct {
 	AllowInsecure bool `json:"allowInsecure,omitempty"`
 	// MaxPageSize caps `limit` in the native API. Default 1000.
 	MaxPageSize int `json:"maxPageSize,omitempty"`
-	// KubeMaxPageSize caps one list answer of the Kubernetes API. Default 10000.
+	// KubeMaxPageSize caps the `limit` of a Kubernetes API list. Default 10000.
 	KubeMaxPageSize int `json:"kubeMaxPageSize,omitempty"`
 	// RequestTimeout bounds non-watch requests. Default 30s.
 	RequestTimeout Duration `json:"requestTimeout,omitempty"`

@@ -17,12 +17,13 @@ var gzipWriters = sync.Pool{New: func() any {
 }}
 
 // compressLarge gzips a response whose first Write holds at least gzipThreshold bytes, when
-// the request accepts gzip, as kube-apiserver does. Lists and gets write their whole body in
-// one Write, so the choice is exact for them. A watch's first event is small, so a watch
-// streams uncompressed, event by event.
+// the request accepts gzip, as kube-apiserver does. A get writes its whole body in one Write
+// and a list its first chunk, so the choice follows the answer's size. Watches are never
+// compressed (kube-apiserver does not compress them either): their events stream as written.
 func compressLarge(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		if wq := r.URL.Query().Get("watch"); wq == "true" || wq == "1" || strings.Contains(r.URL.Path, "/watch/") ||
+			!acceptsGzip(r.Header.Get("Accept-Encoding")) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -54,11 +55,12 @@ type compressWriter struct {
 }
 
 func (c *compressWriter) WriteHeader(code int) {
-	if c.decided || c.status != 0 {
-		c.ResponseWriter.WriteHeader(code) // after the decision, or a superfluous call: as http does
-		return
-	}
-	c.status = code
+	switch {
+	case c.decided:
+		c.ResponseWriter.WriteHeader(code) // superfluous: http logs and ignores it
+	case c.status == 0:
+		c.status = code
+	} // a second code before any write is ignored, as http does: the first one holds
 }
 
 func (c *compressWriter) Write(p []byte) (int, error) {

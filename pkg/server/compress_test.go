@@ -27,18 +27,21 @@ func TestCompressLarge(t *testing.T) {
 	big := bytes.Repeat([]byte(`{"kind":"Pod","metadata":{"name":"x"}},`), gzipThreshold/30)
 	small := []byte(`{"kind":"PodList","items":[]}`)
 	cases := []struct {
-		name, accept string
-		status       int
-		flushFirst   bool
-		body         []byte
-		gzipped      bool
+		name, accept, path string
+		status             int
+		flushFirst         bool
+		body               []byte
+		gzipped            bool
 	}{
-		{"large", "gzip", 0, false, big, true},
-		{"large, explicit 200", "gzip", 200, false, big, true},
-		{"small", "gzip", 0, false, small, false},
-		{"client without gzip", "", 0, false, big, false},
-		{"large error", "gzip", 500, false, big, false},
-		{"stream flushed first", "gzip", 0, true, big, false},
+		{"large", "gzip", "/api/v1/pods", 0, false, big, true},
+		{"large, explicit 200", "gzip", "/api/v1/pods", 200, false, big, true},
+		{"small", "gzip", "/api/v1/pods", 0, false, small, false},
+		{"client without gzip", "", "/api/v1/pods", 0, false, big, false},
+		{"large error", "gzip", "/api/v1/pods", 500, false, big, false},
+		{"stream flushed first", "gzip", "/api/v1/pods", 0, true, big, false},
+		{"watch with a large first event", "gzip", "/api/v1/pods?watch=true", 0, false, big, false},
+		{"watch path", "gzip", "/api/v1/watch/pods", 0, false, big, false},
+		{"native watch", "gzip", "/multicache/v1/resources/pods?watch=1", 0, false, big, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,6 +49,7 @@ func TestCompressLarge(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				if tc.status != 0 {
 					w.WriteHeader(tc.status)
+					w.WriteHeader(http.StatusTeapot) // superfluous: the first code holds
 				}
 				if tc.flushFirst {
 					w.(http.Flusher).Flush()
@@ -54,7 +58,7 @@ func TestCompressLarge(t *testing.T) {
 				_, _ = w.Write([]byte("\n"))
 			}))
 			rec := httptest.NewRecorder()
-			req := httptest.NewRequest("GET", "/api/v1/pods", nil)
+			req := httptest.NewRequest("GET", tc.path, nil)
 			if tc.accept != "" {
 				req.Header.Set("Accept-Encoding", tc.accept)
 			}

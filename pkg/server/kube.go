@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -242,15 +243,18 @@ func parseListPosition(h *hub, vals url.Values) (listPosition, int, error) {
 // kubeList answers a list: from the stores, or, for an exact resourceVersion, from the hub's
 // snapshot at it (410 once the events after it are gone).
 func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
-	limit := s.opts.KubeMaxPageSize
+	// Without a limit (or with 0) a list answers everything, as an API server does: clients
+	// that do not page must not get a part. A limit is capped: the rest follows by continue,
+	// which a client that sets a limit follows.
+	limit := math.MaxInt32
 	if l := vals.Get("limit"); l != "" {
 		n, err := strconv.ParseInt(l, 10, 64)
 		if err != nil || n < 0 {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
 			return
 		}
-		if n > 0 && n < int64(limit) {
-			limit = int(n)
+		if n > 0 {
+			limit = int(min(n, int64(s.opts.KubeMaxPageSize)))
 		}
 	}
 	if kr == clustersResource {

@@ -2,7 +2,10 @@ package server
 
 import (
 	"bufio"
+	"compress/gzip"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -334,10 +337,21 @@ func TestKubeDiscoveryAndAuth(t *testing.T) {
 	}
 }
 
-// TestKubeMaxPageSize: a Kubernetes API list answers at most KubeMaxPageSize items, whatever
-// the limit (none included), and its continue leads to the rest, as a client-go pager reads.
+// TestKubeMaxPageSize: a Kubernetes API list with a limit answers at most KubeMaxPageSize
+// items, and its continue leads to the rest, as a client-go pager reads; without a limit it
+// answers everything, as an API server does for clients that do not page.
 func TestKubeMaxPageSize(t *testing.T) {
 	hs, _ := kubeFixtureWith(t, Options{KubeMaxPageSize: 2})
+	for _, path := range []string{"/api/v1/pods", "/api/v1/pods?limit=0"} {
+		var list struct {
+			Metadata metav1.ListMeta `json:"metadata"`
+			Items    []corev1.Pod    `json:"items"`
+		}
+		code, _, body := do(t, hs, "GET", path, "")
+		if err := json.Unmarshal(body, &list); err != nil || code != 200 || len(list.Items) != 3 || list.Metadata.Continue != "" {
+			t.Errorf("%s: %d, %d items, continue %q, want all 3: %s", path, code, len(list.Items), list.Metadata.Continue, body)
+		}
+	}
 	var names []string
 	pages := 0
 	for path := "/api/v1/pods?limit=50"; ; {
@@ -388,5 +402,133 @@ func TestCatalogSameNameInTwoGroups(t *testing.T) {
 	}
 	if cat.find("c.example", "v1", "widgets") != nil {
 		t.Error("a group no cluster serves resolved")
+	}
+}
+
+// TestKubeLargeList: a list of more than one encoding chunk, without a limit, arrives whole and
+// in order, as objects and as a Table; for a client that accepts gzip it is gzipped.
+func TestKubeLargeList(t *testing.T) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	var pods []corev1.Pod
+	for i := range listChunk + 500 {
+		pods = append(pods, pod(fmt.Sprintf("p-%05d", i)))
+	}
+	a.SetPods(pods)
+	b.SetPods(pods[:10])
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	if missing := reg.WaitForSync(t.Context(), 20*time.Second); missing != nil {
+		t.Fatalf("unsynced: %v", missing)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	want := len(pods) + 10
+	get := func(accept string) (http.Header, []byte) {
+		req, _ := http.NewRequest("GET", hs.URL+"/api/v1/pods", nil)
+		req.Header.Set("Accept-Encoding", "gzip") // set by hand: the transport does not decompress
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("%d, Content-Encoding %q", resp.StatusCode, resp.Header.Get("Content-Encoding"))
+		}
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header, body
+	}
+	_, body := get("")
+	var list corev1.PodList
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != want || list.Continue != "" {
+		t.Fatalf("objects: %d items of %d, continue %q, %v", len(list.Items), want, list.Continue, err)
+	}
+	for i, p := range list.Items {
+		wantCluster, wantName := "a", pods[min(i, len(pods)-1)].Name
+		if i >= len(pods) {
+			wantCluster, wantName = "b", pods[i-len(pods)].Name
+		}
+		if p.Annotations[api.ClusterAnnotation] != wantCluster || p.Name != wantName {
+			t.Fatalf("item %d: %s/%s, want %s/%s", i, p.Annotations[api.ClusterAnnotation], p.Name, wantCluster, wantName)
+		}
+	}
+	_, body = get(tableAccept)
+	var tbl metav1.Table
+	if err := json.Unmarshal(body, &tbl); err != nil || len(tbl.Rows) != want || len(tbl.ColumnDefinitions) == 0 || tbl.ColumnDefinitions[0].Name != "Cluster" {
+		t.Fatalf("table: %d rows of %d, columns %v, %v", len(tbl.Rows), want, tbl.ColumnDefinitions, err)
+	}
+	if tbl.Rows[want-1].Cells[0] != "b" || tbl.Rows[0].Cells[0] != "a" || tbl.Rows[listChunk].Cells[1] != pods[listChunk].Name {
+		t.Errorf("table rows out of order: first %v, chunk %v, last %v", tbl.Rows[0].Cells, tbl.Rows[listChunk].Cells, tbl.Rows[want-1].Cells)
+	}
+}
+
+// TestKubeWatchWhileInitializing: a watch that starts with the current objects gets 429 with
+// Retry-After while a cluster it spans has not synced the resource yet, then proceeds once it
+// has; a watch of the synced clusters alone proceeds at once.
+func TestKubeWatchWhileInitializing(t *testing.T) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	a.SetPods([]corev1.Pod{pod("in-a")})
+	b.SetPods([]corev1.Pod{pod("in-b")})
+	b.SetSlow(true)
+	t.Cleanup(func() { b.SetSlow(false) })
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	waitUntil(t, "a synced, b syncing", 10*time.Second, func() bool {
+		ca, _ := reg.ClusterStatus("a")
+		cb, _ := reg.ClusterStatus("b")
+		return ca.State == clusterset.Synced && len(cb.Resources) == 1 && cb.Resources[0].State == clusterset.Syncing
+	})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	watch := func(q string) (int, http.Header, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/api/v1/pods?watch=true&timeoutSeconds=1"+q, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		return resp.StatusCode, resp.Header, line
+	}
+	code, h, body := watch("")
+	var st metav1.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 429 || h.Get("Retry-After") == "" ||
+		st.Reason != metav1.StatusReasonTooManyRequests || !strings.Contains(st.Message, "b") {
+		t.Fatalf("fleet watch while b syncs: %d, Retry-After %q, %s", code, h.Get("Retry-After"), body)
+	}
+	if code, _, body := watch("&labelSelector=" + url.QueryEscape("multicache.io/cluster=a")); code != 200 || !strings.Contains(body, `"ADDED"`) || !strings.Contains(body, "in-a") {
+		t.Fatalf("watch of a alone: %d %s", code, body)
+	}
+	b.SetSlow(false)
+	waitUntil(t, "b synced", 10*time.Second, func() bool { cb, _ := reg.ClusterStatus("b"); return cb.State == clusterset.Synced })
+	if code, _, body := watch(""); code != 200 || !strings.Contains(body, `"ADDED"`) {
+		t.Fatalf("fleet watch after b synced: %d %s", code, body)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 
+	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -150,38 +151,90 @@ type kubeList struct {
 	includeObject string // of a Table: None, Metadata (the default) or Object
 }
 
+// listChunk is how many items of a Kubernetes list are encoded before they are written: a
+// list without a limit may hold every cached object, and is streamed so that its encoding
+// never sits in memory whole.
+const listChunk = 1000
+
 // writeKubeList answers l in the form the client asked for: a {Kind}List, a Table, or a
-// PartialObjectMetadataList.
+// PartialObjectMetadataList, written listChunk items at a time. An error before the first
+// write is returned (the caller answers it); after it, the response is aborted, so that the
+// client sees a failed transfer rather than a truncated list.
 func (s *Server) writeKubeList(ctx context.Context, w http.ResponseWriter, f form, l kubeList) error {
 	buf := getBuffer()
 	defer putBuffer(buf)
-	switch f.as {
-	case "Table":
-		t, err := s.kubeTable(ctx, l.kr, l.items, l.epoch, false, l.includeObject, f.tableVersion)
-		if err != nil {
-			return err
+	started := false
+	flush := func() {
+		if !started {
+			w.Header().Set("Content-Type", "application/json")
+			started = true
 		}
-		t.ResourceVersion, t.Continue = l.rv, l.cont
-		if err := json.NewEncoder(buf).Encode(t); err != nil {
-			return err
-		}
-	default:
-		kind, apiVersion := l.kr.gvk.Kind+"List", l.kr.gvk.GroupVersion().String()
-		if f.as == "PartialObjectMetadata" {
-			kind, apiVersion = "PartialObjectMetadataList", metav1.SchemeGroupVersion.String()
-		}
-		md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont})
-		fmt.Fprintf(buf, `{"kind":%q,"apiVersion":%q,"metadata":%s,"items":[`, kind, apiVersion, md)
-		err := encodeEach(buf, len(l.items), func(buf *bytes.Buffer, i int) error {
-			return s.appendKubeObject(buf, f, l.kr, l.items[i], l.epoch, false)
-		})
-		if err != nil {
-			return err
-		}
-		buf.WriteString("]}\n")
+		_, _ = w.Write(buf.Bytes())
+		buf.Reset()
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(buf.Bytes())
+	fail := func(err error) error {
+		if started {
+			s.opts.Logger.Warn("list aborted mid-answer", zap.String("resource", l.kr.api.Name), zap.Error(err))
+			panic(http.ErrAbortHandler)
+		}
+		return err
+	}
+	for start := 0; start == 0 || start < len(l.items); start += listChunk {
+		part := l.items[start:min(len(l.items), start+listChunk)]
+		if start > 0 {
+			buf.WriteByte(',')
+		}
+		switch f.as {
+		case "Table":
+			t, err := s.kubeTable(ctx, l.kr, part, l.epoch, false, l.includeObject, f.tableVersion)
+			if err != nil {
+				return fail(err)
+			}
+			if start == 0 {
+				// The table without its rows, then the rows one by one: "rows" is its last
+				// field, and is never omitted.
+				rows := t.Rows
+				t.Rows, t.ResourceVersion, t.Continue = nil, l.rv, l.cont
+				head, err := json.Marshal(t)
+				if err != nil || !bytes.HasSuffix(head, []byte(`"rows":null}`)) {
+					return fail(fmt.Errorf("encode table of %s: %v", l.kr.api.Name, err))
+				}
+				buf.Write(head[:len(head)-len(`null}`)])
+				buf.WriteByte('[')
+				t.Rows = rows
+			}
+			for i, row := range t.Rows {
+				if i > 0 {
+					buf.WriteByte(',')
+				}
+				b, err := json.Marshal(row)
+				if err != nil {
+					return fail(err)
+				}
+				buf.Write(b)
+			}
+		default:
+			if start == 0 {
+				kind, apiVersion := l.kr.gvk.Kind+"List", l.kr.gvk.GroupVersion().String()
+				if f.as == "PartialObjectMetadata" {
+					kind, apiVersion = "PartialObjectMetadataList", metav1.SchemeGroupVersion.String()
+				}
+				md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont})
+				fmt.Fprintf(buf, `{"kind":%q,"apiVersion":%q,"metadata":%s,"items":[`, kind, apiVersion, md)
+			}
+			err := encodeEach(buf, len(part), func(buf *bytes.Buffer, i int) error {
+				return s.appendKubeObject(buf, f, l.kr, part[i], l.epoch, false)
+			})
+			if err != nil {
+				return fail(err)
+			}
+		}
+		if start+listChunk < len(l.items) {
+			flush()
+		}
+	}
+	buf.WriteString("]}\n")
+	flush()
 	return nil
 }
 

@@ -105,7 +105,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 		}
 	}
 	if initial {
-		if waiting := s.initializing(kr.name); len(waiting) > 0 {
+		if waiting := s.initializing(kr.name, q.Clusters); len(waiting) > 0 {
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is still syncing in %s; retry", kr.groupResource(), strings.Join(waiting, ", ")))
 			return

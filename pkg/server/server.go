@@ -29,10 +29,10 @@ type Options struct {
 	// MaxPageSize caps `limit` in the native API; it is also the page size when no limit is
 	// given. Default 1000.
 	MaxPageSize int
-	// KubeMaxPageSize caps one list answer of the Kubernetes API, whatever limit the client
-	// asks, none included; the rest follows by `continue`, which kubectl and client-go follow.
-	// It bounds the memory one answer takes (answers are encoded whole before they are sent).
-	// kubectl pages by 500 unless told otherwise (--chunk-size). Default 10000.
+	// KubeMaxPageSize caps the `limit` of a Kubernetes API list: a client that sets a limit
+	// gets at most this many items per page, and the rest by `continue`. A list without a limit
+	// answers every item, as an API server does (streamed, never encoded whole). kubectl pages
+	// by 500 unless told otherwise (--chunk-size). Default 10000.
 	KubeMaxPageSize int
 	// RequestTimeout bounds every request but watches. Default 30s.
 	RequestTimeout time.Duration

@@ -142,14 +142,18 @@ func (s *Server) ready() (bool, []string) {
 	return len(waiting) == 0, waiting
 }
 
-// initializing lists the clusters whose resource has not synced since the daemon started
-// (Pending, Syncing, or Failed for less than DeadClusterTimeout). A watch that starts with the
+// initializing lists the clusters (of clusters; every one when empty) whose resource has not
+// synced since the daemon started (Pending, Syncing, or Failed for less than
+// DeadClusterTimeout). A watch that starts with the
 // current objects waits for them (429), so that an informer never takes a half-synced cache for
 // the fleet; a Degraded cluster, synced before, serves its last state.
-func (s *Server) initializing(resource string) []string {
+func (s *Server) initializing(resource string, clusters []string) []string {
 	var out []string
 	now := time.Now()
 	for c, rs := range s.info(resource) {
+		if len(clusters) > 0 && !slices.Contains(clusters, c) {
+			continue
+		}
 		switch rs.State {
 		case clusterset.Pending, clusterset.Syncing:
 		case clusterset.Failed:
