@@ -403,6 +403,17 @@ func TestCatalogSameNameInTwoGroups(t *testing.T) {
 	if cat.find("c.example", "v1", "widgets") != nil {
 		t.Error("a group no cluster serves resolved")
 	}
+	// Clusters serving different versions: the first cluster's (by name) is the resource's;
+	// both resolve.
+	v2 := rs("widgets.a.example", "a.example", true)
+	v2.Version = "v2"
+	cat = buildCatalog([]clusterset.ClusterStatus{
+		{Name: "b", Resources: []clusterset.ResourceStatus{rs("widgets.a.example", "a.example", true)}},
+		{Name: "a", Resources: []clusterset.ResourceStatus{v2}},
+	}, "")
+	if kr := cat.find("a.example", "v1", "widgets"); kr == nil || kr.gvk.Version != "v2" || cat.find("a.example", "v2", "widgets") != kr {
+		t.Errorf("versions v2 in a, v1 in b: %+v", kr)
+	}
 }
 
 // TestKubeLargeList: a list of more than one encoding chunk, without a limit, arrives whole and
@@ -530,5 +541,28 @@ func TestKubeWatchWhileInitializing(t *testing.T) {
 	waitUntil(t, "b synced", 10*time.Second, func() bool { cb, _ := reg.ClusterStatus("b"); return cb.State == clusterset.Synced })
 	if code, _, body := watch(""); code != 200 || !strings.Contains(body, `"ADDED"`) {
 		t.Fatalf("fleet watch after b synced: %d %s", code, body)
+	}
+}
+
+// TestKubeTableV1beta1: a client that asks only for the v1beta1 Table gets one.
+func TestKubeTableV1beta1(t *testing.T) {
+	hs, _ := kubeFixture(t)
+	code, _, body := do(t, hs, "GET", "/api/v1/pods", "application/json;as=Table;v=v1beta1;g=meta.k8s.io")
+	var tbl metav1.Table
+	if err := json.Unmarshal(body, &tbl); err != nil || code != 200 || tbl.APIVersion != "meta.k8s.io/v1beta1" || tbl.Kind != "Table" || len(tbl.Rows) != 3 {
+		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// TestKubeClusterKeyExists: the cluster key's exists requirement keeps every cluster, its
+// negation none.
+func TestKubeClusterKeyExists(t *testing.T) {
+	hs, _ := kubeFixture(t)
+	for sel, want := range map[string]int{"multicache.io/cluster": 3, "!multicache.io/cluster": 0, "multicache.io/cluster,app=both": 2} {
+		var list corev1.PodList
+		code, _, body := do(t, hs, "GET", "/api/v1/pods?labelSelector="+url.QueryEscape(sel), "")
+		if err := json.Unmarshal(body, &list); err != nil || code != 200 || len(list.Items) != want {
+			t.Errorf("%s: %d, %d items, want %d: %s", sel, code, len(list.Items), want, body)
+		}
 	}
 }
