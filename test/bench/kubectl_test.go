@@ -299,8 +299,7 @@ the same rows (checked on every run, less AGE). Each variant ran %d times, in ro
 median (min–max). kubectl's client allows 5 requests/s after a burst of 10 (client-go's
 defaults), so a list of more than 10 pages waits on the client: through the daemon one
 kubectl fetches every page, while the fan-out splits them over three clients. With
-`+"`--chunk-size=0`"+` an API server answers in one page; the daemon answers at most
-`+"`server.kubeMaxPageSize`"+` (10,000) items per page. kubectl's discovery cache is warm (one
+`+"`--chunk-size=0`"+` the daemon and each API server answer in one request. kubectl's discovery cache is warm (one
 run before measuring). Bytes are counted by a TCP proxy in front of every server (TLS bytes for
 the API servers, plain HTTP for the daemon). kubectl CPU sums the processes of a variant;
 server CPU is the daemon's, or the 3 API servers' and 3 etcds' together, over the run (from
