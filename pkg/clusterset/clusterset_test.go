@@ -147,11 +147,16 @@ func TestOptionsErrorsNameTheField(t *testing.T) {
 		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", FieldSelector: "a"}}}, "resources[0].fieldSelector"},
 		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Mode: "fast"}}}, "resources[0].mode"},
 		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Indexes: []aggregate.IndexSpec{{Name: "x"}}}}}, "resources[0].indexes[0]"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods"}}, Burst: -1}, "burst"},
 	} {
 		_, err := New(tc.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want it to name %q", err, tc.want)
 		}
+	}
+	// A negative QPS turns the client-side limit off, as in rest.Config (the benchmarks do).
+	if _, err := New(Options{Source: src, Resources: []ResourceSpec{{Name: "pods"}}, QPS: -1}); err != nil {
+		t.Errorf("QPS -1: %v", err)
 	}
 }
 

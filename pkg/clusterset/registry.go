@@ -22,7 +22,8 @@ type Options struct {
 	Resources []ResourceSpec
 	// Logger. Default: no-op.
 	Logger *zap.Logger
-	// QPS and Burst limit each cluster's client. Defaults 50 and 100.
+	// QPS and Burst limit each cluster's client. Defaults 50 and 100. A negative QPS turns the
+	// client-side limit off, as in rest.Config.
 	QPS   float32
 	Burst int
 	// UserAgent of every request to the clusters. Default "multicache".
@@ -88,8 +89,8 @@ func (o Options) Validate() error {
 		}
 		seen[r.Name] = true
 	}
-	if o.QPS < 0 || o.Burst < 0 {
-		errs = append(errs, fmt.Errorf("qps, burst: %g and %d: must not be negative", o.QPS, o.Burst))
+	if o.Burst < 0 {
+		errs = append(errs, fmt.Errorf("burst: %d: must not be negative", o.Burst))
 	}
 	return errors.Join(errs...)
 }
