@@ -106,6 +106,19 @@ func (r *runner) run() {
 			return
 		}
 	}
+	if r.cfg.Err != nil {
+		// The source could not build a configuration (a Secret with a broken kubeconfig): the
+		// cluster stays Failed until the source changes it.
+		r.mu.Lock()
+		r.err = r.cfg.Err.Error() // whole: it names the Secret and key to fix
+		r.mu.Unlock()
+		r.log.Warn("cluster unusable", zap.Error(r.cfg.Err))
+		for _, s := range r.stacks {
+			r.leaveStale(s)
+			s.set(Failed, r.cfg.Err.Error())
+		}
+		return
+	}
 	cfg := r.restConfig()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
@@ -326,7 +339,7 @@ func (r *runner) setErr(err error) {
 		return
 	}
 	r.err = describe(err)
-	r.log.Warn("discovery failed", zap.String("error", r.err))
+	r.log.Warn("cluster error", zap.String("error", r.err))
 }
 
 func (r *runner) setState(st State, errText string) {

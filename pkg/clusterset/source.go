@@ -27,7 +27,12 @@ type ClusterConfig struct {
 	// Origin says where it came from, e.g. `context "kind-a" in /home/me/.kube/config`.
 	Origin string
 	// Config reaches the cluster. The Registry copies it before changing QPS or user agent.
+	// Nil when Err is set.
 	Config *rest.Config
+	// Err, when set, says why the source could not build Config (a Secret holding a broken
+	// kubeconfig). The cluster is engaged in state Failed with this error in its status and
+	// touches no other cluster; it restarts when its Fingerprint changes.
+	Err error
 	// Fingerprint changes exactly when the server or the credentials change; the Registry then
 	// restarts the cluster's stacks.
 	Fingerprint string
@@ -214,3 +219,56 @@ func (s Static) Load() ([]ClusterConfig, error) { return s, nil }
 
 // Changes never fires.
 func (s Static) Changes(ctx context.Context) <-chan struct{} { return nil }
+
+// Multi is a Source over several sources, such as kubeconfig contexts and cluster Secrets. A
+// cluster name yielded by two sources goes to the first; the other entry is reported as bad.
+type Multi []Source
+
+// Load merges every source's clusters, sorted by name. A source's error makes the whole load
+// partial (see Source.Load).
+func (m Multi) Load() ([]ClusterConfig, error) {
+	var out []ClusterConfig
+	var errs []error
+	from := map[string]string{}
+	for _, src := range m {
+		cfgs, err := src.Load()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, c := range cfgs {
+			if other, dup := from[c.Name]; dup {
+				errs = append(errs, fmt.Errorf("%s: cluster name %q already used by %s", c.Origin, c.Name, other))
+				continue
+			}
+			from[c.Name] = c.Origin
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, errors.Join(errs...)
+}
+
+// Changes fires when any source's does.
+func (m Multi) Changes(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	for _, src := range m {
+		ch := src.Changes(ctx)
+		if ch == nil {
+			continue
+		}
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-ch:
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	return out
+}
