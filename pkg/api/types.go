@@ -46,7 +46,9 @@ type ClusterFreshness struct {
 	Name   string `json:"name"`
 	Synced bool   `json:"synced"`
 	// NotServed: the cluster does not serve the resource; it contributes nothing, by design.
-	NotServed bool       `json:"notServed,omitempty"`
+	NotServed bool `json:"notServed,omitempty"`
+	// Forbidden: the caller may not read the cluster, so the answer leaves it out.
+	Forbidden bool       `json:"forbidden,omitempty"`
 	LastSync  *time.Time `json:"lastSync,omitempty"`
 	Error     string     `json:"error,omitempty"`
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -36,6 +37,12 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", p.cluster))
 		return
+	}
+	if p.cluster != "" {
+		if _, _, err := s.scope(r.Context(), "", []string{p.cluster}, nil); err != nil {
+			writeScopeError(w, err)
+			return
+		}
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		what := r.URL.Path
@@ -114,6 +121,8 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 type kubeSelection struct {
 	query aggregate.Query
 	none  bool // the cluster selector selects no cluster
+	// leftOut are the clusters of the fleet the caller may not read.
+	leftOut []string
 }
 
 // clusterRequirements splits a label selector into its requirements on the cluster key, which
@@ -150,8 +159,17 @@ func selectClusters(candidates []string, reqs []labels.Requirement) []string {
 
 // kubeSelect parses the selection of a list or watch: path namespace and cluster, label
 // selector (its cluster requirements select clusters) and field selector.
-func (s *Server) kubeSelect(p kubePath, kr *kubeResource, agg *aggregate.Aggregate, vals url.Values) (kubeSelection, error) {
+func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, agg *aggregate.Aggregate, vals url.Values) (kubeSelection, error) {
 	clusterReqs, objects, err := clusterRequirements(vals.Get("labelSelector"))
+	if err != nil {
+		return kubeSelection{}, err
+	}
+	var named []string
+	if p.cluster != "" {
+		named = []string{p.cluster}
+	}
+	// A cluster selector selects among the clusters the caller may read.
+	allowed, leftOut, err := s.scope(ctx, kr.name, named, kr.clusters)
 	if err != nil {
 		return kubeSelection{}, err
 	}
@@ -169,17 +187,20 @@ func (s *Server) kubeSelect(p kubePath, kr *kubeResource, agg *aggregate.Aggrega
 	if !objects.Empty() {
 		q.Labels = objects
 	}
-	if p.cluster != "" || len(clusterReqs) > 0 {
+	if p.cluster != "" || len(clusterReqs) > 0 || allowed != nil {
 		candidates := kr.clusters
 		if p.cluster != "" {
 			candidates = []string{p.cluster}
+		} else if allowed != nil {
+			candidates = slices.DeleteFunc(allowed, func(c string) bool { return c == noCluster })
 		}
 		q.Clusters = selectClusters(candidates, clusterReqs)
 		if len(q.Clusters) == 0 {
-			return kubeSelection{query: q, none: true}, nil
+			q.Clusters = []string{noCluster}
+			return kubeSelection{query: q, none: true, leftOut: leftOut}, nil
 		}
 	}
-	return kubeSelection{query: q}, nil
+	return kubeSelection{query: q, leftOut: leftOut}, nil
 }
 
 // listPosition is how a list reads: at the hub's position now (from the stores, which may be
@@ -263,11 +284,12 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
 	h := s.hubs[kr.name]
-	sel, err := s.kubeSelect(p, kr, agg, vals)
+	sel, err := s.kubeSelect(ctx, p, kr, agg, vals)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeSelectError(w, err)
 		return
 	}
+	warnLeftOut(w, sel.leftOut)
 	lp, code, err := parseListPosition(h, vals)
 	if err != nil {
 		writeError(w, code, err.Error())
@@ -329,7 +351,7 @@ func pageOf(items []item, keep func(item) bool, after *aggregate.Key, limit int)
 func (s *Server) warnUnfresh(w http.ResponseWriter, req request, fresh map[string]bool) {
 	list, _ := s.freshness(req, fresh)
 	for _, c := range list {
-		if c.Synced || c.NotServed {
+		if c.Synced || c.NotServed || c.Forbidden {
 			continue
 		}
 		msg := fmt.Sprintf("cluster %q: %s may be stale or incomplete (%s)", c.Name, req.resource, c.Error)
@@ -340,6 +362,46 @@ func (s *Server) warnUnfresh(w http.ResponseWriter, req request, fresh map[strin
 			w.Header().Add("Warning", hv)
 		}
 	}
+}
+
+// writeSelectError answers an error of kubeSelect: a scope's answer, else 400.
+func writeSelectError(w http.ResponseWriter, err error) {
+	var se *scopeError
+	if errors.As(err, &se) {
+		writeError(w, se.code, se.msg)
+		return
+	}
+	writeError(w, http.StatusBadRequest, err.Error())
+}
+
+// warnLeftOut adds a Warning header naming the clusters a fleet-wide answer leaves out because
+// the caller may not read them.
+func warnLeftOut(w http.ResponseWriter, leftOut []string) {
+	if len(leftOut) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("%d clusters left out: you may not read %s", len(leftOut), strings.Join(leftOut, ", "))
+	if hv, err := utilnet.NewWarningHeader(299, "-", msg); err == nil {
+		w.Header().Add("Warning", hv)
+	}
+}
+
+// readableClusterItems are clusterItems(only) the caller may read, and the names left out.
+func (s *Server) readableClusterItems(ctx context.Context, only string) ([]item, []string, error) {
+	all := s.clusterItems(only)
+	names := make([]string, len(all))
+	for i, it := range all {
+		names[i] = it.cluster
+	}
+	if only != "" {
+		_, _, err := s.scope(ctx, "", names, nil)
+		return all, nil, err
+	}
+	_, leftOut, err := s.scope(ctx, "", nil, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slices.DeleteFunc(all, func(it item) bool { return slices.Contains(leftOut, it.cluster) }), leftOut, nil
 }
 
 // listClusters answers clusters.multicache.io: the label selector's cluster requirements and
@@ -358,8 +420,14 @@ func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kube
 			return
 		}
 	}
+	readable, leftOut, err := s.readableClusterItems(ctx, p.cluster)
+	if err != nil {
+		writeScopeError(w, err)
+		return
+	}
+	warnLeftOut(w, leftOut)
 	var items []item
-	for _, it := range s.clusterItems(p.cluster) {
+	for _, it := range readable {
 		if len(selectClusters([]string{it.cluster}, reqs)) == 1 && (name == "" || it.cluster == name) {
 			items = append(items, it)
 		}
@@ -379,16 +447,34 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 	if kr == clustersResource {
 		for _, it := range s.clusterItems(p.cluster) {
 			if it.cluster == p.name {
+				if _, _, err := s.scope(ctx, "", []string{it.cluster}, nil); err != nil {
+					writeScopeError(w, err)
+					return
+				}
 				found = append(found, it)
 			}
 		}
 	} else {
 		agg, _ := s.reg.Aggregate(kr.name)
 		req = request{resource: kr.name, agg: agg}
+		var named []string
+		if p.cluster != "" {
+			named = []string{p.cluster}
+		}
+		allowed, leftOut, err := s.scope(ctx, kr.name, named, agg.Clusters())
+		if err != nil {
+			writeScopeError(w, err)
+			return
+		}
 		clusters := agg.Clusters()
 		if p.cluster != "" {
 			clusters = []string{p.cluster}
 			req.query.Clusters = clusters
+		} else if allowed != nil {
+			clusters = slices.DeleteFunc(allowed, func(c string) bool { return c == noCluster })
+			req.query.Clusters = allowed
+			req.leftOut = leftOut
+			warnLeftOut(w, leftOut)
 		}
 		for _, c := range clusters {
 			k := aggregate.Key{Cluster: c, Namespace: p.namespace, Name: p.name}

@@ -43,11 +43,12 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
 	h := s.hubs[kr.name]
-	sel, err := s.kubeSelect(p, kr, agg, vals)
+	sel, err := s.kubeSelect(r.Context(), p, kr, agg, vals)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeSelectError(w, err)
 		return
 	}
+	warnLeftOut(w, sel.leftOut)
 	q := sel.query
 	bookmarks := vals.Get("allowWatchBookmarks") == "true"
 	rv, rvm, sie := vals.Get("resourceVersion"), vals.Get("resourceVersionMatch"), vals.Get("sendInitialEvents")

@@ -2,11 +2,15 @@ package server
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/multicache/multicache/pkg/clusterset"
 )
@@ -124,4 +128,50 @@ func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
 		h(rec, r)
 		m.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Observe(time.Since(start).Seconds())
 	})
+}
+
+// handleMetrics serves the registry's metrics; a series labelled with a cluster the caller may
+// not read is left out.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	a := accessOf(r.Context())
+	all, err := a.All(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "authorization check failed: "+err.Error())
+		return
+	}
+	var g prometheus.Gatherer = s.opts.Metrics
+	if !all {
+		ok, err := s.allowedClusters(r.Context(), s.reg.Clusters())
+		if err != nil {
+			writeScopeError(w, err)
+			return
+		}
+		g = clusterScoped{g: g, keep: func(c string) bool { return slices.Contains(ok, c) }}
+	}
+	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+// clusterScoped gathers g's metrics without the series whose cluster label keep refuses.
+type clusterScoped struct {
+	g    prometheus.Gatherer
+	keep func(cluster string) bool
+}
+
+func (c clusterScoped) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := c.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		mf.Metric = slices.DeleteFunc(mf.Metric, func(m *dto.Metric) bool {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" {
+					return !c.keep(l.GetValue())
+				}
+			}
+			return false
+		})
+		if len(mf.Metric) > 0 {
+			out = append(out, mf)
+		}
+	}
+	return out, err
 }

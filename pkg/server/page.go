@@ -38,6 +38,8 @@ type request struct {
 	resource string
 	agg      *aggregate.Aggregate
 	query    aggregate.Query
+	// leftOut are the clusters of the fleet the caller may not read.
+	leftOut []string
 }
 
 // parseRequest resolves the resource and parses the query; it writes the error answer when it
@@ -56,7 +58,15 @@ func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (request, 
 	if q.Namespace != "" && q.Index != aggregate.IndexNamespace && !s.namespaced(res) {
 		q.Namespace = ""
 	}
-	return request{resource: res, agg: agg, query: q}, true
+	clusters, leftOut, err := s.scope(r.Context(), res, q.Clusters, s.reg.Clusters())
+	if err != nil {
+		writeScopeError(w, err)
+		return request{}, false
+	}
+	if clusters != nil {
+		q.Clusters = clusters
+	}
+	return request{resource: res, agg: agg, query: q, leftOut: leftOut}, true
 }
 
 // handleList answers a page of a list, or hands a watch to handleWatch.
@@ -220,6 +230,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	k := aggregate.Key{Cluster: r.PathValue("cluster"), Namespace: ns, Name: r.PathValue("name")}
 	if err := k.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if _, _, err := s.scope(r.Context(), res, []string{k.Cluster}, nil); err != nil {
+		writeScopeError(w, err)
 		return
 	}
 	obj, exists, err := agg.Get(k)

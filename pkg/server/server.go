@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -24,8 +22,13 @@ import (
 type Options struct {
 	Registry *clusterset.Registry // required
 	Logger   *zap.Logger
-	// Tokens accepted as "Authorization: Bearer …". Empty: no auth.
+	// Tokens accepted as "Authorization: Bearer …", each granting the whole fleet. Ignored when
+	// Authorizer is set. Neither: no auth.
 	Tokens []string
+	// Authorizer authenticates every request but /healthz and the terse /readyz, and decides
+	// which clusters each caller reads: in every list, get and watch of both APIs, the clusters
+	// endpoints, /readyz?verbose and /metrics.
+	Authorizer Authorizer
 	// MaxPageSize caps `limit` in the native API; it is also the page size when no limit is
 	// given. Default 1000.
 	MaxPageSize int
@@ -201,7 +204,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.handleReady(w, r)
 	})
-	mux.Handle("GET /metrics", s.auth(limited(promhttp.HandlerFor(s.opts.Metrics, promhttp.HandlerOpts{}).ServeHTTP)))
+	mux.Handle("GET /metrics", s.auth(limited(s.handleMetrics)))
 	// Everything else is the Kubernetes API (or no route at all): it limits its requests itself,
 	// and watches have no timeout.
 	mux.Handle("/", s.metrics.instrument("kube", s.auth(s.handleKube)))
@@ -216,25 +219,28 @@ func (s *Server) withTimeout(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// auth checks the bearer token in constant time when tokens are configured.
+// auth authenticates the request and puts the caller's Access in its context, when an
+// Authorizer (or tokens) is configured.
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
-	if len(s.opts.Tokens) == 0 {
+	authz := s.opts.Authorizer
+	if authz == nil && len(s.opts.Tokens) > 0 {
+		authz = Tokens(s.opts.Tokens)
+	}
+	if authz == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || got == "" {
+		a, err := authz.Authorize(r)
+		switch {
+		case errors.Is(err, ErrUnauthenticated):
 			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, http.StatusUnauthorized, "missing bearer token")
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		case err != nil:
+			writeError(w, http.StatusServiceUnavailable, "authentication failed: "+err.Error())
 			return
 		}
-		for _, t := range s.opts.Tokens {
-			if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
-				h(w, r)
-				return
-			}
-		}
-		writeError(w, http.StatusUnauthorized, "invalid bearer token")
+		h(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -60,9 +61,12 @@ func (s *Server) freshness(req request, fresh map[string]bool) ([]api.ClusterFre
 		out = append(out, freshnessOf(c, rs, f))
 	}
 	for _, c := range req.query.Clusters {
-		if _, ok := info[c]; !ok {
+		if _, ok := info[c]; !ok && c != noCluster {
 			out = append(out, api.ClusterFreshness{Name: c, Error: "unknown cluster"})
 		}
+	}
+	for _, c := range req.leftOut {
+		out = append(out, api.ClusterFreshness{Name: c, Forbidden: true, Error: "forbidden: left out, you may not read this cluster"})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, info
@@ -81,10 +85,15 @@ func freshnessOf(cluster string, rs clusterset.ResourceStatus, fresh bool) api.C
 }
 
 // handleClusters answers api.Clusters.
-func (s *Server) handleClusters(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 	out := api.Clusters{Clusters: []api.Cluster{}}
 	counts := s.objectCounts()
-	for _, cs := range s.reg.Status() {
+	statuses, err := s.readableStatus(r.Context())
+	if err != nil {
+		writeScopeError(w, err)
+		return
+	}
+	for _, cs := range statuses {
 		v := api.Cluster{Name: cs.Name, State: string(cs.State), Error: cs.Error, Resources: []api.Resource{}}
 		if !cs.LastSync.IsZero() {
 			t := cs.LastSync.UTC().Truncate(time.Second)
@@ -96,6 +105,20 @@ func (s *Server) handleClusters(w http.ResponseWriter, _ *http.Request) {
 		out.Clusters = append(out.Clusters, v)
 	}
 	writeJSON(w, out)
+}
+
+// readableStatus is the status of every cluster the caller may read.
+func (s *Server) readableStatus(ctx context.Context) ([]clusterset.ClusterStatus, error) {
+	all := s.reg.Status()
+	names := make([]string, len(all))
+	for i, cs := range all {
+		names[i] = cs.Name
+	}
+	ok, err := s.allowedClusters(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(cs clusterset.ClusterStatus) bool { return !slices.Contains(ok, cs.Name) }), nil
 }
 
 // objectCounts is, per cluster and resource, the objects the aggregates hold. It reads every
@@ -177,10 +200,24 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 		return
 	}
-	w.WriteHeader(http.StatusServiceUnavailable)
 	if r.URL.Query().Has("verbose") {
-		_, _ = fmt.Fprintf(w, "not ready; waiting for:\n%s\n", strings.Join(waiting, "\n"))
+		// It names clusters: only those the caller may read.
+		ok, err := s.allowedClusters(r.Context(), s.reg.Clusters())
+		if err != nil {
+			writeScopeError(w, err)
+			return
+		}
+		shown := slices.DeleteFunc(slices.Clone(waiting), func(l string) bool {
+			c, _, _ := strings.Cut(l, "/")
+			return !slices.Contains(ok, c)
+		})
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "not ready; waiting for:\n%s\n", strings.Join(shown, "\n"))
+		if n := len(waiting) - len(shown); n > 0 {
+			_, _ = fmt.Fprintf(w, "and %d cluster resources you may not read\n", n)
+		}
 		return
 	}
+	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = fmt.Fprintf(w, "not ready: %d cluster resources are not synced\n", len(waiting))
 }

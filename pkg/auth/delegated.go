@@ -1,0 +1,277 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/group"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	"k8s.io/apiserver/pkg/authentication/request/x509"
+	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	webhooktoken "k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
+	"k8s.io/client-go/kubernetes"
+	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
+	"github.com/multicache/multicache/pkg/server"
+)
+
+// The resource a caller's access is checked on, in the management cluster's authorizer
+// (RBAC): get on clusters named C reads cluster C; list on clusters (no name) reads every
+// cluster; get on clusters/secrets named C reads C's Secrets, besides.
+const (
+	Group              = "multicache.io"
+	Resource           = "clusters"
+	SecretsSubresource = "secrets"
+)
+
+// Options configures Delegated.
+type Options struct {
+	// Client reaches the management cluster. Required.
+	Client kubernetes.Interface
+	// ClientCAFile, when set, makes client certificates signed by it valid credentials: the
+	// user is the certificate's CommonName, its groups its Organizations.
+	ClientCAFile string
+	// AllowTTL is how long an accepted token and an allowed access review are cached.
+	// Default 1m.
+	AllowTTL time.Duration
+	// DenyTTL is how long a rejected token and a denied access review are cached. Default 10s.
+	DenyTTL time.Duration
+	// Timeout bounds one review request. Default 10s.
+	Timeout time.Duration
+	// Metrics receives the review counters and latencies. Default: not registered.
+	Metrics prometheus.Registerer
+}
+
+// Default fills unset fields.
+func (o *Options) Default() {
+	if o.AllowTTL == 0 {
+		o.AllowTTL = time.Minute
+	}
+	if o.DenyTTL == 0 {
+		o.DenyTTL = 10 * time.Second
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Second
+	}
+}
+
+// Delegated is a server.Authorizer that asks the management cluster.
+type Delegated struct {
+	authn authenticator.Request
+	authz authorizer.Authorizer
+	m     *reviewMetrics
+}
+
+var _ server.Authorizer = (*Delegated)(nil)
+
+// New builds the authenticator (TokenReview, and client certificates when ClientCAFile is
+// set) and the authorizer (SubjectAccessReview), each behind k8s.io/apiserver's cache.
+func New(opts Options) (*Delegated, error) {
+	opts.Default()
+	if opts.Client == nil {
+		return nil, errors.New("auth: delegated auth needs the management cluster (management.kubeconfig, or run in a Pod)")
+	}
+	if opts.AllowTTL < 0 || opts.DenyTTL < 0 || opts.Timeout < 0 {
+		return nil, errors.New("auth: TTLs and timeout must not be negative")
+	}
+	m, err := newReviewMetrics(opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
+	tokens, err := webhooktoken.NewFromInterface(countingAuthentication{opts.Client.AuthenticationV1(), m}, nil, backoff, opts.Timeout,
+		webhooktoken.AuthenticatorMetrics{RecordRequestTotal: func(context.Context, string) {}, RecordRequestLatency: func(context.Context, string, float64) {}})
+	if err != nil {
+		return nil, fmt.Errorf("auth: token review: %w", err)
+	}
+	cached := tokencache.New(tokens, false, opts.AllowTTL, opts.DenyTTL)
+	reqs := []authenticator.Request{bearertoken.New(countingToken{cached, m})}
+	if opts.ClientCAFile != "" {
+		pem, err := os.ReadFile(opts.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.clientCAFile: %w", err)
+		}
+		ca, err := dynamiccertificates.NewStaticCAContent("client-ca", pem)
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.clientCAFile %s: %w", opts.ClientCAFile, err)
+		}
+		reqs = append([]authenticator.Request{x509.NewDynamic(ca.VerifyOptions, x509.CommonNameUserConversion)}, reqs...)
+	}
+	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
+		SubjectAccessReviewClient: countingAuthorization{opts.Client.AuthorizationV1(), m},
+		AllowCacheTTL:             opts.AllowTTL,
+		DenyCacheTTL:              opts.DenyTTL,
+		WebhookRetryBackoff:       &backoff,
+	}.New()
+	if err != nil {
+		return nil, fmt.Errorf("auth: subject access review: %w", err)
+	}
+	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m}, nil
+}
+
+// Authorize authenticates r: no credentials, an invalid token or an untrusted certificate is
+// server.ErrUnauthenticated.
+func (d *Delegated) Authorize(r *http.Request) (server.Access, error) {
+	resp, ok, err := d.authn.AuthenticateRequest(r)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", server.ErrUnauthenticated, err)
+	case !ok:
+		return nil, fmt.Errorf("%w: no valid bearer token or client certificate", server.ErrUnauthenticated)
+	}
+	return &access{d: d, user: resp.User}, nil
+}
+
+// access is one caller's: every question is a (cached) SubjectAccessReview.
+type access struct {
+	d    *Delegated
+	user user.Info
+}
+
+func (a *access) All(ctx context.Context) (bool, error) {
+	return a.allowed(ctx, "list", "", "")
+}
+
+func (a *access) Cluster(ctx context.Context, cluster string, secrets bool) (bool, error) {
+	ok, err := a.All(ctx)
+	if err == nil && !ok {
+		ok, err = a.allowed(ctx, "get", "", cluster)
+	}
+	if err != nil || !ok || !secrets {
+		return ok, err
+	}
+	return a.allowed(ctx, "get", SecretsSubresource, cluster)
+}
+
+func (a *access) allowed(ctx context.Context, verb, sub, name string) (bool, error) {
+	a.d.m.lookups.WithLabelValues("access").Inc()
+	dec, _, err := a.d.authz.Authorize(ctx, authorizer.AttributesRecord{
+		User: a.user, Verb: verb, APIGroup: Group, Resource: Resource, Subresource: sub, Name: name, ResourceRequest: true,
+	})
+	if err != nil {
+		return false, err
+	}
+	return dec == authorizer.DecisionAllow, nil
+}
+
+// reviewMetrics count review lookups (every check) and the reviews actually sent: the
+// difference is what the caches answered.
+type reviewMetrics struct {
+	lookups, sent *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+}
+
+func newReviewMetrics(reg prometheus.Registerer) (*reviewMetrics, error) {
+	m := &reviewMetrics{
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "multicache_auth_review_lookups_total",
+			Help: "Credential (review=token) and access (review=access) checks, whether cached or not."}, []string{"review"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "multicache_auth_reviews_sent_total",
+			Help: "TokenReviews (review=token) and SubjectAccessReviews (review=access) sent to the management cluster: the cache misses."}, []string{"review"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "multicache_auth_review_duration_seconds",
+			Help: "Duration of the reviews sent to the management cluster.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"review"}),
+	}
+	hit := func(review string) func() float64 {
+		return func() float64 {
+			l, s := counterValue(m.lookups, review), counterValue(m.sent, review)
+			if l == 0 {
+				return 0
+			}
+			return max(0, 1-s/l)
+		}
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.lookups, m.sent, m.latency,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "multicache_auth_review_cache_hit_ratio", Help: "Share of credential checks answered by the cache.", ConstLabels: prometheus.Labels{"review": "token"}}, hit("token")),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "multicache_auth_review_cache_hit_ratio", Help: "Share of credential checks answered by the cache.", ConstLabels: prometheus.Labels{"review": "access"}}, hit("access")),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("auth: metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func counterValue(v *prometheus.CounterVec, label string) float64 {
+	c, err := v.GetMetricWithLabelValues(label)
+	if err != nil {
+		return 0
+	}
+	var out dto.Metric
+	_ = c.Write(&out)
+	return out.GetCounter().GetValue()
+}
+
+// countingToken counts every token check that reaches the cache.
+type countingToken struct {
+	authenticator.Token
+	m *reviewMetrics
+}
+
+func (c countingToken) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	c.m.lookups.WithLabelValues("token").Inc()
+	return c.Token.AuthenticateToken(ctx, token)
+}
+
+// countingAuthentication and countingAuthorization count and time the reviews sent.
+type countingAuthentication struct {
+	authenticationclient.AuthenticationV1Interface
+	m *reviewMetrics
+}
+
+func (c countingAuthentication) TokenReviews() authenticationclient.TokenReviewInterface {
+	return countingTokenReviews{c.AuthenticationV1Interface.TokenReviews(), c.m}
+}
+
+type countingTokenReviews struct {
+	authenticationclient.TokenReviewInterface
+	m *reviewMetrics
+}
+
+func (c countingTokenReviews) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	defer c.m.observe("token", time.Now())
+	return c.TokenReviewInterface.Create(ctx, tr, opts)
+}
+
+type countingAuthorization struct {
+	authorizationclient.AuthorizationV1Interface
+	m *reviewMetrics
+}
+
+func (c countingAuthorization) SubjectAccessReviews() authorizationclient.SubjectAccessReviewInterface {
+	return countingAccessReviews{c.AuthorizationV1Interface.SubjectAccessReviews(), c.m}
+}
+
+type countingAccessReviews struct {
+	authorizationclient.SubjectAccessReviewInterface
+	m *reviewMetrics
+}
+
+func (c countingAccessReviews) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	defer c.m.observe("access", time.Now())
+	return c.SubjectAccessReviewInterface.Create(ctx, sar, opts)
+}
+
+func (m *reviewMetrics) observe(review string, start time.Time) {
+	m.sent.WithLabelValues(review).Inc()
+	m.latency.WithLabelValues(review).Observe(time.Since(start).Seconds())
+}

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Authorizer identifies the caller of a request and what it may read. The daemon's are a
+// static token list (every caller reads everything) and delegated auth against a management
+// cluster (package auth).
+type Authorizer interface {
+	// Authorize authenticates r. An error wrapping ErrUnauthenticated is answered 401; any other
+	// error 503.
+	Authorize(r *http.Request) (Access, error)
+}
+
+// Access is what one authenticated caller may read. Answers may be cached by the
+// implementation; a request asks once per cluster at most.
+type Access interface {
+	// All reports whether the caller may read every cluster, present and future (not their
+	// Secrets: Cluster decides those).
+	All(ctx context.Context) (bool, error)
+	// Cluster reports whether the caller may read the cluster; with secrets, its Secrets.
+	Cluster(ctx context.Context, cluster string, secrets bool) (bool, error)
+}
+
+// ErrUnauthenticated marks a request without valid credentials.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// everything is the Access of a caller who reads the whole fleet.
+type everything struct{}
+
+func (everything) All(context.Context) (bool, error)                  { return true, nil }
+func (everything) Cluster(context.Context, string, bool) (bool, error) { return true, nil }
+
+// Tokens is an Authorizer over a static token list: a caller presenting any of them reads
+// everything.
+type Tokens []string
+
+// Authorize compares the bearer token with each in constant time.
+func (t Tokens) Authorize(r *http.Request) (Access, error) {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || got == "" {
+		return nil, fmt.Errorf("%w: missing bearer token", ErrUnauthenticated)
+	}
+	for _, tok := range t {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
+			return everything{}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: invalid bearer token", ErrUnauthenticated)
+}
+
+type accessKey struct{}
+
+// accessOf is the Access the auth filter put in ctx: everything when no auth is configured.
+func accessOf(ctx context.Context) Access {
+	if a, ok := ctx.Value(accessKey{}).(Access); ok {
+		return a
+	}
+	return everything{}
+}
+
+// noCluster is a cluster name no cluster has (names start with a letter or digit): a query
+// limited to it selects nothing, in stores, snapshots and watches alike.
+const noCluster = "-"
+
+// scopeError is an answer a cluster scope could not be decided with.
+type scopeError struct {
+	code int
+	msg  string
+}
+
+func (e *scopeError) Error() string { return e.msg }
+
+func writeScopeError(w http.ResponseWriter, err error) {
+	var se *scopeError
+	if errors.As(err, &se) {
+		writeError(w, se.code, se.msg)
+		return
+	}
+	writeError(w, http.StatusServiceUnavailable, err.Error())
+}
+
+// scope limits a request on resource to what the caller may read. named are the clusters the
+// request names (by path, cluster= or a cluster selector), or nil for the fleet. A named
+// cluster the caller may not read is 403. For the fleet it returns the clusters to read
+// (nil: all of them; [noCluster]: none) and those left out. candidates are the fleet's
+// clusters to decide over.
+func (s *Server) scope(ctx context.Context, resource string, named, candidates []string) (clusters, leftOut []string, err error) {
+	a := accessOf(ctx)
+	secrets := resource != "" && s.isSecrets(resource)
+	check := func(c string) (bool, error) {
+		ok, err := a.Cluster(ctx, c, secrets)
+		if err != nil {
+			return false, &scopeError{http.StatusServiceUnavailable, fmt.Sprintf("cluster %q: authorization check failed: %v", c, err)}
+		}
+		return ok, nil
+	}
+	if len(named) > 0 {
+		for _, c := range named {
+			ok, err := check(c)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !ok {
+				what := "cluster"
+				if secrets {
+					what = "the Secrets of cluster"
+				}
+				return nil, nil, &scopeError{http.StatusForbidden, fmt.Sprintf("forbidden: you may not read %s %q", what, c)}
+			}
+		}
+		return named, nil, nil
+	}
+	if !secrets {
+		all, err := a.All(ctx)
+		if err != nil {
+			return nil, nil, &scopeError{http.StatusServiceUnavailable, fmt.Sprintf("authorization check failed: %v", err)}
+		}
+		if all {
+			return nil, nil, nil
+		}
+	}
+	for _, c := range candidates {
+		ok, err := check(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			clusters = append(clusters, c)
+		} else {
+			leftOut = append(leftOut, c)
+		}
+	}
+	if len(leftOut) == 0 {
+		return nil, nil, nil
+	}
+	if len(clusters) == 0 {
+		clusters = []string{noCluster}
+	}
+	return clusters, leftOut, nil
+}
+
+// isSecrets reports whether resource is core Secrets in some cluster.
+func (s *Server) isSecrets(resource string) bool {
+	for _, rs := range s.info(resource) {
+		if rs.Kind != "" {
+			return rs.Group == "" && rs.Kind == "Secret"
+		}
+	}
+	return resource == "secrets"
+}
+
+// allowedClusters filters names (cluster names) to those the caller may read.
+func (s *Server) allowedClusters(ctx context.Context, names []string) ([]string, error) {
+	c, _, err := s.scope(ctx, "", nil, names)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return names, nil
+	}
+	return slices.DeleteFunc(c, func(n string) bool { return n == noCluster }), nil
+}
