@@ -2,12 +2,23 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/multicache/multicache/pkg/auth"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
@@ -25,6 +36,8 @@ type serveFlags struct {
 	config, listen, tokenFile, logFormat, logLevel string
 	kubeconfigs, contexts, excludes, resources     []string
 	allowInsecure                                  bool
+	mgmtKubeconfig, mgmtContext, secretsNamespace  string
+	authMode                                       string
 }
 
 func newServe() *cobra.Command {
@@ -50,6 +63,10 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.listen, "listen", "", "listen address (default 127.0.0.1:8080)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "require a bearer token from this file (one per line)")
 	fl.BoolVar(&f.allowInsecure, "allow-insecure", false, "allow listening beyond loopback without auth")
+	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster (cluster Secrets, delegated auth); default: in-cluster config")
+	fl.StringVar(&f.mgmtContext, "management-context", "", "context of --management-kubeconfig (default: its current context)")
+	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
+	fl.StringVar(&f.authMode, "auth", "", "token (with --token-file) or delegated (TokenReview and SubjectAccessReview against the management cluster)")
 	fl.StringVar(&f.logFormat, "log-format", "", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
 	return cmd
@@ -86,6 +103,27 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	}
 	if f.tokenFile != "" {
 		cfg.Server.Auth = &config.Auth{TokenFile: f.tokenFile}
+	}
+	if f.authMode != "" {
+		if cfg.Server.Auth == nil {
+			cfg.Server.Auth = &config.Auth{}
+		}
+		cfg.Server.Auth.Mode = f.authMode
+		if f.authMode == config.AuthDelegated && f.tokenFile == "" {
+			cfg.Server.Auth.TokenFile = "" // a file's token list does not apply
+		}
+	}
+	if f.mgmtKubeconfig != "" {
+		cfg.Management.Kubeconfig = f.mgmtKubeconfig
+	}
+	if f.mgmtContext != "" {
+		cfg.Management.Context = f.mgmtContext
+	}
+	if f.secretsNamespace != "" {
+		if cfg.Sources.Secrets == nil {
+			cfg.Sources.Secrets = &config.SecretsSource{}
+		}
+		cfg.Sources.Secrets.Namespace = f.secretsNamespace
 	}
 	if f.allowInsecure {
 		cfg.Server.AllowInsecure = true
@@ -133,33 +171,52 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	// client-go logs through klog; send it to the same place, structured.
 	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
 
+	// The Go heap's soft limit follows the container's memory limit (90% of it), unless
+	// GOMEMLIMIT is set.
+	if limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup)); err == nil && limit > 0 && limit < math.MaxInt64 {
+		log.Info("memory limit", zap.Int64("goMemLimitBytes", limit))
+	}
+
 	specs, err := cfg.ResourceSpecs()
 	if err != nil {
 		return err
 	}
-	src, err := clusterset.NewKubeconfig(cfg.KubeconfigOptions())
-	if err != nil {
-		return err
-	}
-	// Fail fast when the source yields nothing usable; later reload errors only get logged.
-	if clusters, err := src.Load(); err != nil {
-		if len(clusters) == 0 {
+	// Lives as long as the daemon: the management cluster's informers run under it.
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	var mgmt kubernetes.Interface
+	if cfg.NeedsManagement() {
+		if mgmt, err = managementClient(cfg.Management); err != nil {
 			return err
 		}
-		log.Warn("some kubeconfig contexts are unusable", zap.Error(err))
+	}
+	src, err := clusterSource(runCtx, cfg, mgmt, log)
+	if err != nil {
+		return err
 	}
 	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst, UserAgent: "multicache/" + version})
 	if err != nil {
 		return err
 	}
-	var tokens []string
-	if cfg.Server.Auth != nil {
-		if tokens, err = server.ReadTokenFile(cfg.Server.Auth.TokenFile); err != nil {
+	sopts := cfg.ServerOptions()
+	sopts.Registry, sopts.Logger, sopts.Metrics = reg, log, prometheus.NewRegistry()
+	authMode := "none"
+	switch {
+	case cfg.Delegated():
+		var ca string
+		if cfg.Server.TLS != nil {
+			ca = cfg.Server.TLS.ClientCAFile
+		}
+		if sopts.Authorizer, err = auth.New(auth.Options{Client: mgmt, ClientCAFile: ca, Metrics: sopts.Metrics}); err != nil {
+			return err
+		}
+		authMode = config.AuthDelegated
+	case cfg.Server.Auth != nil:
+		if sopts.Tokens, err = server.ReadTokenFile(cfg.Server.Auth.TokenFile); err != nil {
 			return fmt.Errorf("server.auth.tokenFile: %w", err)
 		}
+		authMode = config.AuthToken
 	}
-	sopts := cfg.ServerOptions()
-	sopts.Registry, sopts.Logger, sopts.Tokens = reg, log, tokens
 	sopts.Tables = kubeprinters.New()
 	srv, err := server.New(sopts)
 	if err != nil {
@@ -174,6 +231,15 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	defer endRequests()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
+	if cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "" {
+		pool := x509.NewCertPool()
+		pem, err := os.ReadFile(cfg.Server.TLS.ClientCAFile)
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("server.tls.clientCAFile %s: no PEM certificate in it (%v)", cfg.Server.TLS.ClientCAFile, err)
+		}
+		// Certificates are verified by the authenticator; the pool tells clients which CA to use.
+		hs.TLSConfig = &tls.Config{ClientAuth: tls.RequestClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	regCtx, stopReg := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -194,7 +260,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 			serveErr <- err
 		}
 	}()
-	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.Bool("tls", cfg.Server.TLS != nil), zap.Bool("auth", len(tokens) > 0), zap.Strings("resources", reg.Resources()))
+	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.Bool("tls", cfg.Server.TLS != nil), zap.String("auth", authMode), zap.Strings("resources", reg.Resources()))
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
@@ -209,4 +275,65 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	stopReg()
 	wg.Wait()
 	return err
+}
+
+// managementClient reaches the management cluster: from its kubeconfig and context, or, when
+// none is given, from the Pod the daemon runs in.
+func managementClient(m config.Management) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if m.Kubeconfig == "" {
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("management cluster: not running in a Pod (%v): set management.kubeconfig (--management-kubeconfig)", err)
+		}
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: m.Kubeconfig}
+		if rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: m.Context}).ClientConfig(); err != nil {
+			return nil, fmt.Errorf("management.kubeconfig %s: %w", m.Kubeconfig, err)
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = "multicache/" + version
+	rc.QPS, rc.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("management cluster: %w", err)
+	}
+	return cs, nil
+}
+
+// clusterSource is the kubeconfig source, the Secret source, or both. With Secrets on, the
+// kubeconfig source is used only when its files are named (kubeconfig.paths, --kubeconfig):
+// the default kubeconfig of whoever runs the daemon is not taken for fleet members.
+func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Interface, log *zap.Logger) (clusterset.Source, error) {
+	var srcs clusterset.Multi
+	if cfg.Sources.Secrets == nil || len(cfg.Kubeconfig.Paths) > 0 {
+		kc, err := clusterset.NewKubeconfig(cfg.KubeconfigOptions())
+		if err != nil {
+			return nil, err
+		}
+		// Fail fast when the kubeconfig yields nothing usable and nothing else can; later
+		// reload errors only get logged.
+		if clusters, err := kc.Load(); err != nil {
+			if len(clusters) == 0 && cfg.Sources.Secrets == nil {
+				return nil, err
+			}
+			log.Warn("some kubeconfig contexts are unusable", zap.Error(err))
+		}
+		srcs = append(srcs, kc)
+	}
+	if s := cfg.Sources.Secrets; s != nil {
+		sec, err := clusterset.NewSecrets(clusterset.SecretsOptions{Client: mgmt, Namespace: s.Namespace, Include: s.Include, Exclude: s.Exclude, Logger: log.Named("secrets")})
+		if err != nil {
+			return nil, err
+		}
+		if err := sec.Start(ctx, time.Minute); err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, sec)
+	}
+	if len(srcs) == 1 {
+		return srcs[0], nil
+	}
+	return srcs, nil
 }

@@ -20,7 +20,11 @@ import (
 
 // Config is the whole file. See configs/multicache.yaml for a commented example.
 type Config struct {
-	Kubeconfig Kubeconfig    `json:"kubeconfig"`
+	Kubeconfig Kubeconfig `json:"kubeconfig"`
+	// Management is the cluster the daemon runs in or is managed from: cluster Secrets and
+	// delegated auth live there.
+	Management Management    `json:"management"`
+	Sources    Sources       `json:"sources"`
 	Resources  []Resource    `json:"resources"`
 	Indexes    []Index       `json:"indexes,omitempty"`
 	Server     Server        `json:"server"`
@@ -41,6 +45,26 @@ type Kubeconfig struct {
 	Rename  map[string]string `json:"rename,omitempty"`
 	// PollInterval for changes on disk. Default 2s.
 	PollInterval Duration `json:"pollInterval,omitempty"`
+}
+
+// Management reaches the management cluster. Neither field set: in-cluster config, when
+// running in a Pod.
+type Management struct {
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+}
+
+// Sources are cluster sources besides the kubeconfig.
+type Sources struct {
+	Secrets *SecretsSource `json:"secrets,omitempty"`
+}
+
+// SecretsSource reads clusters from kubeconfig Secrets in one namespace of the management
+// cluster (see clusterset.Secrets).
+type SecretsSource struct {
+	Namespace string   `json:"namespace"`
+	Include   []string `json:"include,omitempty"`
+	Exclude   []string `json:"exclude,omitempty"`
 }
 
 // Resource is one resource to cache.
@@ -104,11 +128,23 @@ type Server struct {
 type TLS struct {
 	CertFile string `json:"certFile"`
 	KeyFile  string `json:"keyFile"`
+	// ClientCAFile, with delegated auth, makes client certificates it signed valid credentials.
+	ClientCAFile string `json:"clientCAFile,omitempty"`
 }
 
-// Auth is bearer-token auth: the token file holds one token per line.
+// Auth modes.
+const (
+	AuthToken     = "token"
+	AuthDelegated = "delegated"
+)
+
+// Auth is how callers are authenticated and authorized.
 type Auth struct {
-	TokenFile string `json:"tokenFile"`
+	// Mode: token (default: bearer tokens from TokenFile, each reading everything) or
+	// delegated (TokenReview and SubjectAccessReview against the management cluster).
+	Mode string `json:"mode,omitempty"`
+	// TokenFile holds one token per line (mode token).
+	TokenFile string `json:"tokenFile,omitempty"`
 }
 
 // Logging settings.
@@ -260,8 +296,33 @@ func (c *Config) Validate() error {
 	if c.Server.TLS != nil && (c.Server.TLS.CertFile == "" || c.Server.TLS.KeyFile == "") {
 		bad("server.tls", "certFile and keyFile are both required")
 	}
-	if c.Server.Auth != nil && c.Server.Auth.TokenFile == "" {
-		bad("server.auth.tokenFile", "required")
+	if a := c.Server.Auth; a != nil {
+		switch a.Mode {
+		case "", AuthToken:
+			if a.TokenFile == "" {
+				bad("server.auth.tokenFile", "required in mode token")
+			}
+		case AuthDelegated:
+			if a.TokenFile != "" {
+				bad("server.auth.tokenFile", "not used in mode delegated (tokens are reviewed by the management cluster)")
+			}
+		default:
+			bad("server.auth.mode", "%q is not token or delegated", a.Mode)
+		}
+	}
+	if c.Server.TLS != nil && c.Server.TLS.ClientCAFile != "" && !c.Delegated() {
+		bad("server.tls.clientCAFile", "needs server.auth.mode: delegated (certificates identify users, whose access the management cluster decides)")
+	}
+	if s := c.Sources.Secrets; s != nil {
+		if s.Namespace == "" {
+			bad("sources.secrets.namespace", "required")
+		}
+		if err := (clusterset.KubeconfigOptions{Include: s.Include, Exclude: s.Exclude}).Validate(); err != nil {
+			errs = append(errs, prefixed("sources.secrets.", err))
+		}
+	}
+	if c.Management.Context != "" && c.Management.Kubeconfig == "" {
+		bad("management.context", "needs management.kubeconfig")
 	}
 	if !IsLoopback(c.Server.Listen) && c.Server.Auth == nil && !c.Server.AllowInsecure {
 		bad("server.listen", "%s is not loopback: set server.auth (and server.tls), or allowInsecure: true", c.Server.Listen)
@@ -290,6 +351,12 @@ func prefixed(prefix string, err error) error {
 	}
 	return fmt.Errorf("%s%w", prefix, err)
 }
+
+// Delegated reports whether callers are checked by the management cluster.
+func (c *Config) Delegated() bool { return c.Server.Auth != nil && c.Server.Auth.Mode == AuthDelegated }
+
+// NeedsManagement reports whether anything configured lives in the management cluster.
+func (c *Config) NeedsManagement() bool { return c.Delegated() || c.Sources.Secrets != nil }
 
 // IsLoopback reports whether a listen address binds only to loopback.
 func IsLoopback(listen string) bool {
