@@ -28,7 +28,7 @@ tools-cm: ## Also build kube-controller-manager (for fleet-up --controller-manag
 
 .PHONY: build
 build: ## Build the multicache binary into bin/
-	$(DAEMON) build -o $(BIN_DIR)/multicache .
+	CGO_ENABLED=0 $(DAEMON) build -o $(BIN_DIR)/multicache .
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-clean
