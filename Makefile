@@ -65,6 +65,11 @@ bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 1
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_MILLION=$(BENCH_MILLION) \
 	  $(GO) test -run '^$$' -bench FleetMillion -benchtime 1x -timeout 60m -v ./test/bench/ | grep -v '^    fleet.go'
 	$(MAKE) --no-print-directory bench-kubectl
+	$(MAKE) --no-print-directory bench-auth
+
+.PHONY: bench-auth
+bench-auth: tools ## One query's latency with a static token, delegated auth cached, and delegated auth reviewing every request
+	$(GO) test -run '^$$' -bench AuthReviewCache -benchtime 1x -timeout 20m -v ./test/bench/ | grep -v '^    fleet.go'
 
 BENCH_KUBECTL_PODS ?= 20000
 BENCH_KUBECTL_RUNS ?= 7

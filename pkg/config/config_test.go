@@ -74,3 +74,28 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestManagementFields: the management, sources and auth-mode fields are checked, each error
+// naming its field.
+func TestManagementFields(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"resources: [{name: pods}]\nserver: {auth: {mode: delegated}}\n", ""},
+		{"resources: [{name: pods}]\nsources: {secrets: {namespace: fleet, include: ['prod-*']}}\nmanagement: {kubeconfig: /k, context: m}\n", ""},
+		{"resources: [{name: pods}]\nserver: {auth: {mode: oidc}}\n", `server.auth.mode: "oidc" is not token or delegated`},
+		{"resources: [{name: pods}]\nserver: {auth: {}}\n", "server.auth.tokenFile: required in mode token"},
+		{"resources: [{name: pods}]\nserver: {auth: {mode: delegated, tokenFile: /t}}\n", "server.auth.tokenFile: not used in mode delegated"},
+		{"resources: [{name: pods}]\nserver: {tls: {certFile: a, keyFile: b, clientCAFile: c}, auth: {tokenFile: /t}}\n", "server.tls.clientCAFile: needs server.auth.mode: delegated"},
+		{"resources: [{name: pods}]\nsources: {secrets: {}}\n", "sources.secrets.namespace: required"},
+		{"resources: [{name: pods}]\nsources: {secrets: {namespace: f, exclude: ['[']}}\n", "sources.secrets.exclude[0]: bad glob"},
+		{"resources: [{name: pods}]\nmanagement: {context: m}\n", "management.context: needs management.kubeconfig"},
+		{"resources: [{name: pods}]\nsources: {secret: {}}\n", `unknown field "secret"`},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: got %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}
