@@ -35,7 +35,7 @@ var ErrUnauthenticated = errors.New("unauthenticated")
 // everything is the Access of a caller who reads the whole fleet.
 type everything struct{}
 
-func (everything) All(context.Context) (bool, error)                  { return true, nil }
+func (everything) All(context.Context) (bool, error)                   { return true, nil }
 func (everything) Cluster(context.Context, string, bool) (bool, error) { return true, nil }
 
 // Tokens is an Authorizer over a static token list: a caller presenting any of them reads
