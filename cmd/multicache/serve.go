@@ -10,23 +10,24 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
-	"github.com/multicache/multicache/pkg/auth"
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/go-logr/zapr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/multicache/multicache/cmd/multicache/kubeprinters"
+	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/config"
 	"github.com/multicache/multicache/pkg/server"
@@ -37,7 +38,7 @@ type serveFlags struct {
 	kubeconfigs, contexts, excludes, resources     []string
 	allowInsecure                                  bool
 	mgmtKubeconfig, mgmtContext, secretsNamespace  string
-	authMode                                       string
+	authMode, memoryLimit                          string
 }
 
 func newServe() *cobra.Command {
@@ -66,6 +67,7 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster (cluster Secrets, delegated auth); default: in-cluster config")
 	fl.StringVar(&f.mgmtContext, "management-context", "", "context of --management-kubeconfig (default: its current context)")
 	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "", "Go heap soft limit, e.g. 3Gi (default: 90% of the container's memory limit, or GOMEMLIMIT)")
 	fl.StringVar(&f.authMode, "auth", "", "token (with --token-file) or delegated (TokenReview and SubjectAccessReview against the management cluster)")
 	fl.StringVar(&f.logFormat, "log-format", "", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
@@ -112,6 +114,9 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		if f.authMode == config.AuthDelegated && f.tokenFile == "" {
 			cfg.Server.Auth.TokenFile = "" // a file's token list does not apply
 		}
+	}
+	if f.memoryLimit != "" {
+		cfg.MemoryLimit = f.memoryLimit
 	}
 	if f.mgmtKubeconfig != "" {
 		cfg.Management.Kubeconfig = f.mgmtKubeconfig
@@ -171,10 +176,14 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	// client-go logs through klog; send it to the same place, structured.
 	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
 
-	// The Go heap's soft limit follows the container's memory limit (90% of it), unless
-	// GOMEMLIMIT is set.
-	if limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup)); err == nil && limit > 0 && limit < math.MaxInt64 {
-		log.Info("memory limit", zap.Int64("goMemLimitBytes", limit))
+	// The Go heap's soft limit: memoryLimit when given; otherwise 90% of the container's
+	// memory limit, unless GOMEMLIMIT is set.
+	if cfg.MemoryLimit != "" {
+		q, _ := resource.ParseQuantity(cfg.MemoryLimit) // validated
+		debug.SetMemoryLimit(q.Value())
+		log.Info("memory limit", zap.Int64("goMemLimitBytes", q.Value()), zap.String("from", "memoryLimit"))
+	} else if limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup)); err == nil && limit > 0 && limit < math.MaxInt64 {
+		log.Info("memory limit", zap.Int64("goMemLimitBytes", limit), zap.String("from", "cgroup or GOMEMLIMIT"))
 	}
 
 	specs, err := cfg.ResourceSpecs()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -31,6 +32,9 @@ type Config struct {
 	Logging    Logging       `json:"logging"`
 	Readiness  Readiness     `json:"readiness"`
 	Secrets    SecretsPolicy `json:"secrets"`
+	// MemoryLimit is the Go heap's soft limit (a quantity: 3Gi). Default: 90% of the
+	// container's memory limit (cgroup), unless GOMEMLIMIT is set.
+	MemoryLimit string `json:"memoryLimit,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
 	Burst int     `json:"burst,omitempty"`
@@ -319,6 +323,11 @@ func (c *Config) Validate() error {
 		}
 		if err := (clusterset.KubeconfigOptions{Include: s.Include, Exclude: s.Exclude}).Validate(); err != nil {
 			errs = append(errs, prefixed("sources.secrets.", err))
+		}
+	}
+	if c.MemoryLimit != "" {
+		if q, err := resource.ParseQuantity(c.MemoryLimit); err != nil || q.Sign() <= 0 {
+			bad("memoryLimit", "%q: want a positive quantity such as 3Gi", c.MemoryLimit)
 		}
 	}
 	if c.Management.Context != "" && c.Management.Kubeconfig == "" {

@@ -88,6 +88,8 @@ func TestManagementFields(t *testing.T) {
 		{"resources: [{name: pods}]\nsources: {secrets: {}}\n", "sources.secrets.namespace: required"},
 		{"resources: [{name: pods}]\nsources: {secrets: {namespace: f, exclude: ['[']}}\n", "sources.secrets.exclude[0]: bad glob"},
 		{"resources: [{name: pods}]\nmanagement: {context: m}\n", "management.context: needs management.kubeconfig"},
+		{"resources: [{name: pods}]\nmemoryLimit: 3Gi\n", ""},
+		{"resources: [{name: pods}]\nmemoryLimit: lots\n", `memoryLimit: "lots": want a positive quantity`},
 		{"resources: [{name: pods}]\nsources: {secret: {}}\n", `unknown field "secret"`},
 	} {
 		_, err := Parse([]byte(tc.yaml))

@@ -245,8 +245,11 @@ readiness:
 	d := harness.StartDaemonAt(t, "https", &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, addr,
 		"--config", cfg, "--management-kubeconfig", f.Kubeconfig(), "--management-context", mgmtName,
 		"--cluster-secrets-namespace", secretsNS, "--auth", "delegated",
-		"--resource", "configmaps", "--resource", "secrets")
+		"--resource", "configmaps", "--resource", "secrets", "--memory-limit", "3Gi")
 	e := &mgmtEnv{t: t, ctx: ctx, url: d.URL, pool: pool, f: f}
+	if log, _ := os.ReadFile(d.Log); !strings.Contains(string(log), `"goMemLimitBytes": 3221225472`) {
+		t.Errorf("--memory-limit 3Gi: the log does not show the Go memory limit set to 3 GiB:\n%s", tail(string(log), 20))
+	}
 
 	// clusters is what /multicache/v1/clusters shows id.
 	clusters := func(id identity) map[string]api.Cluster {
