@@ -315,7 +315,7 @@ func managementClient(m config.Management) (kubernetes.Interface, error) {
 // kubeconfig source is used only when its files are named (kubeconfig.paths, --kubeconfig):
 // the default kubeconfig of whoever runs the daemon is not taken for fleet members.
 func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Interface, log *zap.Logger) (clusterset.Source, error) {
-	var srcs clusterset.Multi
+	var srcs []clusterset.Source
 	if cfg.Sources.Secrets == nil || len(cfg.Kubeconfig.Paths) > 0 {
 		kc, err := clusterset.NewKubeconfig(cfg.KubeconfigOptions())
 		if err != nil {
@@ -344,5 +344,5 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 	if len(srcs) == 1 {
 		return srcs[0], nil
 	}
-	return srcs, nil
+	return clusterset.NewMulti(srcs...), nil
 }

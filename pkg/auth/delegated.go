@@ -78,6 +78,8 @@ type Delegated struct {
 	authn authenticator.Request
 	authz authorizer.Authorizer
 	m     *reviewMetrics
+	// timeout bounds each access review (token reviews are bounded by their authenticator).
+	timeout time.Duration
 }
 
 var _ server.Authorizer = (*Delegated)(nil)
@@ -124,7 +126,7 @@ func New(opts Options) (*Delegated, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: subject access review: %w", err)
 	}
-	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m}, nil
+	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m, timeout: opts.Timeout}, nil
 }
 
 // Authorize authenticates r: no credentials, an invalid token or an untrusted certificate is
@@ -133,7 +135,9 @@ func (d *Delegated) Authorize(r *http.Request) (server.Access, error) {
 	resp, ok, err := d.authn.AuthenticateRequest(r)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%w: %v", server.ErrUnauthenticated, err)
+		// The cause (an unknown CA, an unreachable management cluster) is not the caller's to
+		// read: it may name the management cluster's address.
+		return nil, fmt.Errorf("%w: the credentials could not be verified", server.ErrUnauthenticated)
 	case !ok:
 		return nil, fmt.Errorf("%w: no valid bearer token or client certificate", server.ErrUnauthenticated)
 	}
@@ -163,11 +167,13 @@ func (a *access) Cluster(ctx context.Context, cluster string, secrets bool) (boo
 
 func (a *access) allowed(ctx context.Context, verb, sub, name string) (bool, error) {
 	a.d.m.lookups.WithLabelValues("access").Inc()
+	ctx, cancel := context.WithTimeout(ctx, a.d.timeout)
+	defer cancel()
 	dec, _, err := a.d.authz.Authorize(ctx, authorizer.AttributesRecord{
 		User: a.user, Verb: verb, APIGroup: Group, Resource: Resource, Subresource: sub, Name: name, ResourceRequest: true,
 	})
 	if err != nil {
-		return false, err
+		return false, errors.New("the management cluster could not be asked") // its address is not the caller's to read
 	}
 	return dec == authorizer.DecisionAllow, nil
 }

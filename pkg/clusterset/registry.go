@@ -182,9 +182,11 @@ func (r *Registry) reload(ctx context.Context) {
 	cfgs, err := r.opts.Source.Load()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var complete *CompleteError
+	partial := err != nil && !errors.As(err, &complete)
 	if err != nil {
 		r.log.Error("cluster source", zap.Error(err))
-		if cfgs == nil {
+		if cfgs == nil && partial {
 			return // nothing usable: keep what runs
 		}
 	}
@@ -196,7 +198,7 @@ func (r *Registry) reload(ctx context.Context) {
 		if _, ok := want[name]; ok {
 			continue
 		}
-		if err != nil {
+		if partial {
 			// The load was partial: a cluster missing from it may be one of the bad entries
 			// (a kubeconfig caught mid-rotation), not a removed one. Keep it until a clean load.
 			continue

@@ -96,6 +96,18 @@ func NewSecrets(opts SecretsOptions) (*Secrets, error) {
 		f := informers.NewSharedInformerFactoryWithOptions(opts.Client, 0, informers.WithNamespace(opts.Namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label }))
 		inf := f.Core().V1().Secrets()
+		if label == CAPIClusterLabel {
+			// Cluster API's other Secrets of a cluster (its CA and etcd keys, …) carry the same
+			// label: keep none of their data in memory.
+			if err := inf.Informer().SetTransform(func(obj any) (any, error) {
+				if sec, ok := obj.(*corev1.Secret); ok && sec.Name != sec.Labels[CAPIClusterLabel]+"-kubeconfig" {
+					sec.Data, sec.StringData = nil, nil
+				}
+				return obj, nil
+			}); err != nil {
+				return nil, err
+			}
+		}
 		if _, err := inf.Informer().AddEventHandler(notify); err != nil {
 			return nil, err
 		}

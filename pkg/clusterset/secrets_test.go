@@ -2,6 +2,7 @@ package clusterset
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,10 @@ func TestSecretsSource(t *testing.T) {
 		t.Errorf("gamma: want exec refused, got %v", c.Err)
 	}
 
+	if ca, err := src.capi.Secrets("fleet").Get("w1-ca"); err != nil || len(ca.Data) != 0 {
+		t.Errorf("Cluster API's CA Secret is held with its data (%v): %v", err, ca)
+	}
+
 	// A rotation changes the fingerprint; a deletion removes the cluster; both notify.
 	drain := func() {
 		select {
@@ -118,14 +123,33 @@ func TestSecretsSource(t *testing.T) {
 	}
 }
 
+// erringSource yields its clusters with err.
+type erringSource struct {
+	cfgs []ClusterConfig
+	err  error
+}
+
+func (e *erringSource) Load() ([]ClusterConfig, error)          { return e.cfgs, e.err }
+func (e *erringSource) Changes(context.Context) <-chan struct{} { return nil }
+
 func TestMultiSource(t *testing.T) {
-	a := Static{{Name: "x", Origin: "A"}, {Name: "y", Origin: "A"}}
-	b := Static{{Name: "y", Origin: "B"}, {Name: "z", Origin: "B"}}
-	cfgs, err := Multi{a, b}.Load()
-	if err == nil || !strings.Contains(err.Error(), `B: cluster name "y" already used by A`) {
-		t.Errorf("want the clash named, got %v", err)
+	a := &erringSource{cfgs: []ClusterConfig{{Name: "x", Origin: "A"}, {Name: "y", Origin: "A"}, {Name: "w", Origin: "A"}}}
+	b := &erringSource{cfgs: []ClusterConfig{{Name: "y", Origin: "B"}, {Name: "z", Origin: "B"}, {Name: "gone", Origin: "B"}}}
+	m := NewMulti(a, b)
+	cfgs, err := m.Load()
+	var complete *CompleteError
+	if !errors.As(err, &complete) || !strings.Contains(err.Error(), `B: cluster name "y" already used by A`) {
+		t.Errorf("want the clash named in a CompleteError, got %v", err)
 	}
-	if len(cfgs) != 3 || cfgs[1].Origin != "A" {
-		t.Errorf("got %+v, want x, y from A, z", cfgs)
+	if names(cfgs) != "gone,w,x,y,z" || cfgs[3].Origin != "A" {
+		t.Errorf("got %+v, want gone, w, x, y from A, z", cfgs)
+	}
+	// A's load turns partial (w unreadable): w is kept as it was, and the cluster removed from
+	// B still leaves; the load as a whole is complete.
+	a.cfgs, a.err = a.cfgs[:2], errors.New("context w: exec plugin missing")
+	b.cfgs = b.cfgs[:2]
+	cfgs, err = m.Load()
+	if !errors.As(err, &complete) || names(cfgs) != "w,x,y,z" {
+		t.Errorf("after a partial load of A and a removal from B: %s, %v; want w,x,y,z and a CompleteError", names(cfgs), err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -220,21 +221,56 @@ func (s Static) Load() ([]ClusterConfig, error) { return s, nil }
 // Changes never fires.
 func (s Static) Changes(ctx context.Context) <-chan struct{} { return nil }
 
+// CompleteError reports bad entries of a load that is complete nonetheless: every cluster
+// missing from it has left the source. Without it, an error from Load makes the load partial
+// (see Source.Load) and the Registry removes nothing.
+type CompleteError struct{ Err error }
+
+func (e *CompleteError) Error() string { return e.Err.Error() }
+func (e *CompleteError) Unwrap() error { return e.Err }
+
 // Multi is a Source over several sources, such as kubeconfig contexts and cluster Secrets. A
 // cluster name yielded by two sources goes to the first; the other entry is reported as bad.
-type Multi []Source
+// Create with NewMulti.
+type Multi struct {
+	sources []Source
+	mu      sync.Mutex
+	last    [][]ClusterConfig // per source, what it yielded at the last load (partial ones completed)
+}
 
-// Load merges every source's clusters, sorted by name. A source's error makes the whole load
-// partial (see Source.Load).
-func (m Multi) Load() ([]ClusterConfig, error) {
+// NewMulti merges sources, in order of precedence.
+func NewMulti(sources ...Source) *Multi {
+	return &Multi{sources: sources, last: make([][]ClusterConfig, len(sources))}
+}
+
+// Load merges every source's clusters, sorted by name. A source's partial load does not make
+// the whole partial: for that source, the clusters it yielded before and misses now are kept
+// as they were, so that a removal from another source still takes effect. Its errors, and name
+// clashes, are returned as a CompleteError.
+func (m *Multi) Load() ([]ClusterConfig, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var out []ClusterConfig
 	var errs []error
 	from := map[string]string{}
-	for _, src := range m {
+	for i, src := range m.sources {
 		cfgs, err := src.Load()
+		var complete *CompleteError
 		if err != nil {
 			errs = append(errs, err)
+			if !errors.As(err, &complete) {
+				got := map[string]bool{}
+				for _, c := range cfgs {
+					got[c.Name] = true
+				}
+				for _, c := range m.last[i] {
+					if !got[c.Name] {
+						cfgs = append(cfgs, c)
+					}
+				}
+			}
 		}
+		m.last[i] = cfgs
 		for _, c := range cfgs {
 			if other, dup := from[c.Name]; dup {
 				errs = append(errs, fmt.Errorf("%s: cluster name %q already used by %s", c.Origin, c.Name, other))
@@ -245,13 +281,16 @@ func (m Multi) Load() ([]ClusterConfig, error) {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, errors.Join(errs...)
+	if len(errs) > 0 {
+		return out, &CompleteError{Err: errors.Join(errs...)}
+	}
+	return out, nil
 }
 
 // Changes fires when any source's does.
-func (m Multi) Changes(ctx context.Context) <-chan struct{} {
+func (m *Multi) Changes(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
-	for _, src := range m {
+	for _, src := range m.sources {
 		ch := src.Changes(ctx)
 		if ch == nil {
 			continue

@@ -314,6 +314,9 @@ func (c *Config) Validate() error {
 			bad("server.auth.mode", "%q is not token or delegated", a.Mode)
 		}
 	}
+	if c.Delegated() && c.Server.TLS == nil && !IsLoopback(c.Server.Listen) {
+		bad("server.tls", "required with server.auth.mode delegated beyond loopback: callers send management-cluster tokens")
+	}
 	if c.Server.TLS != nil && c.Server.TLS.ClientCAFile != "" && !c.Delegated() {
 		bad("server.tls.clientCAFile", "needs server.auth.mode: delegated (certificates identify users, whose access the management cluster decides)")
 	}

@@ -89,6 +89,7 @@ func TestManagementFields(t *testing.T) {
 		{"resources: [{name: pods}]\nsources: {secrets: {namespace: f, exclude: ['[']}}\n", "sources.secrets.exclude[0]: bad glob"},
 		{"resources: [{name: pods}]\nmanagement: {context: m}\n", "management.context: needs management.kubeconfig"},
 		{"resources: [{name: pods}]\nmemoryLimit: 3Gi\n", ""},
+		{"resources: [{name: pods}]\nserver: {listen: '0.0.0.0:8443', auth: {mode: delegated}}\n", "server.tls: required with server.auth.mode delegated beyond loopback"},
 		{"resources: [{name: pods}]\nmemoryLimit: lots\n", `memoryLimit: "lots": want a positive quantity`},
 		{"resources: [{name: pods}]\nsources: {secret: {}}\n", `unknown field "secret"`},
 	} {

@@ -89,9 +89,12 @@ func writeScopeError(w http.ResponseWriter, err error) {
 
 // scope limits a request on resource to what the caller may read. named are the clusters the
 // request names (by path, cluster= or a cluster selector), or nil for the fleet. A named
-// cluster the caller may not read is 403. For the fleet it returns the clusters to read
-// (nil: all of them; [noCluster]: none) and those left out. candidates are the fleet's
-// clusters to decide over.
+// cluster the caller may not read is 403. For the fleet it returns the clusters to read and
+// those left out. candidates are the fleet's clusters to decide over.
+//
+// nil means every cluster, present and future, and is returned only to a caller who may read
+// them all (All), and never for Secrets: anyone else gets the explicit list ([noCluster] when
+// empty), so that a cluster that joins later is not read on the strength of an earlier answer.
 func (s *Server) scope(ctx context.Context, resource string, named, candidates []string) (clusters, leftOut []string, err error) {
 	a := accessOf(ctx)
 	secrets := resource != "" && s.isSecrets(resource)
@@ -138,23 +141,25 @@ func (s *Server) scope(ctx context.Context, resource string, named, candidates [
 			leftOut = append(leftOut, c)
 		}
 	}
-	if len(leftOut) == 0 {
-		return nil, nil, nil
-	}
 	if len(clusters) == 0 {
 		clusters = []string{noCluster}
 	}
 	return clusters, leftOut, nil
 }
 
-// isSecrets reports whether resource is core Secrets in some cluster.
+// isSecrets reports whether resource is core Secrets. It fails closed: core Secrets in any
+// cluster's discovery, or a configured name that would resolve to them before any has resolved.
 func (s *Server) isSecrets(resource string) bool {
 	for _, rs := range s.info(resource) {
-		if rs.Kind != "" {
-			return rs.Group == "" && rs.Kind == "Secret"
+		if rs.Kind == "Secret" && rs.Group == "" {
+			return true
 		}
 	}
-	return resource == "secrets"
+	switch strings.ToLower(resource) {
+	case "secrets", "secret", "v1/secrets", "/v1/secrets":
+		return true
+	}
+	return false
 }
 
 // allowedClusters filters names (cluster names) to those the caller may read.

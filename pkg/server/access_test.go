@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,5 +108,108 @@ func TestAccessScopes(t *testing.T) {
 	}
 	if code, body := get("broken", "/multicache/v1/clusters"); code != 503 || !strings.Contains(body, "management cluster unreachable") {
 		t.Errorf("authorizer error: %d %s, want 503 naming it", code, body)
+	}
+}
+
+// mutableSource is a Source whose clusters the test changes.
+type mutableSource struct {
+	mu   sync.Mutex
+	cfgs clusterset.Static
+	ch   chan struct{}
+}
+
+func (m *mutableSource) Load() ([]clusterset.ClusterConfig, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]clusterset.ClusterConfig(nil), m.cfgs...), nil
+}
+
+func (m *mutableSource) Changes(context.Context) <-chan struct{} { return m.ch }
+
+func (m *mutableSource) add(c clusterset.ClusterConfig) {
+	m.mu.Lock()
+	m.cfgs = append(m.cfgs, c)
+	m.mu.Unlock()
+	m.ch <- struct{}{}
+}
+
+// TestAccessJoinLater: a watch of a caller who may read some clusters never streams a cluster
+// that joins later, even when the caller could read every cluster there was when it began;
+// a caller who may read every cluster sees it.
+func TestAccessJoinLater(t *testing.T) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	a.SetPods([]corev1.Pod{pod("p-a")})
+	b.SetPods([]corev1.Pod{pod("p-b")})
+	src := &mutableSource{cfgs: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}}, ch: make(chan struct{}, 1)}
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg, Authorizer: tokenAccess{"ta": {"a"}, "all": {"*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	if missing := reg.WaitForSync(t.Context(), 20*time.Second); missing != nil {
+		t.Fatalf("unsynced: %v", missing)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	watch := func(token, path string) <-chan string {
+		req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("watch %s as %s: %v %v", path, token, err, resp)
+		}
+		lines := make(chan string, 100)
+		go func() {
+			defer resp.Body.Close()
+			defer close(lines)
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		return lines
+	}
+	watches := map[string]<-chan string{
+		"ta kube":   watch("ta", "/api/v1/pods?watch=true"),
+		"ta native": watch("ta", "/multicache/v1/resources/pods?watch=true"),
+		"all kube":  watch("all", "/api/v1/pods?watch=true"),
+	}
+	src.add(clusterset.ClusterConfig{Name: "b", Config: b.Config(), Fingerprint: "1"})
+	if missing := reg.WaitForSync(t.Context(), 20*time.Second); missing != nil {
+		t.Fatalf("b unsynced: %v", missing)
+	}
+	deadline := time.After(2 * time.Second)
+	seenB := map[string]bool{}
+	for open := len(watches); open > 0; {
+		select {
+		case <-deadline:
+			open = 0
+		default:
+			for name, ch := range watches {
+				select {
+				case l, ok := <-ch:
+					if !ok {
+						delete(watches, name)
+						open--
+					} else if strings.Contains(l, "p-b") {
+						seenB[name] = true
+					}
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+	}
+	if seenB["ta kube"] || seenB["ta native"] {
+		t.Errorf("a reader of cluster a only was streamed cluster b's pod: %v", seenB)
+	}
+	if !seenB["all kube"] {
+		t.Error("a reader of every cluster was not streamed the pod of the cluster that joined")
 	}
 }

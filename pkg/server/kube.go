@@ -169,7 +169,7 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 		named = []string{p.cluster}
 	}
 	// A cluster selector selects among the clusters the caller may read.
-	allowed, leftOut, err := s.scope(ctx, kr.name, named, kr.clusters)
+	allowed, leftOut, err := s.scope(ctx, kr.name, named, s.reg.Clusters())
 	if err != nil {
 		return kubeSelection{}, err
 	}
@@ -461,7 +461,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 		if p.cluster != "" {
 			named = []string{p.cluster}
 		}
-		allowed, leftOut, err := s.scope(ctx, kr.name, named, agg.Clusters())
+		allowed, leftOut, err := s.scope(ctx, kr.name, named, s.reg.Clusters())
 		if err != nil {
 			writeScopeError(w, err)
 			return
