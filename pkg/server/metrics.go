@@ -133,19 +133,13 @@ func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
 // handleMetrics serves the registry's metrics; a series labelled with a cluster the caller may
 // not read is left out.
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	a := accessOf(r.Context())
-	all, err := a.All(r.Context())
+	ok, _, err := s.scope(r.Context(), "", nil, s.reg.Clusters())
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "authorization check failed: "+err.Error())
+		writeScopeError(w, err)
 		return
 	}
 	var g prometheus.Gatherer = s.opts.Metrics
-	if !all {
-		ok, err := s.allowedClusters(r.Context(), s.reg.Clusters())
-		if err != nil {
-			writeScopeError(w, err)
-			return
-		}
+	if ok != nil { // nil: the caller reads every cluster
 		g = clusterScoped{g: g, keep: func(c string) bool { return slices.Contains(ok, c) }}
 	}
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
