@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -71,7 +72,22 @@ func printClusters(w io.Writer, resp *api.Clusters, perResource bool) {
 		_ = tw.Flush()
 		return
 	}
-	fmt.Fprintln(tw, "NAME\tSTATE\tSYNCED\tOBJECTS\tLAST-SYNC\tERROR")
+	// OWNER shows when replicas share the fleet: the replica that runs each cluster.
+	owners := slices.ContainsFunc(resp.Clusters, func(c api.Cluster) bool { return c.Owner != "" })
+	owner := func(cl api.Cluster) string {
+		if !owners {
+			return ""
+		}
+		if cl.Owner == "" {
+			return "<none>\t"
+		}
+		return cl.Owner + "\t"
+	}
+	fmt.Fprint(tw, "NAME\t")
+	if owners {
+		fmt.Fprint(tw, "OWNER\t")
+	}
+	fmt.Fprintln(tw, "STATE\tSYNCED\tOBJECTS\tLAST-SYNC\tERROR")
 	for _, cl := range resp.Clusters {
 		synced, objects := 0, 0
 		for _, r := range cl.Resources {
@@ -88,7 +104,7 @@ func printClusters(w io.Writer, resp *api.Clusters, perResource bool) {
 		if cl.LastSync != nil {
 			lastSync = age(cl.LastSync.Format(time.RFC3339))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\n", cl.Name, cl.State, synced, len(cl.Resources), objects, strings.TrimSpace(lastSync), errText)
+		fmt.Fprintf(tw, "%s\t%s%s\t%d/%d\t%d\t%s\t%s\n", cl.Name, owner(cl), cl.State, synced, len(cl.Resources), objects, strings.TrimSpace(lastSync), errText)
 	}
 	_ = tw.Flush()
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/config"
 	"github.com/multicache/multicache/pkg/server"
+	"github.com/multicache/multicache/pkg/shard"
 )
 
 type serveFlags struct {
@@ -39,6 +40,10 @@ type serveFlags struct {
 	allowInsecure                                  bool
 	mgmtKubeconfig, mgmtContext, secretsNamespace  string
 	authMode, memoryLimit                          string
+	sharding                                       bool
+	advertiseURL, shardingNamespace, identity      string
+	leaseDuration                                  time.Duration
+	maxWarmups, weight                             int
 }
 
 func newServe() *cobra.Command {
@@ -69,6 +74,13 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "Go heap soft limit, e.g. 3Gi (default: 90% of the container's memory limit, or GOMEMLIMIT)")
 	fl.StringVar(&f.authMode, "auth", "", "token (with --token-file) or delegated (TokenReview and SubjectAccessReview against the management cluster)")
+	fl.BoolVar(&f.sharding, "sharding", false, "share the fleet with other replicas through Leases in the management cluster; any replica answers for the whole fleet")
+	fl.StringVar(&f.advertiseURL, "advertise-url", "", "with --sharding: how the other replicas reach this one, e.g. https://10.0.0.5:8443")
+	fl.StringVar(&f.shardingNamespace, "sharding-namespace", "", "with --sharding: namespace of the Leases (default: --cluster-secrets-namespace, else multicache-system)")
+	fl.StringVar(&f.identity, "replica-id", "", "with --sharding: this replica's name among its peers (default: host name and a random suffix)")
+	fl.DurationVar(&f.leaseDuration, "lease-duration", 0, "with --sharding: a replica silent this long loses its clusters (default 15s)")
+	fl.IntVar(&f.maxWarmups, "max-warmups", 0, "with --sharding: clusters this replica syncs at once (default 4)")
+	fl.IntVar(&f.weight, "shard-weight", 0, "with --sharding: this replica's share of clusters relative to the others' (default 1)")
 	fl.StringVar(&f.logFormat, "log-format", "", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
 	return cmd
@@ -132,6 +144,33 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	}
 	if f.allowInsecure {
 		cfg.Server.AllowInsecure = true
+	}
+	if fl.Changed("sharding") || f.advertiseURL != "" || f.shardingNamespace != "" || f.identity != "" || f.leaseDuration != 0 || f.maxWarmups != 0 || f.weight != 0 {
+		if cfg.Sharding == nil {
+			cfg.Sharding = &config.Sharding{}
+		}
+		sh := cfg.Sharding
+		if fl.Changed("sharding") {
+			sh.Enabled = f.sharding
+		}
+		if f.advertiseURL != "" {
+			sh.AdvertiseURL = f.advertiseURL
+		}
+		if f.shardingNamespace != "" {
+			sh.Namespace = f.shardingNamespace
+		}
+		if f.identity != "" {
+			sh.Identity = f.identity
+		}
+		if f.leaseDuration != 0 {
+			sh.LeaseDuration = config.Duration{Duration: f.leaseDuration}
+		}
+		if f.maxWarmups != 0 {
+			sh.MaxWarmups = f.maxWarmups
+		}
+		if f.weight != 0 {
+			sh.Weight = f.weight
+		}
 	}
 	if f.logFormat != "" {
 		cfg.Logging.Format = f.logFormat
@@ -203,12 +242,34 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	metrics := prometheus.NewRegistry()
+	var coord *shard.Coordinator
+	if cfg.ShardingEnabled() {
+		if coord, err = newCoordinator(cfg, mgmt, src, log, metrics); err != nil {
+			return err
+		}
+		src = coord // the registry runs the clusters this replica owns
+	}
 	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst, UserAgent: "multicache/" + version})
 	if err != nil {
 		return err
 	}
 	sopts := cfg.ServerOptions()
-	sopts.Registry, sopts.Logger, sopts.Metrics = reg, log, prometheus.NewRegistry()
+	sopts.Registry, sopts.Logger, sopts.Metrics = reg, log, metrics
+	if coord != nil {
+		// Running includes stacks still stopping: a fence moves only once none is left.
+		coord.SetLocal(func(cluster string) (bool, bool) {
+			cs, ok := reg.ClusterStatus(cluster)
+			return reg.Running(cluster), ok && cs.State != clusterset.Pending && cs.State != clusterset.Syncing
+		})
+		sopts.Fleet = coord
+		if sopts.PeerClient, err = peerClient(cfg.Sharding); err != nil {
+			return err
+		}
+		if cfg.Sharding.PeerTimeout.Duration > 0 {
+			sopts.PeerTimeout = cfg.Sharding.PeerTimeout.Duration
+		}
+	}
 	authMode := "none"
 	switch {
 	case cfg.Delegated():
@@ -269,6 +330,20 @@ func serve(ctx context.Context, cfg *config.Config) error {
 			serveErr <- err
 		}
 	}()
+	coordDone := make(chan struct{})
+	coordCtx, stopCoord := context.WithCancel(context.Background())
+	defer stopCoord()
+	if coord != nil {
+		go func() {
+			defer close(coordDone)
+			if err := coord.Run(coordCtx); err != nil {
+				log.Error("sharding stopped", zap.Error(err))
+			}
+		}()
+		log.Info("sharding", zap.String("replica", coord.Identity()), zap.String("advertiseURL", cfg.Sharding.AdvertiseURL))
+	} else {
+		close(coordDone)
+	}
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.Bool("tls", cfg.Server.TLS != nil), zap.String("auth", authMode), zap.Strings("resources", reg.Resources()))
 	select {
 	case <-ctx.Done():
@@ -276,6 +351,10 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		log.Error("server failed", zap.Error(err))
 	}
 	log.Info("shutting down")
+	// First hand this replica's clusters to the others (the registry still runs, so that it
+	// stops each cluster before its fence moves), then stop serving.
+	stopCoord()
+	<-coordDone
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	endRequests()
@@ -284,6 +363,41 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	stopReg()
 	wg.Wait()
 	return err
+}
+
+// newCoordinator builds the replica's share of the fleet from the sharding config.
+func newCoordinator(cfg *config.Config, mgmt kubernetes.Interface, src clusterset.Source, log *zap.Logger, metrics prometheus.Registerer) (*shard.Coordinator, error) {
+	sh := cfg.Sharding
+	ns := sh.Namespace
+	if ns == "" {
+		ns = "multicache-system"
+		if cfg.Sources.Secrets != nil {
+			ns = cfg.Sources.Secrets.Namespace
+		}
+	}
+	c, err := shard.New(shard.Options{Client: mgmt, Namespace: ns, Identity: sh.Identity, AdvertiseURL: sh.AdvertiseURL,
+		LeaseDuration: sh.LeaseDuration.Duration, Weight: sh.Weight, MaxWarmups: sh.MaxWarmups, Source: src,
+		Logger: log.Named("shard"), Metrics: metrics})
+	if err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	return c, nil
+}
+
+// peerClient calls the other replicas: their serving certificates are checked against
+// peerCAFile when given, else the system's roots.
+func peerClient(sh *config.Sharding) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 32
+	if sh.PeerCAFile != "" {
+		pem, err := os.ReadFile(sh.PeerCAFile)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("sharding.peerCAFile %s: no PEM certificate in it (%v)", sh.PeerCAFile, err)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr}, nil
 }
 
 // managementClient reaches the management cluster: from its kubeconfig and context, or, when

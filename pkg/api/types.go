@@ -79,8 +79,10 @@ type Clusters struct {
 
 // Cluster is one cluster's state and its resources'.
 type Cluster struct {
-	Name      string     `json:"name"`
-	State     string     `json:"state"`
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// Owner is the replica that runs the cluster, when replicas share the fleet.
+	Owner     string     `json:"owner,omitempty"`
 	LastSync  *time.Time `json:"lastSync,omitempty"`
 	Error     string     `json:"error,omitempty"`
 	Resources []Resource `json:"resources"`

@@ -266,6 +266,14 @@ func (r *Registry) stopAll() {
 	}
 }
 
+// Running reports whether any stacks of the cluster exist: engaged, or still stopping after it
+// left or restarted. A cluster that is not Running has no informer left.
+func (r *Registry) Running(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clusters[name] != nil || r.retiring[name] != nil
+}
+
 // Clusters lists the engaged cluster names, sorted.
 func (r *Registry) Clusters() []string {
 	r.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -32,6 +33,9 @@ type Config struct {
 	Logging    Logging       `json:"logging"`
 	Readiness  Readiness     `json:"readiness"`
 	Secrets    SecretsPolicy `json:"secrets"`
+	// Sharding spreads the fleet's clusters over replicas through Leases in the management
+	// cluster; any replica answers for the whole fleet. Off when nil or not enabled.
+	Sharding *Sharding `json:"sharding,omitempty"`
 	// MemoryLimit is the Go heap's soft limit (a quantity: 3Gi). Default: 90% of the
 	// container's memory limit (cgroup), unless GOMEMLIMIT is set.
 	MemoryLimit string `json:"memoryLimit,omitempty"`
@@ -70,6 +74,33 @@ type SecretsSource struct {
 	Include   []string `json:"include,omitempty"`
 	Exclude   []string `json:"exclude,omitempty"`
 }
+
+// Sharding is how replicas share the fleet (see shard.Options).
+type Sharding struct {
+	Enabled bool `json:"enabled"`
+	// Namespace of the management cluster where the Leases live. Default: the Secrets
+	// source's namespace, else "multicache-system".
+	Namespace string `json:"namespace,omitempty"`
+	// LeaseDuration: a replica that stops renewing its Lease for this long loses its clusters.
+	// Default 15s.
+	LeaseDuration Duration `json:"leaseDuration,omitempty"`
+	// AdvertiseURL is how the other replicas reach this one (required when enabled).
+	AdvertiseURL string `json:"advertiseURL,omitempty"`
+	// Identity names this replica among its peers. Default: the host name and a random suffix.
+	Identity string `json:"identity,omitempty"`
+	// Weight is this replica's share of the clusters relative to the others'. Default 1.
+	Weight int `json:"weight,omitempty"`
+	// MaxWarmups caps the clusters this replica syncs at once. Default 4.
+	MaxWarmups int `json:"maxWarmups,omitempty"`
+	// PeerCAFile verifies the other replicas' serving certificates (https advertise URLs).
+	// Default: the system's roots.
+	PeerCAFile string `json:"peerCAFile,omitempty"`
+	// PeerTimeout bounds a call to another replica (watches excepted). Default 10s.
+	PeerTimeout Duration `json:"peerTimeout,omitempty"`
+}
+
+// ShardingEnabled reports whether replicas share the fleet.
+func (c *Config) ShardingEnabled() bool { return c.Sharding != nil && c.Sharding.Enabled }
 
 // Resource is one resource to cache.
 type Resource struct {
@@ -333,6 +364,25 @@ func (c *Config) Validate() error {
 			bad("memoryLimit", "%q: want a positive quantity such as 3Gi", c.MemoryLimit)
 		}
 	}
+	if sh := c.Sharding; sh != nil && sh.Enabled {
+		if sh.AdvertiseURL == "" {
+			bad("sharding.advertiseURL", "required when sharding is enabled (--advertise-url): how the other replicas reach this one")
+		} else if u, err := url.Parse(sh.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("sharding.advertiseURL", "%q: want an http or https URL such as https://10.0.0.5:8443", sh.AdvertiseURL)
+		}
+		if sh.LeaseDuration.Duration < 0 || (sh.LeaseDuration.Duration > 0 && sh.LeaseDuration.Duration < time.Second) {
+			bad("sharding.leaseDuration", "%s: want at least 1s", sh.LeaseDuration.Duration)
+		}
+		if sh.Weight < 0 {
+			bad("sharding.weight", "%d: must not be negative", sh.Weight)
+		}
+		if sh.MaxWarmups < 0 {
+			bad("sharding.maxWarmups", "%d: must not be negative", sh.MaxWarmups)
+		}
+		if sh.PeerTimeout.Duration < 0 {
+			bad("sharding.peerTimeout", "%s: must not be negative", sh.PeerTimeout.Duration)
+		}
+	}
 	if c.Management.Context != "" && c.Management.Kubeconfig == "" {
 		bad("management.context", "needs management.kubeconfig")
 	}
@@ -368,7 +418,9 @@ func prefixed(prefix string, err error) error {
 func (c *Config) Delegated() bool { return c.Server.Auth != nil && c.Server.Auth.Mode == AuthDelegated }
 
 // NeedsManagement reports whether anything configured lives in the management cluster.
-func (c *Config) NeedsManagement() bool { return c.Delegated() || c.Sources.Secrets != nil }
+func (c *Config) NeedsManagement() bool {
+	return c.Delegated() || c.Sources.Secrets != nil || c.ShardingEnabled()
+}
 
 // IsLoopback reports whether a listen address binds only to loopback.
 func IsLoopback(listen string) bool {

@@ -16,8 +16,9 @@ import (
 )
 
 type metrics struct {
-	requests *prometheus.HistogramVec
-	watches  prometheus.Gauge
+	requests    *prometheus.HistogramVec
+	watches     prometheus.Gauge
+	peerLatency *prometheus.HistogramVec
 }
 
 // statusCollector reads the registry on every scrape, so the figures are never stale.
@@ -81,6 +82,10 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60},
 		}, []string{"route", "code"}),
 		watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "multicache_watches", Help: "Open watch streams."}),
+		peerLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "multicache_peer_request_duration_seconds", Help: "Calls to other replicas (and to this one, in process) for a fan-out answer: time until its answer starts, by kind and code.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"kind", "code"}),
 	}
 	sc := &statusCollector{
 		s:              s,
@@ -97,7 +102,7 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		ringEvents:     prometheus.NewDesc("multicache_watch_ring_events", "Events the watch ring holds for watches to resume from.", []string{"resource"}, nil),
 		ringBytes:      prometheus.NewDesc("multicache_watch_ring_bytes", "Estimated memory the watch ring keeps alive (objects and previous states).", []string{"resource"}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.watches, sc, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+	for _, c := range []prometheus.Collector{m.requests, m.watches, m.peerLatency, sc, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -66,6 +66,14 @@ type Options struct {
 	AllowSecretData bool
 	// Metrics is where metrics are registered. Default: a new registry, served on /metrics.
 	Metrics *prometheus.Registry
+	// Fleet, when replicas share the fleet, says which replica owns each cluster: lists, gets
+	// and watches then answer for the whole fleet, asking the owners of the clusters this
+	// replica does not run (PeerClient, PeerTimeout). Nil: this replica runs every cluster.
+	Fleet Fleet
+	// PeerClient calls other replicas. Default: a client without a timeout (watches stream);
+	// PeerTimeout bounds every call but watches. Default 10s.
+	PeerClient  *http.Client
+	PeerTimeout time.Duration
 	// Tables supplies the Table columns of built-in kinds for the Kubernetes API (kubectl get).
 	// The daemon sets Kubernetes' own printers. Without it, built-in kinds get NAME and AGE.
 	Tables table.Provider
@@ -96,6 +104,10 @@ func (o *Options) Default() {
 	setDuration(&o.RequestTimeout, 30*time.Second)
 	setDuration(&o.BookmarkInterval, 5*time.Second)
 	setDuration(&o.DeadClusterTimeout, 2*time.Minute)
+	setDuration(&o.PeerTimeout, 10*time.Second)
+	if o.PeerClient == nil {
+		o.PeerClient = &http.Client{}
+	}
 	if o.Metrics == nil {
 		o.Metrics = prometheus.NewRegistry()
 	}
@@ -141,6 +153,10 @@ type Server struct {
 
 	cat    catalogCache
 	tables *table.Set
+
+	// local is this replica's own API, without fan-out: what peers and the fan-out call.
+	local http.Handler
+	peers *peers
 }
 
 // New builds the server and registers its watch hubs as handlers on every aggregate; call it
@@ -208,7 +224,12 @@ func (s *Server) Handler() http.Handler {
 	// Everything else is the Kubernetes API (or no route at all): it limits its requests itself,
 	// and watches have no timeout.
 	mux.Handle("/", s.metrics.instrument("kube", s.auth(s.handleKube)))
-	return compressLarge(mux)
+	if s.opts.Fleet == nil {
+		return compressLarge(mux)
+	}
+	s.local = mux
+	s.peers = &peers{client: s.opts.PeerClient, timeout: s.opts.PeerTimeout, local: mux, latency: s.metrics.peerLatency}
+	return compressLarge(s.fanout(mux))
 }
 
 func (s *Server) withTimeout(h http.HandlerFunc) http.HandlerFunc {

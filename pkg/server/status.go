@@ -95,6 +95,9 @@ func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, cs := range statuses {
 		v := api.Cluster{Name: cs.Name, State: string(cs.State), Error: cs.Error, Resources: []api.Resource{}}
+		if s.opts.Fleet != nil {
+			v.Owner = s.opts.Fleet.Identity()
+		}
 		if !cs.LastSync.IsZero() {
 			t := cs.LastSync.UTC().Truncate(time.Second)
 			v.LastSync = &t

@@ -1,0 +1,602 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
+)
+
+// fanout answers, for the whole fleet, the requests that name clusters this replica may not
+// own: native lists, watches and gets, the clusters list, and the Kubernetes API's. It hands
+// everything else, and every request another replica sends (peerHeader), to next: this
+// replica's own API.
+//
+// Invariant: each cluster is asked of exactly one replica, its owner as this replica sees the
+// fence Leases; a cluster without a live owner is reported unsynced, never silently dropped.
+func (s *Server) fanout(next http.Handler) http.Handler {
+	native := s.auth(s.fanoutNative)
+	kube := s.auth(s.fanoutKube)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(peerHeader) != "" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		switch {
+		case r.URL.Path == api.ClustersPath:
+			native(w, r)
+		case strings.HasPrefix(r.URL.Path, api.ResourcesPath+"/"):
+			native(w, r)
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/multicache/"):
+			next.ServeHTTP(w, r)
+		default:
+			kube(w, r)
+		}
+	})
+}
+
+// fanoutNative routes the native API.
+func (s *Server) fanoutNative(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == api.ClustersPath {
+		s.fanoutClusters(w, r)
+		return
+	}
+	rest := strings.Split(strings.TrimPrefix(r.URL.Path, api.ResourcesPath+"/"), "/")
+	switch len(rest) {
+	case 1:
+		q := r.URL.Query()
+		wanted := q["cluster"]
+		pl := s.plan(func(c string) bool { return len(wanted) == 0 || slices.Contains(wanted, c) })
+		if pl.local() {
+			s.local.ServeHTTP(w, r)
+			return
+		}
+		if q.Get("watch") == "true" || q.Get("watch") == "1" {
+			s.fanoutNativeWatch(w, r, pl)
+			return
+		}
+		res, _ := s.resolve(rest[0])
+		s.fanoutNativeList(w, r, pl, res)
+	case 4:
+		s.routeToOwner(w, r, rest[1])
+	default:
+		s.local.ServeHTTP(w, r)
+	}
+}
+
+// routeToOwner hands a request about one cluster to its owner, as it is.
+func (s *Server) routeToOwner(w http.ResponseWriter, r *http.Request, cluster string) {
+	pl := s.plan(func(c string) bool { return c == cluster })
+	if pl.local() {
+		s.local.ServeHTTP(w, r)
+		return
+	}
+	if why, ok := pl.down[cluster]; ok {
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cluster %q cannot be read now: %s", cluster, why))
+		return
+	}
+	p := pl.parts[0]
+	resp, err := s.peers.call(r.Context(), r, p, r.URL.Path, r.URL.Query(), "proxy")
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cluster %q: %v", cluster, err))
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	copyFlushing(w, resp.Body)
+}
+
+// copyFlushing copies a (possibly streaming) body, flushing after every read.
+func copyFlushing(w http.ResponseWriter, body io.Reader) {
+	fl, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// answer is one replica's reply to its part of a list.
+type answer[T any] struct {
+	part part
+	val  T
+	err  error
+}
+
+// gather calls every part at once, with the peer timeout, and decodes each 200 answer.
+func gather[T any](ctx context.Context, s *Server, r *http.Request, pl plan, path string, query func(part) url.Values, kind string, decode func(*http.Response) (T, error)) []answer[T] {
+	ctx, cancel := context.WithTimeout(ctx, s.peers.timeout)
+	defer cancel()
+	out := make([]answer[T], len(pl.parts))
+	var wg sync.WaitGroup
+	for i, p := range pl.parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].part = p
+			resp, err := s.peers.call(ctx, r, p, path, query(p), kind)
+			if err == nil {
+				err = checkAnswer(p, resp)
+			}
+			if err != nil {
+				out[i].err = err
+				return
+			}
+			defer drain(resp.Body)
+			out[i].val, out[i].err = decode(resp)
+			if out[i].err != nil {
+				out[i].err = fmt.Errorf("replica %q: %w", p.peer, out[i].err)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// failedAll answers the error every part failed with when none answered, and reports whether
+// it did: a fleet-wide answer fails only when no replica could answer (401 for all, say).
+func failedAll[T any](w http.ResponseWriter, answers []answer[T], down int) bool {
+	if len(answers) == 0 || down > 0 {
+		return false
+	}
+	for _, a := range answers {
+		if a.err == nil {
+			return false
+		}
+	}
+	if pe, ok := answers[0].err.(*peerError); ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(pe.code)
+		_, _ = w.Write(pe.status)
+		return true
+	}
+	writeError(w, http.StatusServiceUnavailable, answers[0].err.Error())
+	return true
+}
+
+// downFreshness reports the clusters no replica answered for, as unsynced, leaving out those
+// the caller may not read.
+func (s *Server) downFreshness(ctx context.Context, resource string, down map[string]string, failed map[string]error) []api.ClusterFreshness {
+	names := make([]string, 0, len(down))
+	for c := range down {
+		names = append(names, c)
+	}
+	for c := range failed {
+		names = append(names, c)
+	}
+	allowed, _, err := s.scope(ctx, resource, nil, names)
+	if err != nil {
+		return nil
+	}
+	var out []api.ClusterFreshness
+	for _, c := range names {
+		if allowed != nil && !slices.Contains(allowed, c) {
+			continue
+		}
+		why := down[c]
+		if e, ok := failed[c]; ok {
+			why = e.Error()
+		}
+		out = append(out, api.ClusterFreshness{Name: c, Error: "unavailable: " + why})
+	}
+	return out
+}
+
+// fanoutNativeList answers a page of a list from the owners' pages: each part returns up to
+// limit items after the same key, so the first limit of their merge, in key order, are the
+// fleet's next page.
+func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl plan, resource string) {
+	q := r.URL.Query()
+	limit := s.opts.MaxPageSize
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
+			return
+		}
+		if n > 0 && n < limit {
+			limit = n
+		}
+	}
+	var cont fleetContinue
+	if tok := q.Get("continue"); tok != "" {
+		c, ok := parseFleetContinue(tok)
+		if !ok {
+			k, _, err := parseContinue(tok)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			c = fleetContinue{Last: k.String()}
+		}
+		cont = c
+	}
+	query := func(p part) url.Values {
+		pq := restrictNative(q, p.clusters)
+		pq.Set("limit", strconv.Itoa(limit))
+		pq.Del("continue")
+		if cont.Last != "" {
+			rv, _ := fleetToken{Peers: cont.Peers}.position(p)
+			pq.Set("continue", continueToken{Last: cont.Last, RV: rv}.encode())
+		}
+		return pq
+	}
+	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", func(resp *http.Response) (api.List, error) {
+		var l api.List
+		err := json.NewDecoder(resp.Body).Decode(&l)
+		return l, err
+	})
+	if failedAll(w, answers, len(pl.down)) {
+		return
+	}
+	type keyed struct {
+		key  aggregate.Key
+		item api.Item
+	}
+	var all []keyed
+	more := false
+	failed := map[string]error{}
+	rvs := map[string]peerPos{}
+	var fresh []api.ClusterFreshness
+	for _, a := range answers {
+		if a.err != nil {
+			for _, c := range a.part.clusters {
+				failed[c] = a.err
+			}
+			continue
+		}
+		rvs[a.part.peer] = peerPos{RV: a.val.ResourceVersion, Set: a.part.set()}
+		fresh = append(fresh, a.val.Clusters...)
+		more = more || a.val.Continue != ""
+		for _, it := range a.val.Items {
+			var m api.ObjectMeta
+			_ = json.Unmarshal(it.Object, &m)
+			all = append(all, keyed{aggregate.Key{Cluster: it.Cluster, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name}, it})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return less(all[i].key, all[j].key) })
+	if len(all) > limit {
+		more, all = true, all[:limit]
+	}
+	list := api.List{Items: make([]api.Item, len(all)), ResourceVersion: fleetToken{Peers: rvs}.encodeToken()}
+	for i, k := range all {
+		list.Items[i] = k.item
+	}
+	if more && len(all) > 0 {
+		list.Continue = encodeJSON(fleetContinue{Last: all[len(all)-1].key.String(), Peers: rvs})
+	}
+	fresh = append(fresh, s.downFreshness(r.Context(), resource, pl.down, failed)...)
+	sort.Slice(fresh, func(i, j int) bool { return fresh[i].Name < fresh[j].Name })
+	list.Clusters = fresh
+	writeJSON(w, list)
+}
+
+func (t fleetToken) encodeToken() string { return encodeJSON(t) }
+
+// stream is one replica's watch, read line by line.
+type stream struct {
+	part  part
+	lines chan []byte // closed when the watch ends
+	err   error       // why it ended, set before lines closes
+}
+
+// openStreams starts a watch on every part. It fails when any part refuses (a 410 for an
+// expired position, a 403): the caller answers that before its stream starts.
+func (s *Server) openStreams(ctx context.Context, r *http.Request, pl plan, path string, query func(part) url.Values) ([]*stream, error) {
+	var out []*stream
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range pl.parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := s.peers.call(ctx, r, p, path, query(p), "watch")
+			if err == nil {
+				err = checkAnswer(p, resp)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			st := &stream{part: p, lines: make(chan []byte, 64)}
+			out = append(out, st)
+			go st.read(resp.Body)
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		for _, st := range out {
+			go func() {
+				for range st.lines {
+				}
+			}()
+		}
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+func (st *stream) read(body io.ReadCloser) {
+	defer close(st.lines)
+	defer body.Close()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	for sc.Scan() {
+		line := slices.Clone(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		st.lines <- line
+	}
+	st.err = sc.Err()
+	if st.err == nil {
+		st.err = io.EOF
+	}
+}
+
+// fanIn is what a fan-in watch receives: a line of one stream, or its end.
+type fanIn struct {
+	st   *stream
+	line []byte
+	done bool
+}
+
+// merge forwards every stream's lines to one channel until ctx ends.
+func merge(ctx context.Context, streams []*stream) <-chan fanIn {
+	out := make(chan fanIn, 64)
+	for _, st := range streams {
+		go func() {
+			for line := range st.lines {
+				select {
+				case out <- fanIn{st: st, line: line}:
+				case <-ctx.Done():
+					for range st.lines {
+					}
+					return
+				}
+			}
+			select {
+			case out <- fanIn{st: st, done: true}:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return out
+}
+
+// fanoutNativeWatch relays the owners' watches as one. Each part's BOOKMARK moves its position,
+// and the watch then sends a BOOKMARK of the fleet's. When a cluster moves, or a part's watch
+// ends, the watch ends with 410: the client lists again, and the list says which clusters are
+// unsynced. It never goes silent.
+func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl plan) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+	release, ok := s.limits.acquireWatch(w)
+	if !ok {
+		return
+	}
+	defer release()
+	q := r.URL.Query()
+	var from fleetToken
+	resume := false
+	if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
+		t, ok := parseFleetToken(rv)
+		if !ok {
+			writeError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
+			return
+		}
+		if err := t.resumable(pl); err != nil {
+			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
+			return
+		}
+		from, resume = t, true
+	}
+	bookmarks := q.Get("allowWatchBookmarks") != "false"
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	changed := s.opts.Fleet.WaitChange()
+	if why := s.moved(pl); why != "" {
+		writeError(w, http.StatusGone, "the fleet's owners changed: "+why+"; list again")
+		return
+	}
+	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
+		pq := restrictNative(q, p.clusters)
+		pq.Set("allowWatchBookmarks", "true")
+		pq.Del("resourceVersion")
+		if resume {
+			rv, _ := from.position(p)
+			pq.Set("resourceVersion", rv)
+		}
+		return pq
+	})
+	if err != nil {
+		if pe, ok := err.(*peerError); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(pe.code)
+			_, _ = w.Write(pe.status)
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	s.metrics.watches.Inc()
+	defer s.metrics.watches.Dec()
+	pos := map[string]peerPos{}
+	for _, p := range pl.parts {
+		rv, _ := from.position(p)
+		pos[p.peer] = peerPos{RV: rv, Set: p.set()}
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	if len(pl.down) > 0 {
+		var names []string
+		for c := range pl.down {
+			names = append(names, c)
+		}
+		sort.Strings(names)
+		if hv, err := utilnet.NewWarningHeader(299, "-", fmt.Sprintf("clusters %s: no live replica owns them; this watch ends with 410 when one does", strings.Join(names, ", "))); err == nil {
+			w.Header().Add("Warning", hv)
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	end := func(msg string) {
+		b, _ := json.Marshal(errorObject(http.StatusGone, msg))
+		_ = json.NewEncoder(w).Encode(api.WatchEvent{Type: api.ErrorEvent, Object: b})
+		fl.Flush()
+	}
+	in := merge(ctx, streams)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			changed = s.opts.Fleet.WaitChange()
+			if why := s.moved(pl); why != "" {
+				end("the fleet's owners changed: " + why + "; list again")
+				return
+			}
+		case m := <-in:
+			if m.done {
+				end(fmt.Sprintf("the watch of replica %q ended (%v); list again", m.st.part.peer, m.st.err))
+				return
+			}
+			var ev api.WatchEvent
+			if err := json.Unmarshal(m.line, &ev); err != nil {
+				end(fmt.Sprintf("replica %q sent a malformed event: %v", m.st.part.peer, err))
+				return
+			}
+			switch ev.Type {
+			case api.Bookmark:
+				var b api.BookmarkObject
+				if json.Unmarshal(ev.Object, &b) == nil {
+					pos[m.st.part.peer] = peerPos{RV: b.Metadata.ResourceVersion, Set: m.st.part.set()}
+				}
+				if !bookmarks || !allPositions(pos) {
+					continue
+				}
+				var out api.BookmarkObject
+				out.Kind = "Bookmark"
+				out.Metadata.ResourceVersion = fleetToken{Peers: pos}.encodeToken()
+				b2, _ := json.Marshal(out)
+				if json.NewEncoder(w).Encode(api.WatchEvent{Type: api.Bookmark, Object: b2}) != nil {
+					return
+				}
+			case api.ErrorEvent:
+				_, _ = w.Write(append(m.line, '\n'))
+				fl.Flush()
+				return
+			default:
+				if _, err := w.Write(append(m.line, '\n')); err != nil {
+					return
+				}
+			}
+			if len(in) == 0 {
+				fl.Flush()
+			}
+		}
+	}
+}
+
+// allPositions reports whether every part has told its position.
+func allPositions(pos map[string]peerPos) bool {
+	for _, p := range pos {
+		if p.RV == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// fanoutClusters answers api.Clusters for the fleet: each owner's clusters as it reports
+// them, with their owner; the others as this replica sees their fence Leases.
+func (s *Server) fanoutClusters(w http.ResponseWriter, r *http.Request) {
+	pl := s.plan(nil)
+	answers := gather(r.Context(), s, r, pl, r.URL.Path, func(part) url.Values { return r.URL.Query() }, "clusters", func(resp *http.Response) (api.Clusters, error) {
+		var c api.Clusters
+		err := json.NewDecoder(resp.Body).Decode(&c)
+		return c, err
+	})
+	if failedAll(w, answers, len(pl.down)) {
+		return
+	}
+	out := api.Clusters{Clusters: []api.Cluster{}}
+	seen := map[string]bool{}
+	failed := map[string]error{}
+	for _, a := range answers {
+		if a.err != nil {
+			for _, c := range a.part.clusters {
+				failed[c] = a.err
+			}
+			continue
+		}
+		for _, c := range a.val.Clusters {
+			if !slices.Contains(a.part.clusters, c.Name) {
+				continue // it moved: its owner reports it
+			}
+			seen[c.Name] = true
+			out.Clusters = append(out.Clusters, c)
+		}
+	}
+	owners := map[string]string{}
+	var missing []string
+	for _, o := range s.opts.Fleet.Owners() {
+		owners[o.Cluster] = o.Holder
+		if !seen[o.Cluster] {
+			missing = append(missing, o.Cluster)
+		}
+	}
+	allowed, _, err := s.scope(r.Context(), "", nil, missing)
+	if err != nil {
+		writeScopeError(w, err)
+		return
+	}
+	for _, c := range missing {
+		if allowed != nil && !slices.Contains(allowed, c) {
+			continue
+		}
+		why := pl.down[c]
+		if e, ok := failed[c]; ok {
+			why = e.Error()
+		}
+		if why == "" {
+			why = "its owner has not started it yet"
+		}
+		out.Clusters = append(out.Clusters, api.Cluster{Name: c, State: "Unsynced", Owner: owners[c], Error: why, Resources: []api.Resource{}})
+	}
+	sort.Slice(out.Clusters, func(i, j int) bool { return out.Clusters[i].Name < out.Clusters[j].Name })
+	writeJSON(w, out)
+}

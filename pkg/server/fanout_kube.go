@@ -1,0 +1,520 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
+)
+
+// fanoutKube routes the Kubernetes API: a request in one cluster's view goes to its owner; a
+// fleet-view list, get or watch of a resource goes to every owner; discovery is answered here.
+func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
+	p, ok, err := parseKubePath(r.URL.Path)
+	if !ok || err != nil {
+		s.local.ServeHTTP(w, r)
+		return
+	}
+	if p.cluster != "" {
+		s.routeToOwner(w, r, p.cluster)
+		return
+	}
+	if p.what != "object" {
+		s.fanoutDiscovery(w, r)
+		return
+	}
+	if p.subresource != "" {
+		s.local.ServeHTTP(w, r)
+		return
+	}
+	vals := r.URL.Query()
+	reqs, _, err := clusterRequirements(vals.Get("labelSelector"))
+	if err != nil {
+		s.local.ServeHTTP(w, r) // it answers the error
+		return
+	}
+	pl := s.plan(func(c string) bool { return len(selectClusters([]string{c}, reqs)) == 1 })
+	if pl.local() {
+		s.local.ServeHTTP(w, r)
+		return
+	}
+	switch {
+	case p.watchPath || vals.Get("watch") == "true" || vals.Get("watch") == "1":
+		s.fanoutKubeWatch(w, r, pl)
+	case p.name != "":
+		s.fanoutKubeGet(w, r, pl)
+	default:
+		s.fanoutKubeList(w, r, pl)
+	}
+}
+
+// fanoutDiscovery answers discovery here when this replica's clusters resolve every configured
+// resource; otherwise a replica whose clusters do answers it, since the fleet view serves what
+// any cluster resolves.
+func (s *Server) fanoutDiscovery(w http.ResponseWriter, r *http.Request) {
+	cat, _ := s.catalog("")
+	complete := true
+	for _, res := range s.reg.Resources() {
+		complete = complete && slices.ContainsFunc(cat.resources, func(kr *kubeResource) bool { return kr.name == res })
+	}
+	if !complete {
+		for _, p := range s.plan(nil).parts {
+			if p.self {
+				continue
+			}
+			resp, err := s.peers.call(r.Context(), r, p, r.URL.Path, r.URL.Query(), "discovery")
+			if err != nil {
+				continue
+			}
+			defer resp.Body.Close()
+			for k, v := range resp.Header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(resp.StatusCode)
+			copyFlushing(w, resp.Body)
+			return
+		}
+	}
+	s.local.ServeHTTP(w, r)
+}
+
+// restrictKube narrows a Kubernetes API query to clusters, by a cluster selector requirement:
+// the caller's own requirements still apply.
+func restrictKube(q url.Values, clusters []string) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = slices.Clone(v)
+	}
+	sel := api.ClusterAnnotation + " in (" + strings.Join(clusters, ",") + ")"
+	if old := q.Get("labelSelector"); old != "" {
+		sel = old + "," + sel
+	}
+	out.Set("labelSelector", sel)
+	return out
+}
+
+// kubeDoc is a list or Table answer, kept as raw fields so that it is relayed as the owner
+// wrote it.
+type kubeDoc struct {
+	fields   map[string]json.RawMessage
+	elements []json.RawMessage // items, or a Table's rows
+	table    bool
+	warnings []string
+}
+
+func decodeKubeDoc(resp *http.Response) (kubeDoc, error) {
+	d := kubeDoc{warnings: resp.Header.Values("Warning")}
+	if err := json.NewDecoder(resp.Body).Decode(&d.fields); err != nil {
+		return d, err
+	}
+	field := "items"
+	if _, ok := d.fields["rows"]; ok {
+		field, d.table = "rows", true
+	}
+	if raw, ok := d.fields[field]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &d.elements); err != nil {
+			return d, fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	return d, nil
+}
+
+// elementMeta is what orders an item or a Table row in the fleet: its object's metadata.
+type elementMeta struct {
+	Metadata struct {
+		Name            string            `json:"name"`
+		Namespace       string            `json:"namespace"`
+		Annotations     map[string]string `json:"annotations"`
+		ResourceVersion string            `json:"resourceVersion"`
+	} `json:"metadata"`
+	Object *elementMeta `json:"object"`
+	Cells  []any        `json:"cells"`
+}
+
+// keyOfElement is the fleet key of an item or row: cluster, namespace, name.
+func keyOfElement(raw json.RawMessage) aggregate.Key {
+	var m elementMeta
+	_ = json.Unmarshal(raw, &m)
+	md := m.Metadata
+	if m.Object != nil {
+		md = m.Object.Metadata
+	}
+	k := aggregate.Key{Cluster: md.Annotations[api.ClusterAnnotation], Namespace: md.Namespace, Name: md.Name}
+	if k.Cluster == "" && len(m.Cells) > 0 {
+		k.Cluster, _ = m.Cells[0].(string)
+	}
+	return k
+}
+
+// fanoutKubeList merges the owners' lists (or Tables) in key order, a page at a time: the
+// continue token carries the last key and every owner's position.
+func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan) {
+	q := r.URL.Query()
+	limit := 0
+	if l := q.Get("limit"); l != "" {
+		if _, err := fmt.Sscan(l, &limit); err != nil || limit < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
+			return
+		}
+		limit = min(limit, s.opts.KubeMaxPageSize)
+	}
+	exact := q.Get("resourceVersionMatch") == string(metav1.ResourceVersionMatchExact)
+	var from fleetToken
+	var cont *fleetContinue
+	if c := q.Get("continue"); c != "" {
+		fc, ok := parseFleetContinue(c)
+		if !ok {
+			writeError(w, http.StatusGone, "continue expired: the token comes from one replica's answer and the fleet's clusters are now spread over several; list again")
+			return
+		}
+		cont, from, exact = &fc, fleetToken{Peers: fc.Peers}, fc.Exact
+		if err := from.resumable(pl); err != nil {
+			writeError(w, http.StatusGone, "continue expired: "+err.Error()+"; list again")
+			return
+		}
+	} else if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
+		t, ok := parseFleetToken(rv)
+		if exact && (!ok || t.resumable(pl) != nil) {
+			writeError(w, http.StatusGone, "resourceVersion expired: the clusters moved between replicas since; list again")
+			return
+		}
+		from = t
+	}
+	query := func(p part) url.Values {
+		pq := restrictKube(q, p.clusters)
+		pq.Del("continue")
+		pq.Del("resourceVersion")
+		pq.Del("resourceVersionMatch")
+		rv, ok := from.position(p)
+		switch {
+		case cont != nil:
+			pq.Set("continue", continueToken{Last: cont.Last, RV: rv, Exact: exact}.encode())
+		case ok && rv != "":
+			pq.Set("resourceVersion", rv)
+			if m := q.Get("resourceVersionMatch"); m != "" {
+				pq.Set("resourceVersionMatch", m)
+			}
+		}
+		return pq
+	}
+	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeKubeDoc)
+	if failedAll(w, answers, len(pl.down)) {
+		return
+	}
+	type keyed struct {
+		key aggregate.Key
+		raw json.RawMessage
+	}
+	var all []keyed
+	var first *kubeDoc
+	more := false
+	failed := map[string]error{}
+	rvs := map[string]peerPos{}
+	for i, a := range answers {
+		if a.err != nil {
+			for _, c := range a.part.clusters {
+				failed[c] = a.err
+			}
+			continue
+		}
+		if first == nil {
+			first = &answers[i].val
+		}
+		var md metav1.ListMeta
+		_ = json.Unmarshal(a.val.fields["metadata"], &md)
+		rvs[a.part.peer] = peerPos{RV: md.ResourceVersion, Set: a.part.set()}
+		more = more || md.Continue != ""
+		for _, el := range a.val.elements {
+			all = append(all, keyed{keyOfElement(el), el})
+		}
+		for _, wv := range a.val.warnings {
+			if !slices.Contains(w.Header().Values("Warning"), wv) {
+				w.Header().Add("Warning", wv)
+			}
+		}
+	}
+	s.warnDown(w, r.Context(), pl.down, failed)
+	sort.SliceStable(all, func(i, j int) bool { return less(all[i].key, all[j].key) })
+	if limit > 0 && len(all) > limit {
+		more, all = true, all[:limit]
+	}
+	elements := make([]json.RawMessage, len(all))
+	for i, k := range all {
+		elements[i] = k.raw
+	}
+	md := metav1.ListMeta{ResourceVersion: fleetToken{Peers: rvs}.encodeToken()}
+	if more && len(all) > 0 {
+		md.Continue = encodeJSON(fleetContinue{Last: all[len(all)-1].key.String(), Peers: rvs, Exact: exact})
+	}
+	out := map[string]json.RawMessage{}
+	for k, v := range first.fields {
+		out[k] = v
+	}
+	field := "items"
+	if first.table {
+		field = "rows"
+	}
+	out[field], _ = json.Marshal(elements)
+	out["metadata"], _ = json.Marshal(md)
+	writeJSON(w, out)
+}
+
+// warnDown adds a Warning for every cluster no replica answered for, that the caller may read.
+func (s *Server) warnDown(w http.ResponseWriter, ctx context.Context, down map[string]string, failed map[string]error) {
+	for _, f := range s.downFreshness(ctx, "", down, failed) {
+		if hv, err := utilnet.NewWarningHeader(299, "-", fmt.Sprintf("cluster %q: %s", f.Name, f.Error)); err == nil {
+			w.Header().Add("Warning", hv)
+		}
+	}
+}
+
+// fanoutKubeGet asks every owner for the object by name. One answer is relayed; a Table gets
+// every cluster's row; several objects are 409, as in one replica's fleet view.
+func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) {
+	type got struct {
+		code int
+		body []byte
+		doc  kubeDoc
+	}
+	answers := gather(r.Context(), s, r, pl, r.URL.Path, func(part) url.Values { return r.URL.Query() }, "get", func(resp *http.Response) (got, error) {
+		var b json.RawMessage
+		if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+			return got{}, err
+		}
+		g := got{code: resp.StatusCode, body: b}
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(b, &fields) == nil {
+			if _, ok := fields["rows"]; ok {
+				g.doc.fields, g.doc.table = fields, true
+				_ = json.Unmarshal(fields["rows"], &g.doc.elements)
+			}
+		}
+		return g, nil
+	})
+	var found []got
+	var notFound *peerError
+	failed := map[string]error{}
+	for _, a := range answers {
+		var pe *peerError
+		switch {
+		case a.err == nil:
+			found = append(found, a.val)
+		case asPeerError(a.err, &pe) && pe.code == http.StatusNotFound:
+			notFound = pe
+		case asPeerError(a.err, &pe) && pe.code == http.StatusConflict:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(pe.code)
+			_, _ = w.Write(pe.status)
+			return
+		default:
+			for _, c := range a.part.clusters {
+				failed[c] = a.err
+			}
+		}
+	}
+	s.warnDown(w, r.Context(), pl.down, failed)
+	switch {
+	case len(found) == 0 && len(failed) > 0 && notFound == nil:
+		writeError(w, http.StatusServiceUnavailable, "no replica could answer: "+joinPeerErrors(failed))
+	case len(found) == 0 && notFound != nil:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write(notFound.status)
+	case len(found) == 0:
+		writeError(w, http.StatusNotFound, "not found in any cluster")
+	case len(found) == 1:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(found[0].body)
+	case found[0].doc.table:
+		var rows []json.RawMessage
+		for _, g := range found {
+			rows = append(rows, g.doc.elements...)
+		}
+		sort.SliceStable(rows, func(i, j int) bool { return less(keyOfElement(rows[i]), keyOfElement(rows[j])) })
+		out := found[0].doc.fields
+		out["rows"], _ = json.Marshal(rows)
+		writeJSON(w, out)
+	default:
+		var names []string
+		for _, g := range found {
+			names = append(names, keyOfElement(g.body).Cluster)
+		}
+		sort.Strings(names)
+		p, _, _ := parseKubePath(r.URL.Path)
+		var paths []string
+		for _, c := range names {
+			paths = append(paths, "/clusters/"+c+p.objectPath())
+		}
+		writeError(w, http.StatusConflict, fmt.Sprintf("%q exists in %d clusters (%s): read it from one of them, at %s", p.name, len(names), strings.Join(names, ", "), strings.Join(paths, " or ")))
+	}
+}
+
+func asPeerError(err error, pe **peerError) bool {
+	e, ok := err.(*peerError)
+	if ok {
+		*pe = e
+	}
+	return ok
+}
+
+// rawKubeEvent is one event of a Kubernetes watch, its object kept raw.
+type rawKubeEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// fanoutKubeWatch relays the owners' watches as one. Every object's resourceVersion becomes the
+// fleet's position after it (each owner's position, as its last event said), so that a
+// reflector resumes from any event. A cluster that moves, or an owner's watch that ends, ends
+// the watch with 410: the reflector lists again.
+func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+	release, ok := s.limits.acquireWatch(w)
+	if !ok {
+		return
+	}
+	defer release()
+	q := r.URL.Query()
+	var from fleetToken
+	resume := false
+	if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
+		t, ok := parseFleetToken(rv)
+		if !ok {
+			writeError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
+			return
+		}
+		if err := t.resumable(pl); err != nil {
+			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error()+"; list again")
+			return
+		}
+		from, resume = t, true
+	}
+	bookmarks := q.Get("allowWatchBookmarks") == "true"
+	initial := q.Get("sendInitialEvents") == "true"
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	changed := s.opts.Fleet.WaitChange()
+	if why := s.moved(pl); why != "" {
+		writeError(w, http.StatusGone, "the fleet's owners changed: "+why+"; list again")
+		return
+	}
+	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
+		pq := restrictKube(q, p.clusters)
+		pq.Del("resourceVersion")
+		if resume {
+			rv, _ := from.position(p)
+			pq.Set("resourceVersion", rv)
+		} else if rv := q.Get("resourceVersion"); rv != "" {
+			pq.Set("resourceVersion", rv)
+		}
+		return pq
+	})
+	if err != nil {
+		if pe, ok := err.(*peerError); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(pe.code)
+			_, _ = w.Write(pe.status)
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	s.metrics.watches.Inc()
+	defer s.metrics.watches.Dec()
+	pos := map[string]peerPos{}
+	for _, p := range pl.parts {
+		rv, _ := from.position(p)
+		pos[p.peer] = peerPos{RV: rv, Set: p.set()}
+	}
+	s.warnDown(w, r.Context(), pl.down, nil)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	enc := json.NewEncoder(w)
+	end := func(msg string) {
+		st, _ := json.Marshal(statusOf(http.StatusGone, msg))
+		_ = enc.Encode(rawKubeEvent{Type: string(api.ErrorEvent), Object: st})
+		fl.Flush()
+	}
+	initialDone := map[string]bool{}
+	columnsSent := false
+	in := merge(ctx, streams)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			changed = s.opts.Fleet.WaitChange()
+			if why := s.moved(pl); why != "" {
+				end("the fleet's owners changed: " + why + "; list again")
+				return
+			}
+		case m := <-in:
+			if m.done {
+				end(fmt.Sprintf("the watch of replica %q ended (%v); list again", m.st.part.peer, m.st.err))
+				return
+			}
+			var ev rawKubeEvent
+			var obj, meta map[string]json.RawMessage
+			if json.Unmarshal(m.line, &ev) != nil || json.Unmarshal(ev.Object, &obj) != nil {
+				end(fmt.Sprintf("replica %q sent a malformed event", m.st.part.peer))
+				return
+			}
+			if ev.Type == api.ErrorEvent {
+				_, _ = w.Write(append(m.line, '\n'))
+				fl.Flush()
+				return
+			}
+			_ = json.Unmarshal(obj["metadata"], &meta)
+			if meta == nil {
+				meta = map[string]json.RawMessage{}
+			}
+			var rv string
+			_ = json.Unmarshal(meta["resourceVersion"], &rv)
+			if rv != "" {
+				pos[m.st.part.peer] = peerPos{RV: rv, Set: m.st.part.set()}
+			}
+			if ev.Type == api.Bookmark {
+				var ann map[string]string
+				_ = json.Unmarshal(meta["annotations"], &ann)
+				if ann[initialEventsEnd] == "true" {
+					initialDone[m.st.part.peer] = true
+					if !initial || len(initialDone) < len(streams) {
+						continue
+					}
+				} else if !bookmarks || !allPositions(pos) {
+					continue
+				}
+			}
+			if cd, ok := obj["columnDefinitions"]; ok && string(cd) != "null" && string(cd) != "[]" {
+				if columnsSent {
+					delete(obj, "columnDefinitions")
+				}
+				columnsSent = true
+			}
+			meta["resourceVersion"], _ = json.Marshal(fleetToken{Peers: pos}.encodeToken())
+			obj["metadata"], _ = json.Marshal(meta)
+			ev.Object, _ = json.Marshal(obj)
+			if enc.Encode(ev) != nil {
+				return
+			}
+			if len(in) == 0 {
+				fl.Flush()
+			}
+		}
+	}
+}

@@ -1,0 +1,325 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/multicache/multicache/pkg/shard"
+)
+
+// Fleet says which replica owns each cluster when replicas share the fleet (a
+// shard.Coordinator). With a Fleet, every list, get and watch answers for the whole fleet: the
+// clusters this replica runs from memory, the others by asking their owners.
+type Fleet interface {
+	// Identity is this replica's name among its peers.
+	Identity() string
+	// Owners lists every cluster of the fleet with its owner, sorted by cluster.
+	Owners() []shard.Owner
+	// WaitChange is closed when Owners may answer differently.
+	WaitChange() <-chan struct{}
+}
+
+// peerHeader marks a request one replica sends another: answer from the clusters you run, and
+// ask nobody else. Any caller may set it; it only narrows the answer, and auth still applies.
+const peerHeader = "X-Multicache-Peer"
+
+// part is the share of a request one replica answers: the clusters it owns.
+type part struct {
+	peer     string
+	url      string
+	self     bool
+	clusters []string // sorted
+}
+
+// set identifies the clusters of a part: a watch position of the peer is valid for the same
+// set only.
+func (p part) set() string {
+	h := fnv.New64a()
+	for _, c := range p.clusters {
+		_, _ = h.Write([]byte(c))
+		_, _ = h.Write([]byte{0})
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// plan splits the fleet's clusters that keep accepts among their owners. A cluster whose
+// owner is not live (or that no replica holds) is down: the answer reports it unsynced.
+type plan struct {
+	parts []part
+	down  map[string]string // cluster → why no replica answers for it
+	// owner of every planned cluster, to tell when one moves.
+	owner map[string]string
+}
+
+func (s *Server) plan(keep func(cluster string) bool) plan {
+	pl := plan{down: map[string]string{}, owner: map[string]string{}}
+	byPeer := map[string]int{}
+	for _, o := range s.opts.Fleet.Owners() {
+		if keep != nil && !keep(o.Cluster) {
+			continue
+		}
+		pl.owner[o.Cluster] = o.Holder
+		switch {
+		case o.Holder == "":
+			pl.down[o.Cluster] = "no replica owns it yet"
+			continue
+		case !o.Live && !o.Self:
+			pl.down[o.Cluster] = fmt.Sprintf("its owner, replica %q, is down", o.Holder)
+			continue
+		case !o.Self && o.URL == "":
+			pl.down[o.Cluster] = fmt.Sprintf("its owner, replica %q, advertises no URL", o.Holder)
+			continue
+		}
+		i, ok := byPeer[o.Holder]
+		if !ok {
+			i = len(pl.parts)
+			byPeer[o.Holder] = i
+			pl.parts = append(pl.parts, part{peer: o.Holder, url: strings.TrimSuffix(o.URL, "/"), self: o.Self})
+		}
+		pl.parts[i].clusters = append(pl.parts[i].clusters, o.Cluster)
+	}
+	return pl
+}
+
+// local reports whether this replica alone answers the plan: no fan-out needed.
+func (pl plan) local() bool {
+	return len(pl.down) == 0 && (len(pl.parts) == 0 || (len(pl.parts) == 1 && pl.parts[0].self))
+}
+
+// moved reports a planned cluster whose owner is no longer the planned one, in words.
+func (s *Server) moved(pl plan) string {
+	for _, o := range s.opts.Fleet.Owners() {
+		was, ok := pl.owner[o.Cluster]
+		if !ok {
+			continue
+		}
+		if o.Holder != was {
+			return fmt.Sprintf("cluster %q moved from replica %q to %q", o.Cluster, was, o.Holder)
+		}
+	}
+	return ""
+}
+
+// fleetToken is a resourceVersion of a fan-out answer: one position per replica that answered,
+// valid while that replica owns the same clusters.
+type fleetToken struct {
+	Peers map[string]peerPos `json:"p"`
+}
+
+type peerPos struct {
+	RV  string `json:"r,omitempty"`
+	Set string `json:"h"`
+}
+
+// fleetContinue resumes a paged fan-out list after the key Last. Keys order the whole fleet, so
+// it stays valid when clusters move: a replica whose clusters changed since answers from now.
+type fleetContinue struct {
+	Last  string             `json:"k"`
+	Peers map[string]peerPos `json:"p"`
+	Exact bool               `json:"x,omitempty"`
+}
+
+// parseFleetToken returns the positions of a fan-out resourceVersion; ok is false for anything
+// else (a single replica's token, "0", "").
+func parseFleetToken(s string) (fleetToken, bool) {
+	var t fleetToken
+	if s == "" || s == "0" || decodeJSON(s, &t) != nil || t.Peers == nil {
+		return fleetToken{}, false
+	}
+	return t, true
+}
+
+func parseFleetContinue(s string) (fleetContinue, bool) {
+	var c fleetContinue
+	if decodeJSON(s, &c) != nil || c.Peers == nil {
+		return fleetContinue{}, false
+	}
+	return c, true
+}
+
+// position is the part's own position in t: "" when t holds none for it, or one for another
+// set of clusters (the part then answers from now).
+func (t fleetToken) position(p part) (string, bool) {
+	pos, ok := t.Peers[p.peer]
+	if !ok || pos.Set != p.set() {
+		return "", false
+	}
+	return pos.RV, true
+}
+
+// resumable reports why t cannot resume a watch of plan pl: every part must have its position,
+// for the same clusters.
+func (t fleetToken) resumable(pl plan) error {
+	for _, p := range pl.parts {
+		if _, ok := t.position(p); !ok {
+			return fmt.Errorf("the clusters of replica %q changed since this resourceVersion", p.peer)
+		}
+	}
+	if len(t.Peers) != len(pl.parts) {
+		return errors.New("the fleet's owners changed since this resourceVersion")
+	}
+	return nil
+}
+
+// peers sends requests to other replicas, and to this one in process.
+type peers struct {
+	client  *http.Client
+	timeout time.Duration
+	local   http.Handler // this replica's API, answering its own clusters
+	latency *prometheus.HistogramVec
+}
+
+// call sends the caller's request, re-aimed at path with query q, to the replica of p. The
+// caller's credentials go with it: the peer authenticates and authorizes the caller itself.
+// The response's body must be closed.
+func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string, q url.Values, kind string) (*http.Response, error) {
+	start := time.Now()
+	target := p.url + path
+	if p.self {
+		target = "http://in-process" + path
+	}
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, fmt.Errorf("replica %q: %w", p.peer, err)
+	}
+	for _, h := range []string{"Authorization", "Accept", "User-Agent"} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	req.Header.Set(peerHeader, "1")
+	var resp *http.Response
+	if p.self {
+		req.TLS, req.RemoteAddr = r.TLS, r.RemoteAddr
+		resp = serveInProcess(pc.local, req)
+	} else {
+		resp, err = pc.client.Do(req)
+	}
+	code := "error"
+	if err == nil {
+		code = strconv.Itoa(resp.StatusCode)
+	}
+	pc.latency.WithLabelValues(kind, code).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("replica %q: %w", p.peer, err)
+	}
+	return resp, nil
+}
+
+// peerError is a replica's non-200 answer.
+type peerError struct {
+	peer   string
+	code   int
+	status []byte // the answer's body: a Status
+	msg    string
+}
+
+func (e *peerError) Error() string {
+	return fmt.Sprintf("replica %q answered %d: %s", e.peer, e.code, e.msg)
+}
+
+// checkAnswer turns a non-200 answer into a peerError, reading (and closing) its body.
+func checkAnswer(p part, resp *http.Response) error {
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	msg := strings.TrimSpace(string(b))
+	var st struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &st) == nil && st.Message != "" {
+		msg = st.Message
+	}
+	return &peerError{peer: p.peer, code: resp.StatusCode, status: b, msg: msg}
+}
+
+// serveInProcess answers req with h, streaming: the response returns once h has written its
+// header (or returned), and its body is h's output as h writes it. Closing the body ends h's
+// writes with an error; cancelling req's context ends h as it ends any request.
+func serveInProcess(h http.Handler, req *http.Request) *http.Response {
+	pr, pw := io.Pipe()
+	w := &pipeWriter{header: http.Header{}, pw: pw, ready: make(chan struct{})}
+	go func() {
+		defer func() {
+			w.writeHeader(http.StatusOK)
+			_ = pw.Close()
+		}()
+		h.ServeHTTP(w, req)
+	}()
+	<-w.ready
+	return &http.Response{StatusCode: w.code, Status: http.StatusText(w.code), Header: w.sent, Body: pr, Request: req,
+		ProtoMajor: 1, ProtoMinor: 1}
+}
+
+// pipeWriter is the http.ResponseWriter of serveInProcess.
+type pipeWriter struct {
+	header http.Header
+	sent   http.Header // the header as of WriteHeader
+	pw     *io.PipeWriter
+	once   sync.Once
+	code   int
+	ready  chan struct{}
+}
+
+func (w *pipeWriter) Header() http.Header { return w.header }
+
+func (w *pipeWriter) WriteHeader(code int) { w.writeHeader(code) }
+
+func (w *pipeWriter) writeHeader(code int) {
+	w.once.Do(func() {
+		w.code, w.sent = code, w.header.Clone()
+		close(w.ready)
+	})
+}
+
+func (w *pipeWriter) Write(b []byte) (int, error) {
+	w.writeHeader(http.StatusOK)
+	return w.pw.Write(b)
+}
+
+func (w *pipeWriter) Flush() {}
+
+// restrictNative narrows native query q to clusters.
+func restrictNative(q url.Values, clusters []string) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = slices.Clone(v)
+	}
+	out["cluster"] = slices.Clone(clusters)
+	return out
+}
+
+// joinPeerErrors lists the parts that failed, for a Warning or an error event.
+func joinPeerErrors(errs map[string]error) string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+// drain reads and closes a body so that its connection is reused.
+func drain(rc io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(rc, 1<<20))
+	_ = rc.Close()
+}

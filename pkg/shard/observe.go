@@ -1,0 +1,144 @@
+package shard
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// observer records, for every peer Lease, when this replica last saw it change, by this
+// replica's clock: the informer's event handlers feed it, so the time is that of delivery, not
+// of the next reconcile. Liveness never compares clocks across replicas: a peer is live while
+// now - seen < ttl.
+type observer struct {
+	clock clock.PassiveClock
+	ttl   time.Duration
+	self  string
+	poke  func() // wakes the reconcile loop
+
+	mu     sync.Mutex
+	peers  map[string]*peerObs // by ID; self excluded
+	selfRV string              // resourceVersion of our own peer Lease as last delivered
+}
+
+type peerObs struct {
+	url     string
+	weight  int
+	leaving bool
+	rv      string
+	renew   time.Time
+	seen    time.Time // last observed change (or first sight)
+	since   time.Time // start of the current run of observed liveness
+}
+
+// peerView is one peer as a reconcile sees it.
+type peerView struct {
+	ID, URL string
+	Weight  int
+	Live    bool
+	Leaving bool      // shutting down: still holds its fences, takes no new ones
+	Since   time.Time // zero unless Live
+	seen    time.Time
+	rv      string
+}
+
+func newObserver(clk clock.PassiveClock, ttl time.Duration, self string, poke func()) *observer {
+	return &observer{clock: clk, ttl: ttl, self: self, poke: poke, peers: map[string]*peerObs{}}
+}
+
+// handler is what the Lease informer calls. Every event wakes the reconcile loop.
+func (o *observer) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { o.saw(obj) },
+		UpdateFunc: func(_, obj any) { o.saw(obj) },
+		DeleteFunc: func(obj any) { o.gone(obj) },
+	}
+}
+
+func (o *observer) saw(obj any) {
+	defer o.poke()
+	l, ok := obj.(*coordv1.Lease)
+	if !ok || leaseKind(l) != kindPeer {
+		return
+	}
+	id := peerID(l)
+	now := o.clock.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if id == o.self {
+		o.selfRV = l.ResourceVersion
+		return
+	}
+	var renew time.Time
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.Time
+	}
+	p := o.peers[id]
+	switch {
+	case p == nil:
+		// A Lease first seen counts as just observed.
+		p = &peerObs{seen: now, since: now}
+		o.peers[id] = p
+	case p.rv != l.ResourceVersion || !p.renew.Equal(renew):
+		if now.Sub(p.seen) >= o.ttl {
+			p.since = now // it was dead in between: its live run starts again
+		}
+		p.seen = now
+	}
+	p.rv, p.renew = l.ResourceVersion, renew
+	p.url, p.weight, p.leaving = l.Annotations[annoURL], peerWeight(l), l.Annotations[annoLeaving] == "true"
+}
+
+func (o *observer) gone(obj any) {
+	defer o.poke()
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	l, ok := obj.(*coordv1.Lease)
+	if !ok || leaseKind(l) != kindPeer {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if id := peerID(l); id == o.self {
+		o.selfRV = ""
+	} else {
+		delete(o.peers, id)
+	}
+}
+
+// snapshot returns every other peer that has a Lease, by ID, as of now.
+func (o *observer) snapshot(now time.Time) map[string]peerView {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[string]peerView, len(o.peers))
+	for id, p := range o.peers {
+		v := peerView{ID: id, URL: p.url, Weight: p.weight, Live: now.Sub(p.seen) < o.ttl, Leaving: p.leaving, seen: p.seen, rv: p.rv}
+		if v.Live {
+			v.Since = p.since
+		}
+		out[id] = v
+	}
+	return out
+}
+
+// ownRV is the resourceVersion of our own peer Lease as the informer last delivered it.
+func (o *observer) ownRV() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.selfRV
+}
+
+// sortedIDs lists a snapshot's IDs in order.
+func sortedIDs(peers map[string]peerView) []string {
+	ids := make([]string, 0, len(peers))
+	for id := range peers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,66 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/multicache/multicache/pkg/clusterset"
+)
+
+func TestAdmit(t *testing.T) {
+	cands := []string{"a", "b", "c", "d", "e"}
+	// Without Local everything is admitted.
+	if next, queued := admit(cands, map[string]bool{}, nil, 1); !reflect.DeepEqual(next, cands) || queued != 0 {
+		t.Errorf("no local: %v, %d queued", next, queued)
+	}
+	state := map[string][2]bool{"b": {true, true}, "d": {true, false}}
+	local := func(n string) (bool, bool) { s := state[n]; return s[0], s[1] }
+	// b (synced) and d (warming) stay; one slot of two is free: a joins, c and e wait.
+	next, queued := admit(cands, map[string]bool{"b": true, "d": true}, local, 2)
+	if want := []string{"a", "b", "d"}; !reflect.DeepEqual(next, want) || queued != 2 {
+		t.Errorf("admit = %v, %d queued; want %v, 2 queued", next, queued, want)
+	}
+	// A full set of warming clusters admits nothing, but keeps what is offered.
+	next, queued = admit(cands, map[string]bool{"d": true}, local, 1)
+	if want := []string{"d"}; !reflect.DeepEqual(next, want) || queued != 4 {
+		t.Errorf("admit = %v, %d queued; want %v, 4 queued", next, queued, want)
+	}
+}
+
+// partialSource returns its clusters and a plain (partial) error.
+type partialSource struct {
+	cfgs []clusterset.ClusterConfig
+	err  error
+}
+
+func (p *partialSource) Load() ([]clusterset.ClusterConfig, error) { return p.cfgs, p.err }
+func (p *partialSource) Changes(context.Context) <-chan struct{}   { return nil }
+
+func TestLoadSourceCompletesPartialLoads(t *testing.T) {
+	src := &partialSource{cfgs: []clusterset.ClusterConfig{{Name: "a"}, {Name: "b"}}}
+	o := validOptions()
+	o.Source = src
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newLoopState(nil)
+	c.loadSource(st)
+	if !reflect.DeepEqual(st.names, []string{"a", "b"}) || st.srcErr != nil {
+		t.Fatalf("clean load: %v %v", st.names, st.srcErr)
+	}
+	bad := errors.New(`context "b": broken`)
+	src.cfgs, src.err = []clusterset.ClusterConfig{{Name: "a"}, {Name: "c"}}, bad
+	c.loadSource(st)
+	var complete *clusterset.CompleteError
+	if !reflect.DeepEqual(st.names, []string{"a", "b", "c"}) || !errors.As(st.srcErr, &complete) || !errors.Is(st.srcErr, bad) {
+		t.Fatalf("partial load: %v %v", st.names, st.srcErr)
+	}
+	src.cfgs, src.err = []clusterset.ClusterConfig{{Name: "c"}}, &clusterset.CompleteError{Err: bad}
+	c.loadSource(st)
+	if !reflect.DeepEqual(st.names, []string{"c"}) || st.srcErr != src.err {
+		t.Fatalf("complete load with errors: %v %v", st.names, st.srcErr)
+	}
+}

@@ -1,0 +1,743 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
+)
+
+const (
+	shardNS       = "multicache-system"
+	scaleNS       = "scale"
+	shardLease    = 3 * time.Second
+	scaleToken    = "scale-out-token"
+	scaleResource = "configmaps"
+)
+
+// replica is one `multicache serve --sharding` of the scale-out test.
+type replica struct {
+	id string
+	d  *harness.Daemon
+}
+
+// scaleEnv is the management cluster, the members and the replicas.
+type scaleEnv struct {
+	t       *testing.T
+	ctx     context.Context
+	f       *fleet.Fleet
+	mgmt    kubernetes.Interface
+	mgmtCtx string
+	members []string
+	token   string // path of the token file
+	dir     string
+}
+
+func (e *scaleEnv) start(id string, extra ...string) replica {
+	e.t.Helper()
+	addr := harness.FreePort(e.t)
+	args := append([]string{"--management-kubeconfig", e.f.Kubeconfig(), "--management-context", e.mgmtCtx,
+		"--cluster-secrets-namespace", secretsNS, "--token-file", e.token, "--resource", scaleResource,
+		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", "http://" + addr, "--replica-id", id,
+		"--lease-duration", shardLease.String()}, extra...)
+	d := harness.StartDaemonAt(e.t, "http", &http.Client{Timeout: 10 * time.Second}, addr, args...)
+	d.Token = scaleToken
+	return replica{id: id, d: d}
+}
+
+// fences reads the fence Leases: cluster → holder.
+func (e *scaleEnv) fences(ctx context.Context) (map[string]string, map[string]time.Time, error) {
+	ls, err := e.mgmt.CoordinationV1().Leases(shardNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	holders, renewed := map[string]string{}, map[string]time.Time{}
+	for _, l := range ls.Items {
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		switch l.Labels["multicache.io/lease"] {
+		case "fence":
+			holders[l.Annotations["multicache.io/cluster"]] = holder
+		case "peer":
+			if l.Spec.RenewTime != nil {
+				renewed[holder] = l.Spec.RenewTime.Time
+			}
+		}
+	}
+	return holders, renewed, nil
+}
+
+// unowned counts the members whose fence has no live holder: none, or one whose peer Lease was
+// not renewed within a lease duration (the API server's clock, which every process here shares).
+func unowned(members []string, holders map[string]string, renewed map[string]time.Time, dead map[string]bool) []string {
+	var out []string
+	for _, c := range members {
+		h := holders[c]
+		r, ok := renewed[h]
+		if h == "" || dead[h] || !ok || time.Since(r) > shardLease+time.Second {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// truth lists the members' ConfigMaps from their API servers: cluster|ns/name → resourceVersion.
+func (e *scaleEnv) truth() map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	for _, c := range e.members {
+		cs, err := e.f.Clientset(c)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		l, err := cs.CoreV1().ConfigMaps("").List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			e.t.Fatalf("ground truth: %s: %v", c, err)
+		}
+		for _, cm := range l.Items {
+			out[c+"|"+cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
+		}
+	}
+	return out
+}
+
+// get fetches path from r, decoding a 200 into out.
+func (e *scaleEnv) get(r replica, path string, out any) error {
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.d.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+scaleToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s from %s: %d %s", path, r.id, resp.StatusCode, b)
+	}
+	return json.Unmarshal(b, out)
+}
+
+// scaleList is a Kubernetes API list as the tests read it.
+type scaleList struct {
+	Metadata metav1.ListMeta    `json:"metadata"`
+	Items    []corev1.ConfigMap `json:"items"`
+}
+
+func kubeKey(cm *corev1.ConfigMap) (string, string) {
+	return cm.Annotations[api.ClusterAnnotation] + "|" + cm.Namespace + "/" + cm.Name, cm.Annotations[api.ResourceVersionAnnotation]
+}
+
+// answers reads r's native list (whole and by pages of 7), and its Kubernetes API list (whole
+// and by pages of 7): each as cluster|ns/name → resourceVersion, and what went wrong.
+func (e *scaleEnv) answers(r replica) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	native := func(limit int) (map[string]string, error) {
+		m := map[string]string{}
+		cont := ""
+		for {
+			q := url.Values{"limit": {fmt.Sprint(limit)}}
+			if cont != "" {
+				q.Set("continue", cont)
+			}
+			var l api.List
+			if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"?"+q.Encode(), &l); err != nil {
+				return nil, err
+			}
+			for _, f := range l.Clusters {
+				if !f.Synced {
+					return nil, fmt.Errorf("native list from %s: cluster %s not synced: %s", r.id, f.Name, f.Error)
+				}
+			}
+			for _, it := range l.Items {
+				var om api.ObjectMeta
+				_ = json.Unmarshal(it.Object, &om)
+				k := it.Cluster + "|" + om.Metadata.Namespace + "/" + om.Metadata.Name
+				if _, dup := m[k]; dup {
+					return nil, fmt.Errorf("native list from %s: %s twice", r.id, k)
+				}
+				m[k] = om.Metadata.ResourceVersion
+			}
+			if cont = l.Continue; cont == "" {
+				return m, nil
+			}
+		}
+	}
+	kube := func(limit int) (map[string]string, error) {
+		m := map[string]string{}
+		cont := ""
+		for {
+			q := url.Values{}
+			if limit > 0 {
+				q.Set("limit", fmt.Sprint(limit))
+			}
+			if cont != "" {
+				q.Set("continue", cont)
+			}
+			var l scaleList
+			if err := e.get(r, "/api/v1/configmaps?"+q.Encode(), &l); err != nil {
+				return nil, err
+			}
+			for i := range l.Items {
+				k, rv := kubeKey(&l.Items[i])
+				if _, dup := m[k]; dup {
+					return nil, fmt.Errorf("kube list from %s: %s twice", r.id, k)
+				}
+				m[k] = rv
+			}
+			if cont = l.Metadata.Continue; cont == "" {
+				return m, nil
+			}
+		}
+	}
+	var err error
+	if out["native"], err = native(1000); err != nil {
+		return nil, err
+	}
+	if out["native paged"], err = native(7); err != nil {
+		return nil, err
+	}
+	if out["kube"], err = kube(0); err != nil {
+		return nil, err
+	}
+	if out["kube paged"], err = kube(7); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// equalTruth waits until every answer of every replica equals the API servers' lists.
+func (e *scaleEnv) equalTruth(what string, rs []replica, within time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		truth := e.truth()
+		var problems []string
+		for _, r := range rs {
+			got, err := e.answers(r)
+			if err != nil {
+				problems = append(problems, err.Error())
+				continue
+			}
+			for kind, m := range got {
+				if d := harness.Diff(truth, m); len(d) > 0 {
+					problems = append(problems, fmt.Sprintf("%s, %s answer: %d differences, e.g. %v", r.id, kind, len(d), d[:min(3, len(d))]))
+				}
+			}
+		}
+		if len(problems) == 0 {
+			e.t.Logf("%s: every replica's native, paged, Kubernetes and paged Kubernetes lists equal the API servers' (%d ConfigMaps in %d clusters)", what, len(truth), len(e.members))
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: answers differ from the API servers after %s:\n%s", what, within, strings.Join(problems, "\n"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// follower is a client-go Reflector on a replica's Kubernetes API: it lists, watches, and
+// lists again on 410, as every informer does. Its store is keyed by cluster too.
+type follower struct {
+	r      replica
+	store  cache.Store
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (e *scaleEnv) follow(r replica) *follower {
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: r.d.URL, BearerToken: scaleToken})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	keyOf := func(obj any) (string, error) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			return d.Key, nil
+		}
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return "", fmt.Errorf("not a ConfigMap: %T", obj)
+		}
+		k, _ := kubeKey(cm)
+		return k, nil
+	}
+	store := cache.NewStore(keyOf)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return cs.CoreV1().ConfigMaps("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().ConfigMaps("").Watch(ctx, o)
+		},
+	}
+	refl := cache.NewReflectorWithOptions(listThenWatch{lw}, &corev1.ConfigMap{}, store, cache.ReflectorOptions{Name: "follower of " + r.id})
+	ctx, cancel := context.WithCancel(e.ctx)
+	fo := &follower{r: r, store: store, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(fo.done); refl.RunWithContext(ctx) }()
+	e.t.Cleanup(fo.stop)
+	return fo
+}
+
+// listThenWatch opts out of client-go's watch-list: its reflector collects the initial events
+// in a store keyed by namespace/name, which folds the fleet view's same-named objects of
+// different clusters into one. A list keeps them all, in a store keyed by cluster too.
+type listThenWatch struct{ *cache.ListWatch }
+
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (fo *follower) stop() { fo.cancel(); <-fo.done }
+
+func (fo *follower) state() map[string]string {
+	out := map[string]string{}
+	for _, obj := range fo.store.List() {
+		k, rv := kubeKey(obj.(*corev1.ConfigMap))
+		out[k] = rv
+	}
+	return out
+}
+
+// followersEqualTruth waits until every follower's store equals the API servers' lists.
+func (e *scaleEnv) followersEqualTruth(what string, fos []*follower, within time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		truth := e.truth()
+		var problems []string
+		for _, fo := range fos {
+			if d := harness.Diff(truth, fo.state()); len(d) > 0 {
+				problems = append(problems, fmt.Sprintf("follower of %s: %d differences, e.g. %v", fo.r.id, len(d), d[:min(3, len(d))]))
+			}
+		}
+		if len(problems) == 0 {
+			e.t.Logf("%s: the reflectors on %d replicas equal the API servers", what, len(fos))
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: reflectors differ from the API servers after %s:\n%s", what, within, strings.Join(problems, "\n"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// writer creates, updates and deletes ConfigMaps in every member until stopped.
+type writer struct {
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	writes atomic.Int64
+	errs   atomic.Int64
+}
+
+func (e *scaleEnv) write(perClusterPerSecond int) *writer {
+	ctx, stop := context.WithCancel(e.ctx)
+	w := &writer{stop: stop}
+	for i, c := range e.members {
+		cs, err := e.f.Clientset(c)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			tick := time.NewTicker(time.Second / time.Duration(perClusterPerSecond))
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				name := fmt.Sprintf("cm-%d", rng.IntN(60))
+				cms := cs.CoreV1().ConfigMaps(scaleNS)
+				var err error
+				switch rng.IntN(3) {
+				case 0:
+					_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"n": fmt.Sprint(n)}}, metav1.CreateOptions{})
+				case 1:
+					var cm *corev1.ConfigMap
+					if cm, err = cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
+						cm.Data = map[string]string{"n": fmt.Sprint(n)}
+						_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+					}
+				default:
+					err = cms.Delete(ctx, name, metav1.DeleteOptions{})
+				}
+				switch {
+				case err == nil:
+					w.writes.Add(1)
+				case apierrors.IsNotFound(err), apierrors.IsAlreadyExists(err), apierrors.IsConflict(err), ctx.Err() != nil:
+				default:
+					w.errs.Add(1)
+				}
+			}
+		}()
+	}
+	return w
+}
+
+func (w *writer) end() { w.stop(); w.wg.Wait() }
+
+// rawWatch is a watch on a replica's Kubernetes API, read line by line.
+type rawWatch struct {
+	r      replica
+	mu     sync.Mutex
+	seen   map[string]bool // cluster|ns/name of the objects events carried
+	ended  string          // how it ended: "" while open
+	cancel context.CancelFunc
+}
+
+func (e *scaleEnv) rawWatch(r replica) *rawWatch {
+	e.t.Helper()
+	var l scaleList
+	if err := e.get(r, "/api/v1/configmaps?limit=1", &l); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.d.URL+"/api/v1/configmaps?watch=1&resourceVersion="+url.QueryEscape(l.Metadata.ResourceVersion), nil)
+	req.Header.Set("Authorization", "Bearer "+scaleToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		e.t.Fatalf("watch on %s: %d %s", r.id, resp.StatusCode, b)
+	}
+	w := &rawWatch{r: r, seen: map[string]bool{}, cancel: cancel}
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var ev struct {
+				Type   string          `json:"type"`
+				Object json.RawMessage `json:"object"`
+			}
+			if json.Unmarshal(sc.Bytes(), &ev) != nil {
+				continue
+			}
+			w.mu.Lock()
+			if ev.Type == "ERROR" {
+				var st metav1.Status
+				_ = json.Unmarshal(ev.Object, &st)
+				w.ended = fmt.Sprintf("ERROR %d: %s", st.Code, st.Message)
+				w.mu.Unlock()
+				return
+			}
+			var cm corev1.ConfigMap
+			if json.Unmarshal(ev.Object, &cm) == nil {
+				k, _ := kubeKey(&cm)
+				w.seen[k] = true
+			}
+			w.mu.Unlock()
+		}
+		w.mu.Lock()
+		if w.ended == "" {
+			w.ended = fmt.Sprintf("stream closed (%v)", sc.Err())
+		}
+		w.mu.Unlock()
+	}()
+	return w
+}
+
+// TestScaleOut runs three replicas of the daemon sharing six member clusters through Leases
+// in a management cluster, under writes: every cluster has exactly one owner; every replica's
+// lists, pages and watches equal the API servers; the replica owning the most clusters is
+// killed (SIGKILL) and its clusters are owned again within two lease durations; a fourth
+// replica joins and takes some clusters without leaving any unowned or any watch silent.
+func TestScaleOut(t *testing.T) {
+	env := harness.Start(t, harness.Options{Clusters: 7, Timeout: 20 * time.Minute})
+	ctx, f := env.Ctx, env.Fleet
+	names := f.Names()
+	mgmt, err := f.Clientset(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	e := &scaleEnv{t: t, ctx: ctx, f: f, mgmt: mgmt, mgmtCtx: names[0], members: names[1:], token: filepath.Join(dir, "tokens"), dir: dir}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("token file", os.WriteFile(e.token, []byte(scaleToken+"\n"), 0o600))
+	for _, ns := range []string{secretsNS, shardNS} {
+		_, err := mgmt.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		must("namespace "+ns, err)
+	}
+	for _, m := range e.members {
+		c, _ := f.Cluster(m)
+		_, err := mgmt.CoreV1().Secrets(secretsNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "member-" + m, Labels: map[string]string{clusterset.ClusterLabel: m}},
+			Data: map[string][]byte{clusterset.ClusterKubeconfigKey: secretKubeconfig(t, c, c.Token)}}, metav1.CreateOptions{})
+		must("secret "+m, err)
+		cs, _ := f.Clientset(m)
+		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{})
+		must("namespace "+scaleNS, err)
+		for i := range 30 {
+			_, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"n": "0"}}, metav1.CreateOptions{})
+			must("configmap", err)
+		}
+	}
+
+	rs := []replica{e.start("r1"), e.start("r2"), e.start("r3")}
+	live := map[string]bool{"r1": true, "r2": true, "r3": true}
+	dead := map[string]bool{}
+
+	// Every member is owned by exactly one live replica, and every replica says so.
+	var holders map[string]string
+	harness.WaitFor(t, "every member owned by a live replica and synced", 2*time.Minute, func() bool {
+		h, renewed, err := e.fences(ctx)
+		if err != nil || len(unowned(e.members, h, renewed, dead)) > 0 {
+			return false
+		}
+		holders = h
+		for _, r := range rs {
+			var cl api.Clusters
+			if e.get(r, api.ClustersPath, &cl) != nil || len(cl.Clusters) != len(e.members) {
+				return false
+			}
+			for _, c := range cl.Clusters {
+				if c.State != "Synced" || c.Owner != h[c.Name] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// Replicas that joined later take their share once they have been live a lease duration:
+	// wait until the owners hold still for three.
+	stable, since := "", time.Now()
+	harness.WaitFor(t, "ownership stable for three lease durations", 2*time.Minute, func() bool {
+		h, _, err := e.fences(ctx)
+		if err != nil {
+			return false
+		}
+		now := fmt.Sprint(h)
+		if now != stable {
+			stable, since, holders = now, time.Now(), h
+		}
+		return time.Since(since) > 3*shardLease
+	})
+	// The Leases as kubectl shows them.
+	k := newKubectl(t, "--kubeconfig", f.Kubeconfig(), "--context", names[0])
+	out := k.ok("get", "leases", "-n", shardNS, "-l", "multicache.io/lease=fence", "-o", `jsonpath={range .items[*]}{.metadata.annotations.multicache\.io/cluster}={.spec.holderIdentity}{"\n"}{end}`)
+	byKubectl := map[string]string{}
+	for _, line := range strings.Fields(out) {
+		c, h, _ := strings.Cut(line, "=")
+		if _, dup := byKubectl[c]; dup {
+			t.Errorf("kubectl: cluster %s has two fence Leases", c)
+		}
+		byKubectl[c] = h
+	}
+	for _, m := range e.members {
+		if !live[byKubectl[m]] {
+			t.Errorf("kubectl get leases: member %s is held by %q, not by one of r1, r2, r3: %v", m, byKubectl[m], byKubectl)
+		}
+	}
+	t.Logf("owners: %v", byKubectl)
+
+	e.equalTruth("steady state", rs, time.Minute)
+	fos := []*follower{e.follow(rs[0]), e.follow(rs[1]), e.follow(rs[2])}
+	e.followersEqualTruth("steady state", fos, time.Minute)
+
+	// SIGKILL the biggest owner while writes run.
+	count := map[string]int{}
+	for _, h := range holders {
+		count[h]++
+	}
+	victim := rs[0]
+	for _, r := range rs {
+		if count[r.id] > count[victim.id] {
+			victim = r
+		}
+	}
+	var lost []string
+	for c, h := range holders {
+		if h == victim.id {
+			lost = append(lost, c)
+		}
+	}
+	sort.Strings(lost)
+	w := e.write(10)
+	time.Sleep(2 * time.Second)
+	killed := time.Now()
+	if err := victim.d.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	dead[victim.id], live[victim.id] = true, false
+	var handoff time.Duration
+	maxUnowned := 0
+	for handoff == 0 {
+		h, renewed, err := e.fences(ctx)
+		if err == nil {
+			n := len(unowned(e.members, h, renewed, dead))
+			maxUnowned = max(maxUnowned, n)
+			if n == 0 {
+				handoff = time.Since(killed)
+				holders = h
+			}
+		}
+		if time.Since(killed) > 2*shardLease+5*time.Second {
+			t.Fatalf("the clusters of the killed replica %s (%v) are not owned again %s after SIGKILL: %v", victim.id, lost, time.Since(killed), h)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("SIGKILL of %s, owner of %d clusters %v: owned again after %s (lease duration %s); at most %d clusters unowned meanwhile", victim.id, len(lost), lost, handoff.Round(10*time.Millisecond), shardLease, maxUnowned)
+	if handoff > 2*shardLease+time.Second {
+		t.Errorf("handoff took %s, more than two lease durations (%s) and a second of polling", handoff, 2*shardLease)
+	}
+	time.Sleep(3 * time.Second)
+	w.end()
+	t.Logf("writes during the kill: %d (failed: %d)", w.writes.Load(), w.errs.Load())
+	var survivors []replica
+	var survivingFollowers []*follower
+	for i, r := range rs {
+		if r.id != victim.id {
+			survivors = append(survivors, r)
+			survivingFollowers = append(survivingFollowers, fos[i])
+		} else {
+			fos[i].stop()
+		}
+	}
+	e.equalTruth("after the SIGKILL", survivors, time.Minute)
+	e.followersEqualTruth("after the SIGKILL", survivingFollowers, time.Minute)
+
+	// A fourth replica joins under writes: some clusters move to it, none is unowned, and every
+	// watch either ends with 410 or goes on delivering.
+	watches := []*rawWatch{e.rawWatch(survivors[0]), e.rawWatch(survivors[1])}
+	w = e.write(5)
+	r4 := e.start("r4")
+	live["r4"] = true
+	joined := time.Now()
+	maxUnowned = 0
+	var moved []string
+	for len(moved) == 0 {
+		h, renewed, err := e.fences(ctx)
+		if err == nil {
+			maxUnowned = max(maxUnowned, len(unowned(e.members, h, renewed, dead)))
+			for c, holder := range h {
+				if holder == "r4" {
+					moved = append(moved, c)
+				}
+			}
+		}
+		if time.Since(joined) > 6*shardLease+20*time.Second {
+			t.Fatalf("no cluster moved to r4 in %s: %v", time.Since(joined), h)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sort.Strings(moved)
+	t.Logf("r4 joined: clusters %v moved to it %s after it was ready; at most %d clusters unowned meanwhile", moved, time.Since(joined).Round(10*time.Millisecond), maxUnowned)
+	if maxUnowned > 0 {
+		t.Errorf("while r4 joined, %d clusters had no live owner at once; want none", maxUnowned)
+	}
+	time.Sleep(2 * shardLease)
+	w.end()
+	// One more change in every member: a watch still open must deliver it.
+	for _, m := range e.members {
+		cs, _ := f.Clientset(m)
+		_, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker"}}, metav1.CreateOptions{})
+		must("marker", err)
+	}
+	harness.WaitFor(t, "every watch ended with 410 or delivered every member's marker", 30*time.Second, func() bool {
+		for _, rw := range watches {
+			rw.mu.Lock()
+			ok := rw.ended != ""
+			if !ok {
+				ok = !slices.ContainsFunc(e.members, func(m string) bool { return !rw.seen[m+"|"+scaleNS+"/marker"] })
+			}
+			rw.mu.Unlock()
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for _, rw := range watches {
+		rw.mu.Lock()
+		if rw.ended != "" && !strings.Contains(rw.ended, "410") {
+			t.Errorf("the watch on %s ended other than with 410: %s", rw.r.id, rw.ended)
+		}
+		t.Logf("raw watch on %s: %s", rw.r.id, map[bool]string{true: "ended: " + rw.ended, false: "open, delivered every marker"}[rw.ended != ""])
+		rw.mu.Unlock()
+	}
+	all := append(survivors, r4)
+	e.equalTruth("after r4 joined", all, time.Minute)
+	e.followersEqualTruth("after r4 joined", append(survivingFollowers, e.follow(r4)), time.Minute)
+
+	// The query latency fan-out adds: the same fleet-wide list from a sharded replica and from
+	// one replica that runs every cluster, alternating, in rounds.
+	single := harness.StartDaemon(t, "--management-kubeconfig", f.Kubeconfig(), "--management-context", names[0],
+		"--cluster-secrets-namespace", secretsNS, "--token-file", e.token, "--resource", scaleResource)
+	single.Token = scaleToken
+	one := replica{id: "single", d: single}
+	harness.WaitFor(t, "the single replica synced", time.Minute, func() bool {
+		var cl api.Clusters
+		if e.get(one, api.ClustersPath, &cl) != nil || len(cl.Clusters) != len(e.members) {
+			return false
+		}
+		return !slices.ContainsFunc(cl.Clusters, func(c api.Cluster) bool { return c.State != "Synced" })
+	})
+	rounds := harness.EnvInt("MULTICACHE_SCALE_ROUNDS", 5)
+	per := harness.EnvInt("MULTICACHE_SCALE_QUERIES", 40)
+	lat := map[string][][2]time.Duration{}
+	for range rounds {
+		samples := map[string][]time.Duration{}
+		for range per {
+			for _, r := range []replica{one, all[0]} {
+				var l scaleList
+				start := time.Now()
+				if err := e.get(r, "/api/v1/namespaces/"+scaleNS+"/configmaps", &l); err != nil {
+					t.Fatal(err)
+				}
+				samples[r.id] = append(samples[r.id], time.Since(start))
+			}
+		}
+		for id, s := range samples {
+			slices.Sort(s)
+			lat[id] = append(lat[id], [2]time.Duration{s[len(s)/2], s[len(s)*99/100]})
+		}
+	}
+	for _, id := range []string{one.id, all[0].id} {
+		var p50s, p99s []time.Duration
+		for _, v := range lat[id] {
+			p50s, p99s = append(p50s, v[0]), append(p99s, v[1])
+		}
+		slices.Sort(p50s)
+		slices.Sort(p99s)
+		t.Logf("list of %s/configmaps in 6 clusters from %s: p50 %s (min %s, max %s), p99 %s (min %s, max %s); median of %d rounds of %d queries",
+			scaleNS, id, p50s[len(p50s)/2], p50s[0], p50s[len(p50s)-1], p99s[len(p99s)/2], p99s[0], p99s[len(p99s)-1], rounds, per)
+	}
+}
