@@ -238,7 +238,7 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 		cont = c
 	}
 	query := func(p part) url.Values {
-		pq := restrictNative(q, p.clusters)
+		pq := restrictTo(q, p.clusters)
 		pq.Set("limit", strconv.Itoa(limit))
 		pq.Del("continue")
 		if cont.Last != "" {
@@ -400,6 +400,7 @@ func merge(ctx context.Context, streams []*stream) <-chan fanIn {
 // ends, the watch ends with 410: the client lists again, and the list says which clusters are
 // unsynced. It never goes silent.
 func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl plan) {
+	pl = pl.withSelf(s.opts.Fleet.Identity())
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, http.StatusInternalServerError, "streaming unsupported")
@@ -434,7 +435,7 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 		return
 	}
 	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
-		pq := restrictNative(q, p.clusters)
+		pq := restrictTo(q, p.clusters)
 		pq.Set("allowWatchBookmarks", "true")
 		pq.Del("resourceVersion")
 		if resume {

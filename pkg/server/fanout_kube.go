@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -88,21 +89,6 @@ func (s *Server) fanoutDiscovery(w http.ResponseWriter, r *http.Request) {
 	s.local.ServeHTTP(w, r)
 }
 
-// restrictKube narrows a Kubernetes API query to clusters, by a cluster selector requirement:
-// the caller's own requirements still apply.
-func restrictKube(q url.Values, clusters []string) url.Values {
-	out := url.Values{}
-	for k, v := range q {
-		out[k] = slices.Clone(v)
-	}
-	sel := api.ClusterAnnotation + " in (" + strings.Join(clusters, ",") + ")"
-	if old := q.Get("labelSelector"); old != "" {
-		sel = old + "," + sel
-	}
-	out.Set("labelSelector", sel)
-	return out
-}
-
 // kubeDoc is a list or Table answer, kept as raw fields so that it is relayed as the owner
 // wrote it.
 type kubeDoc struct {
@@ -159,6 +145,7 @@ func keyOfElement(raw json.RawMessage) aggregate.Key {
 // fanoutKubeList merges the owners' lists (or Tables) in key order, a page at a time: the
 // continue token carries the last key and every owner's position.
 func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan) {
+	pl = pl.withSelf(s.opts.Fleet.Identity())
 	q := r.URL.Query()
 	limit := 0
 	if l := q.Get("limit"); l != "" {
@@ -191,7 +178,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan)
 		from = t
 	}
 	query := func(p part) url.Values {
-		pq := restrictKube(q, p.clusters)
+		pq := restrictTo(q, p.clusters)
 		pq.Del("continue")
 		pq.Del("resourceVersion")
 		pq.Del("resourceVersionMatch")
@@ -209,6 +196,14 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan)
 	}
 	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeKubeDoc)
 	if failedAll(w, answers, len(pl.down)) {
+		return
+	}
+	if !slices.ContainsFunc(answers, func(a answer[kubeDoc]) bool { return a.err == nil }) {
+		var errs []string
+		for _, a := range answers {
+			errs = append(errs, a.err.Error())
+		}
+		writeError(w, http.StatusServiceUnavailable, "no replica could answer: "+strings.Join(errs, "; "))
 		return
 	}
 	type keyed struct {
@@ -324,8 +319,9 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 	}
 	s.warnDown(w, r.Context(), pl.down, failed)
 	switch {
-	case len(found) == 0 && len(failed) > 0 && notFound == nil:
-		writeError(w, http.StatusServiceUnavailable, "no replica could answer: "+joinPeerErrors(failed))
+	case len(found) == 0 && (len(failed) > 0 || len(pl.down) > 0):
+		// Not found where replicas answered; the others may hold it.
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("not found in the clusters that answered; %d clusters could not be read now (see the Warning headers)", len(failed)+len(pl.down)))
 	case len(found) == 0 && notFound != nil:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
@@ -378,6 +374,7 @@ type rawKubeEvent struct {
 // reflector resumes from any event. A cluster that moves, or an owner's watch that ends, ends
 // the watch with 410: the reflector lists again.
 func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan) {
+	pl = pl.withSelf(s.opts.Fleet.Identity())
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, http.StatusInternalServerError, "streaming unsupported")
@@ -412,8 +409,9 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 		writeError(w, http.StatusGone, "the fleet's owners changed: "+why+"; list again")
 		return
 	}
+	timeout, pq0 := watchTimeout(q)
 	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
-		pq := restrictKube(q, p.clusters)
+		pq := restrictTo(pq0, p.clusters)
 		pq.Del("resourceVersion")
 		if resume {
 			rv, _ := from.position(p)
@@ -453,10 +451,16 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	initialDone := map[string]bool{}
 	columnsSent := false
 	in := merge(ctx, streams)
+	var expire <-chan time.Time
+	if timeout > 0 {
+		expire = time.After(timeout)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-expire:
+			return // timeoutSeconds: a clean end, the client resumes from its last position
 		case <-changed:
 			changed = s.opts.Fleet.WaitChange()
 			if why := s.moved(pl); why != "" {

@@ -95,6 +95,30 @@ func (s *Server) plan(keep func(cluster string) bool) plan {
 	return pl
 }
 
+// withSelf gives a plan no replica could answer a part of this replica's, with no cluster in
+// it: the answer then has the resource's own shape (an empty list, a watch of bookmarks).
+func (pl plan) withSelf(id string) plan {
+	if len(pl.parts) == 0 {
+		pl.parts = []part{{peer: id, self: true, clusters: []string{}}}
+	}
+	return pl
+}
+
+// watchTimeout is a watch's timeoutSeconds: the fan-in ends cleanly then, and asks its parts
+// for a minute more so that none ends first.
+func watchTimeout(q url.Values) (time.Duration, url.Values) {
+	n, err := strconv.Atoi(q.Get("timeoutSeconds"))
+	if err != nil || n <= 0 {
+		return 0, q
+	}
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = slices.Clone(v)
+	}
+	out.Set("timeoutSeconds", strconv.Itoa(n+60))
+	return time.Duration(n) * time.Second, out
+}
+
 // local reports whether this replica alone answers the plan: no fan-out needed.
 func (pl plan) local() bool {
 	return len(pl.down) == 0 && (len(pl.parts) == 0 || (len(pl.parts) == 1 && pl.parts[0].self))
@@ -260,6 +284,13 @@ func serveInProcess(h http.Handler, req *http.Request) *http.Response {
 	w := &pipeWriter{header: http.Header{}, pw: pw, ready: make(chan struct{})}
 	go func() {
 		defer func() {
+			// A handler aborts (http.ErrAbortHandler) or fails: the caller reads an error,
+			// as from a connection the server reset, and the process goes on.
+			if v := recover(); v != nil {
+				w.writeHeader(http.StatusInternalServerError)
+				_ = pw.CloseWithError(fmt.Errorf("in-process answer aborted: %v", v))
+				return
+			}
 			w.writeHeader(http.StatusOK)
 			_ = pw.Close()
 		}()
@@ -298,13 +329,51 @@ func (w *pipeWriter) Write(b []byte) (int, error) {
 
 func (w *pipeWriter) Flush() {}
 
-// restrictNative narrows native query q to clusters.
-func restrictNative(q url.Values, clusters []string) url.Values {
+// partParam narrows a request a replica sends another to the clusters of its part (a comma
+// list). Unlike cluster= it names no cluster to the access check: a caller who may not read
+// some of them gets them left out, as in a fleet-wide answer, not a 403. Any caller may set
+// it; it only narrows.
+const partParam = "x-multicache-part"
+
+// partOf is the part a request is narrowed to; nil when it is not.
+func partOf(q url.Values) []string {
+	if !q.Has(partParam) {
+		return nil
+	}
+	out := []string{}
+	for _, c := range strings.Split(q.Get(partParam), ",") {
+		if c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// narrow keeps the clusters of list that are in only; nil only keeps list as it is. A nil list
+// (every cluster) narrows to only.
+func narrow(list, only []string) []string {
+	if only == nil {
+		return list
+	}
+	if list == nil {
+		return slices.Clone(only)
+	}
+	out := []string{}
+	for _, c := range list {
+		if slices.Contains(only, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// restrictTo narrows query q to the clusters of a part.
+func restrictTo(q url.Values, clusters []string) url.Values {
 	out := url.Values{}
 	for k, v := range q {
 		out[k] = slices.Clone(v)
 	}
-	out["cluster"] = slices.Clone(clusters)
+	out.Set(partParam, strings.Join(clusters, ","))
 	return out
 }
 

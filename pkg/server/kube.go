@@ -169,7 +169,8 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 		named = []string{p.cluster}
 	}
 	// A cluster selector selects among the clusters the caller may read.
-	allowed, leftOut, err := s.scope(ctx, kr.name, named, s.reg.Clusters())
+	only := partOf(vals)
+	allowed, leftOut, err := s.scope(ctx, kr.name, named, narrow(s.reg.Clusters(), only))
 	if err != nil {
 		return kubeSelection{}, err
 	}
@@ -196,6 +197,15 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 		}
 		q.Clusters = selectClusters(candidates, clusterReqs)
 		if len(q.Clusters) == 0 {
+			q.Clusters = []string{noCluster}
+			return kubeSelection{query: q, none: true, leftOut: leftOut}, nil
+		}
+	}
+	if only != nil {
+		if q.Clusters == nil {
+			q.Clusters = kr.clusters
+		}
+		if q.Clusters = narrow(q.Clusters, only); len(q.Clusters) == 0 {
 			q.Clusters = []string{noCluster}
 			return kubeSelection{query: q, none: true, leftOut: leftOut}, nil
 		}

@@ -58,7 +58,15 @@ func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (request, 
 	if q.Namespace != "" && q.Index != aggregate.IndexNamespace && !s.namespaced(res) {
 		q.Namespace = ""
 	}
-	clusters, leftOut, err := s.scope(r.Context(), res, q.Clusters, s.reg.Clusters())
+	only := partOf(r.URL.Query())
+	named := q.Clusters
+	if named != nil {
+		if named = narrow(named, only); len(named) == 0 {
+			q.Clusters = []string{noCluster} // the clusters named are none of this part's
+			return request{resource: res, agg: agg, query: q}, true
+		}
+	}
+	clusters, leftOut, err := s.scope(r.Context(), res, named, narrow(s.reg.Clusters(), only))
 	if err != nil {
 		writeScopeError(w, err)
 		return request{}, false
@@ -66,6 +74,7 @@ func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (request, 
 	if clusters != nil {
 		q.Clusters = clusters
 	}
+	q.Clusters = narrow(q.Clusters, only)
 	return request{resource: res, agg: agg, query: q, leftOut: leftOut}, true
 }
 
