@@ -170,14 +170,41 @@ func failedAll[T any](w http.ResponseWriter, answers []answer[T], down int) bool
 			return false
 		}
 	}
-	if pe, ok := answers[0].err.(*peerError); ok {
+	writePeerFailure(w, answers[0].err)
+	return true
+}
+
+// writePeerFailure answers a replica's refusal as it gave it (its code and Status), and any
+// other failure to reach it as 503.
+func writePeerFailure(w http.ResponseWriter, err error) {
+	var pe *peerError
+	if asPeerError(err, &pe) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(pe.code)
 		_, _ = w.Write(pe.status)
-		return true
+		return
 	}
-	writeError(w, http.StatusServiceUnavailable, answers[0].err.Error())
-	return true
+	writeError(w, http.StatusServiceUnavailable, err.Error())
+}
+
+// watchFrom reads a fan-in watch's resourceVersion: where each part resumes (resume false:
+// from now, or as "0" asks). A position of one replica's answer, or one from before a
+// cluster moved, is 410, answered here (ok false).
+func watchFrom(w http.ResponseWriter, q url.Values, pl plan) (from fleetToken, resume, ok bool) {
+	rv := q.Get("resourceVersion")
+	if rv == "" || rv == "0" {
+		return fleetToken{}, false, true
+	}
+	t, isFleet := parseFleetToken(rv)
+	if !isFleet {
+		writeError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
+		return fleetToken{}, false, false
+	}
+	if err := t.resumable(pl); err != nil {
+		writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error()+"; list again")
+		return fleetToken{}, false, false
+	}
+	return t, true, true
 }
 
 // downFreshness reports the clusters no replica answered for, as unsynced, leaving out those
@@ -412,19 +439,9 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 	}
 	defer release()
 	q := r.URL.Query()
-	var from fleetToken
-	resume := false
-	if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
-		t, ok := parseFleetToken(rv)
-		if !ok {
-			writeError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
-			return
-		}
-		if err := t.resumable(pl); err != nil {
-			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
-			return
-		}
-		from, resume = t, true
+	from, resume, ok := watchFrom(w, q, pl)
+	if !ok {
+		return
 	}
 	bookmarks := q.Get("allowWatchBookmarks") != "false"
 	ctx, cancel := context.WithCancel(r.Context())
@@ -445,13 +462,7 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 		return pq
 	})
 	if err != nil {
-		if pe, ok := err.(*peerError); ok {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(pe.code)
-			_, _ = w.Write(pe.status)
-			return
-		}
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		writePeerFailure(w, err)
 		return
 	}
 	s.metrics.watches.Inc()

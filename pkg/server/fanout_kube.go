@@ -386,19 +386,9 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	}
 	defer release()
 	q := r.URL.Query()
-	var from fleetToken
-	resume := false
-	if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
-		t, ok := parseFleetToken(rv)
-		if !ok {
-			writeError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
-			return
-		}
-		if err := t.resumable(pl); err != nil {
-			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error()+"; list again")
-			return
-		}
-		from, resume = t, true
+	from, resume, ok := watchFrom(w, q, pl)
+	if !ok {
+		return
 	}
 	bookmarks := q.Get("allowWatchBookmarks") == "true"
 	initial := q.Get("sendInitialEvents") == "true"
@@ -422,13 +412,7 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 		return pq
 	})
 	if err != nil {
-		if pe, ok := err.(*peerError); ok {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(pe.code)
-			_, _ = w.Write(pe.status)
-			return
-		}
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		writePeerFailure(w, err)
 		return
 	}
 	s.metrics.watches.Inc()
