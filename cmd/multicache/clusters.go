@@ -63,10 +63,10 @@ func newClusters() *cobra.Command {
 func printClusters(w io.Writer, resp *api.Clusters, perResource bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	if perResource {
-		fmt.Fprintln(tw, "CLUSTER\tRESOURCE\tSTATE\tOBJECTS\tERROR")
+		fmt.Fprintln(tw, "CLUSTER\tRESOURCE\tSTATE\tOBJECTS\tPROGRESS\tERROR")
 		for _, cl := range resp.Clusters {
 			for _, r := range cl.Resources {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", cl.Name, r.Resource, r.State, r.Objects, r.Error)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", cl.Name, r.Resource, r.State, r.Objects, progressText(r), r.Error)
 			}
 		}
 		_ = tw.Flush()
@@ -87,7 +87,7 @@ func printClusters(w io.Writer, resp *api.Clusters, perResource bool) {
 	if owners {
 		fmt.Fprint(tw, "OWNER\t")
 	}
-	fmt.Fprintln(tw, "STATE\tSYNCED\tOBJECTS\tLAST-SYNC\tERROR")
+	fmt.Fprintln(tw, "STATE\tSYNCED\tOBJECTS\tPROGRESS\tLAST-SYNC\tERROR")
 	for _, cl := range resp.Clusters {
 		synced, objects := 0, 0
 		for _, r := range cl.Resources {
@@ -104,7 +104,18 @@ func printClusters(w io.Writer, resp *api.Clusters, perResource bool) {
 		if cl.LastSync != nil {
 			lastSync = age(cl.LastSync.Format(time.RFC3339))
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%d/%d\t%d\t%s\t%s\n", cl.Name, owner(cl), cl.State, synced, len(cl.Resources), objects, strings.TrimSpace(lastSync), errText)
+		fmt.Fprintf(tw, "%s\t%s%s\t%d/%d\t%d\t%s\t%s\t%s\n", cl.Name, owner(cl), cl.State, synced, len(cl.Resources), objects, progressText(cl.Resources...), strings.TrimSpace(lastSync), errText)
 	}
 	_ = tw.Flush()
+}
+
+// progressText sums the lists under way among rs (see api.ProgressText).
+func progressText(rs ...api.Resource) string {
+	var ps []api.Progress
+	for _, r := range rs {
+		if r.Progress != nil {
+			ps = append(ps, *r.Progress)
+		}
+	}
+	return api.ProgressText(ps...)
 }

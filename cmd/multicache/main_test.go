@@ -58,17 +58,26 @@ func TestPrintClusters(t *testing.T) {
 	resp := &api.Clusters{Clusters: []api.Cluster{
 		{Name: "c1", State: "Synced", LastSync: &ls, Resources: []api.Resource{{Resource: "pods", State: "Synced", Objects: 3}, {Resource: "widgets", State: "NotServed"}}},
 		{Name: "c2", State: "Failed", Error: strings.Repeat("x", 100), Resources: []api.Resource{{Resource: "pods", State: "Failed", Error: "401"}}},
+		{Name: "c3", State: "Syncing", Resources: []api.Resource{
+			{Resource: "pods", State: "Syncing", Progress: &api.Progress{Loaded: 250, Expected: 1000, Listing: true}},
+			{Resource: "configmaps", State: "Syncing", Progress: &api.Progress{Loaded: 50, Expected: 200, Listing: true}},
+			{Resource: "secrets", State: "Synced", Objects: 7, Progress: &api.Progress{Loaded: 7, Expected: 7}},
+		}},
+		{Name: "c4", State: "Syncing", Resources: []api.Resource{
+			{Resource: "pods", State: "Syncing", Progress: &api.Progress{Loaded: 30, Listing: true}},
+		}},
 	}}
 	var out bytes.Buffer
 	printClusters(&out, resp, false)
-	for _, w := range []string{"NAME   STATE    SYNCED   OBJECTS   LAST-SYNC   ERROR", "c1     Synced   2/2      3         1m", "c2     Failed   0/1      0", "xxx..."} {
+	for _, w := range []string{"NAME   STATE     SYNCED   OBJECTS   PROGRESS         LAST-SYNC   ERROR", "c1     Synced    2/2      3         -                1m", "c2     Failed    0/1      0", "xxx...",
+		"c3     Syncing   1/3      7         300/1200 (25%)", "c4     Syncing   0/1      0         30/?"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("output lacks %q:\n%s", w, out.String())
 		}
 	}
 	out.Reset()
 	printClusters(&out, resp, true)
-	if !strings.Contains(out.String(), "c2        pods       Failed      0         401") {
+	if !strings.Contains(out.String(), "c2        pods         Failed      0         -                401") || !strings.Contains(out.String(), "c3        pods         Syncing     0         250/1000 (25%)") {
 		t.Errorf("per resource:\n%s", out.String())
 	}
 }

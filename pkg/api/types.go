@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -94,6 +95,42 @@ type Resource struct {
 	State    string `json:"state"`
 	Objects  int    `json:"objects"`
 	Error    string `json:"error,omitempty"`
+	// Progress is how far the latest initial list or relist got; absent before the first list
+	// starts.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is a list's progress: objects the API server has sent so far, and the total it
+// reported (remainingItemCount plus what was sent; 0 when it did not say, as with a label or
+// field selector). Listing is false once the list is complete.
+type Progress struct {
+	Loaded   int64 `json:"loaded"`
+	Expected int64 `json:"expected,omitempty"`
+	Listing  bool  `json:"listing"`
+}
+
+// ProgressText sums the lists under way among ps: "loaded/expected (pct%)", "loaded/?" when a
+// server did not give its total, and "-" when no list is under way.
+func ProgressText(ps ...Progress) string {
+	var loaded, expected int64
+	listing, known := false, true
+	for _, p := range ps {
+		if !p.Listing {
+			continue
+		}
+		listing = true
+		loaded += p.Loaded
+		expected += p.Expected
+		known = known && p.Expected > 0
+	}
+	switch {
+	case !listing:
+		return "-"
+	case !known:
+		return fmt.Sprintf("%d/?", loaded)
+	default:
+		return fmt.Sprintf("%d/%d (%d%%)", loaded, expected, min(100, loaded*100/expected))
+	}
 }
 
 // Error is every error answer's body, and the object of an ERROR watch event. Its fields are

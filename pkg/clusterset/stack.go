@@ -36,6 +36,7 @@ type stack struct {
 	errRV    string // LastSyncResourceVersion when the last reflector error was recorded
 	hasErr   bool   // the reflector reported an error and has not made progress since
 	probeErr bool   // the cluster's health probe is failing
+	progress progress
 }
 
 func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {
@@ -49,7 +50,9 @@ func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Lo
 func (s *stack) status() ResourceStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st
+	st := s.st
+	st.Progress = s.progress.snapshot()
+	return st
 }
 
 // setState changes state and error together and publishes the change. Callers hold s.mu.
@@ -111,7 +114,7 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		if err != nil {
 			return nil, mode, err
 		}
-		lw = listWatch(s.spec, rc,
+		lw = listWatch(s.spec, &s.progress, rc,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
 			},
@@ -126,7 +129,7 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		}
 		ri := dc.Resource(r.gvr).Namespace(ns)
 		example = &unstructured.Unstructured{}
-		lw = listWatch(s.spec, dc, asList(ri.List), ri.Watch)
+		lw = listWatch(s.spec, &s.progress, dc, asList(ri.List), ri.Watch)
 	case ModeMetadata:
 		mc, err := metadata.NewForConfig(cfg)
 		if err != nil {
@@ -134,7 +137,7 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		}
 		ri := mc.Resource(r.gvr).Namespace(ns)
 		example = &metav1.PartialObjectMetadata{}
-		lw = listWatch(s.spec, mc, asList(ri.List), ri.Watch)
+		lw = listWatch(s.spec, &s.progress, mc, asList(ri.List), ri.Watch)
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{
 		Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
@@ -149,12 +152,13 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 	return inf, mode, nil
 }
 
-// listWatch applies the spec's selectors to every list and watch, and declares whether the
-// client speaks watch-list (client-go's reflector otherwise waits forever for the bookmark that
-// ends a streamed initial list).
-func listWatch(spec ResourceSpec, client any,
+// listWatch applies the spec's selectors to every list and watch, makes p follow each list,
+// and declares whether the client speaks watch-list (client-go's reflector otherwise waits
+// forever for the bookmark that ends a streamed initial list).
+func listWatch(spec ResourceSpec, p *progress, client any,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	list, watchFn = progressListWatch(p, list, watchFn)
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			spec.tweak(&o)

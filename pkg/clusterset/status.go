@@ -63,6 +63,8 @@ type ResourceStatus struct {
 	SyncDuration time.Duration
 	// WatchRestarts counts list/watch failures the reflector recovered from or is retrying.
 	WatchRestarts int64
+	// Progress is how far the latest initial list or relist got.
+	Progress SyncProgress
 }
 
 // ClusterStatus is one cluster and its resources.

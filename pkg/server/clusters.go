@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
 )
 
 // clusterItems are the clusters as objects of clusters.multicache.io (only one when only is
@@ -23,6 +24,7 @@ func (s *Server) clusterItems(only string) []item {
 			continue
 		}
 		var resources []any
+		var progress []api.Progress
 		synced, objects := 0, int64(0)
 		for _, rs := range cs.Resources {
 			n := int64(counts[cs.Name][rs.Resource])
@@ -34,10 +36,15 @@ func (s *Server) clusterItems(only string) []item {
 			if rs.Error != "" {
 				r["error"] = rs.Error
 			}
+			if p := rs.Progress; p.Listing || p.Loaded > 0 || p.Expected > 0 {
+				r["progress"] = map[string]any{"loaded": p.Loaded, "expected": p.Expected, "listing": p.Listing}
+				progress = append(progress, api.Progress{Loaded: p.Loaded, Expected: p.Expected, Listing: p.Listing})
+			}
 			resources = append(resources, r)
 		}
 		status := map[string]any{"state": string(cs.State), "restarts": int64(cs.Restarts), "resources": resources,
-			"syncedResources": fmt.Sprintf("%d/%d", synced, len(cs.Resources)), "objects": objects}
+			"syncedResources": fmt.Sprintf("%d/%d", synced, len(cs.Resources)), "objects": objects,
+			"progress": api.ProgressText(progress...)}
 		if !cs.LastSync.IsZero() {
 			status["lastSync"] = cs.LastSync.UTC().Format(time.RFC3339)
 		}
@@ -62,6 +69,7 @@ func (clusterColumns) Columns() []metav1.TableColumnDefinition {
 		{Name: "State", Type: "string", Description: "Synced, Syncing, Degraded or Failed: the worst of its resources'."},
 		{Name: "Synced", Type: "string", Description: "Resources synced (or not served) of those cached."},
 		{Name: "Objects", Type: "integer", Description: "Objects cached from the cluster."},
+		{Name: "Progress", Type: "string", Description: "Objects loaded of the total the API servers reported, over the lists under way; - when none is."},
 		{Name: "Last-Sync", Type: "string", Description: "Since the cache was last known in step with the cluster."},
 		{Name: "Error", Type: "string", Description: "The last error, if any."},
 	}
@@ -78,5 +86,5 @@ func (clusterColumns) Cells(_ context.Context, obj runtime.Object) ([]any, error
 	if t, err := time.Parse(time.RFC3339, str("lastSync")); err == nil {
 		last = duration.HumanDuration(time.Since(t))
 	}
-	return []any{str("state"), str("syncedResources"), n, last, str("error")}, nil
+	return []any{str("state"), str("syncedResources"), n, str("progress"), last, str("error")}, nil
 }

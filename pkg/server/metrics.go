@@ -27,11 +27,12 @@ type statusCollector struct {
 	state, objects, restarts, lastSync *prometheus.Desc
 	events, queue, watchOverflows, lag *prometheus.Desc
 	syncSeconds, hubResets             *prometheus.Desc
+	listLoaded, listExpected, listing  *prometheus.Desc
 	ringEvents, ringBytes              *prometheus.Desc
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds, c.hubResets, c.ringEvents, c.ringBytes} {
+	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds, c.hubResets, c.ringEvents, c.ringBytes, c.listLoaded, c.listExpected, c.listing} {
 		ch <- d
 	}
 }
@@ -51,6 +52,16 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(counts[cs.Name][rs.Resource]), cs.Name, rs.Resource)
 			ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(rs.WatchRestarts), cs.Name, rs.Resource)
+			p := rs.Progress
+			ch <- prometheus.MustNewConstMetric(c.listLoaded, prometheus.GaugeValue, float64(p.Loaded), cs.Name, rs.Resource)
+			if p.Expected > 0 {
+				ch <- prometheus.MustNewConstMetric(c.listExpected, prometheus.GaugeValue, float64(p.Expected), cs.Name, rs.Resource)
+			}
+			listing := 0.0
+			if p.Listing {
+				listing = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.listing, prometheus.GaugeValue, listing, cs.Name, rs.Resource)
 			if rs.SyncDuration > 0 {
 				ch <- prometheus.MustNewConstMetric(c.syncSeconds, prometheus.GaugeValue, rs.SyncDuration.Seconds(), cs.Name, rs.Resource)
 			}
@@ -95,6 +106,9 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		lastSync:       prometheus.NewDesc("multicache_last_sync_timestamp_seconds", "When the cache was last known in step with the server.", []string{"cluster", "resource"}, nil),
 		events:         prometheus.NewDesc("multicache_events_total", "Events seen by the watch hub per resource (rate() gives events/s).", []string{"resource"}, nil),
 		queue:          prometheus.NewDesc("multicache_handler_queue_depth", "Events queued for a handler and not yet delivered.", []string{"resource", "handler"}, nil),
+		listLoaded:     prometheus.NewDesc("multicache_list_objects_loaded", "Objects the API server has sent for the latest initial list or relist, per cluster × resource.", []string{"cluster", "resource"}, nil),
+		listExpected:   prometheus.NewDesc("multicache_list_objects_expected", "The latest list's total as the API server reported it (absent when it did not say).", []string{"cluster", "resource"}, nil),
+		listing:        prometheus.NewDesc("multicache_list_in_progress", "1 while an initial list or relist is under way.", []string{"cluster", "resource"}, nil),
 		syncSeconds:    prometheus.NewDesc("multicache_initial_sync_seconds", "How long the initial list (sync) took per cluster × resource.", []string{"cluster", "resource"}, nil),
 		lag:            prometheus.NewDesc("multicache_handler_lag_seconds", "How long the last delivered event waited in the handler's queue.", []string{"resource", "handler"}, nil),
 		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches ended with 410 because events they had not read were evicted from the watch ring.", []string{"resource"}, nil),

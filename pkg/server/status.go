@@ -103,7 +103,11 @@ func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 			v.LastSync = &t
 		}
 		for _, rs := range cs.Resources {
-			v.Resources = append(v.Resources, api.Resource{Resource: rs.Resource, State: string(rs.State), Objects: counts[cs.Name][rs.Resource], Error: rs.Error})
+			r := api.Resource{Resource: rs.Resource, State: string(rs.State), Objects: counts[cs.Name][rs.Resource], Error: rs.Error}
+			if p := rs.Progress; p.Listing || p.Loaded > 0 || p.Expected > 0 {
+				r.Progress = &api.Progress{Loaded: p.Loaded, Expected: p.Expected, Listing: p.Listing}
+			}
+			v.Resources = append(v.Resources, r)
 		}
 		out.Clusters = append(out.Clusters, v)
 	}

@@ -349,7 +349,7 @@ func TestKubectl(t *testing.T) {
 
 	t.Run("clusters.multicache.io", func(t *testing.T) {
 		tb := parseTable(k.ok("get", "clusters.multicache.io"))
-		if want := []string{"CLUSTER", "STATE", "SYNCED", "OBJECTS", "LAST-SYNC", "ERROR"}; !slices.Equal(tb.header, want) {
+		if want := []string{"CLUSTER", "STATE", "SYNCED", "OBJECTS", "PROGRESS", "LAST-SYNC", "ERROR"}; !slices.Equal(tb.header, want) {
 			t.Errorf("clusters: header %v, want %v", tb.header, want)
 		}
 		for i, r := range tb.rows {

@@ -195,6 +195,23 @@ func TestCoreOnLocalFleet(t *testing.T) {
 		t.Fatalf("not synced: %v\n%+v", missing, reg.Status())
 	}
 	all := f.Names()
+	t.Run("sync progress counts what each API server sent", func(t *testing.T) {
+		// No writes run yet: each initial list's count is what the cache holds. Resources
+		// that no controller writes to are compared exactly.
+		for _, cs := range reg.Status() {
+			for _, rs := range cs.Resources {
+				if rs.State != clusterset.Synced || !slices.Contains([]string{"cm", "Node", "namespaces", "widgets"}, rs.Resource) {
+					continue
+				}
+				agg, _ := reg.Aggregate(rs.Resource)
+				idx, _ := agg.Cluster(cs.Name)
+				n := int64(len(idx.ListKeys()))
+				if p := rs.Progress; p.Listing || p.Loaded != n || p.Expected != n {
+					t.Errorf("%s %s: progress %+v, the cache holds %d", cs.Name, rs.Resource, p, n)
+				}
+			}
+		}
+	})
 	t.Run("aggregate equals the union of the API servers", func(t *testing.T) {
 		for res, gvr := range map[string]schema.GroupVersionResource{"pods": podsGVR, "cm": cmGVR, "Node": nodesGVR, "deployments.apps": deployGVR, "namespaces": nsGVR} {
 			agg, _ := reg.Aggregate(res)

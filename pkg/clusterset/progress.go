@@ -1,0 +1,173 @@
+package clusterset
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// SyncProgress is how far a cluster × resource is through its latest initial list or relist.
+type SyncProgress struct {
+	// Loaded is how many objects the API server has sent for the list so far.
+	Loaded int64
+	// Expected is the list's total as the API server reported it (remainingItemCount plus what
+	// was sent), or 0 when it did not say: a label or field selector, or a server that does not
+	// count.
+	Expected int64
+	// Listing is true while the list is under way, false once its last object has arrived.
+	Listing bool
+}
+
+// progress counts what a reflector's lists bring. A list is either paged (each page is one call
+// of the ListerWatcher's List) or streamed (a watch with sendInitialEvents, whose initial
+// objects end with a bookmark annotated k8s.io/initial-events-end). Each new list resets the
+// count. Counters are atomic because the reflector and status readers run concurrently.
+type progress struct {
+	loaded, expected atomic.Int64
+	listing          atomic.Bool
+	gen              atomic.Int64 // bumped by every new list, so that a late estimate of an old list is dropped
+}
+
+func (p *progress) snapshot() SyncProgress {
+	return SyncProgress{Loaded: p.loaded.Load(), Expected: p.expected.Load(), Listing: p.listing.Load()}
+}
+
+func (p *progress) begin() int64 {
+	g := p.gen.Add(1)
+	p.loaded.Store(0)
+	p.expected.Store(0)
+	p.listing.Store(true)
+	return g
+}
+
+// page records one page of a paged list. A first page (no continue token) begins a list.
+func (p *progress) page(opts metav1.ListOptions, list runtime.Object) {
+	if opts.Continue == "" {
+		p.begin()
+	}
+	n := int64(meta.LenList(list))
+	loaded := p.loaded.Add(n)
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return
+	}
+	if rem := lm.GetRemainingItemCount(); rem != nil {
+		p.expected.Store(loaded + *rem)
+	}
+	if lm.GetContinue() == "" {
+		// The last page: the list's total is what arrived.
+		p.expected.Store(loaded)
+		p.listing.Store(false)
+	}
+}
+
+// estimate records the total a one-object list reported while a streamed list runs (watch-list
+// carries no count of its own). It is dropped when another list has begun since gen, or when
+// the stream finished first.
+func (p *progress) estimate(gen int64, list runtime.Object) {
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return
+	}
+	rem := lm.GetRemainingItemCount()
+	if rem == nil && lm.GetContinue() != "" {
+		return // more objects, and no count: unknown
+	}
+	total := int64(meta.LenList(list))
+	if rem != nil {
+		total += *rem
+	}
+	if p.gen.Load() == gen && p.listing.Load() {
+		p.expected.Store(total)
+	}
+}
+
+// progressListWatch wraps the list and watch functions of a stack so that p follows each list.
+// A streamed list also sends one list request with limit 1 at its start, whose
+// remainingItemCount gives the expected total; it costs the API server one object.
+func progressListWatch(p *progress,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) (
+	func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
+	pagedList := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		out, err := list(ctx, o)
+		if err == nil {
+			p.page(o, out)
+		}
+		return out, err
+	}
+	streamed := func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		if o.SendInitialEvents == nil || !*o.SendInitialEvents {
+			return watchFn(ctx, o)
+		}
+		gen := p.begin()
+		w, err := watchFn(ctx, o)
+		if err != nil {
+			p.listing.Store(false)
+			return nil, err
+		}
+		go func() {
+			est := metav1.ListOptions{LabelSelector: o.LabelSelector, FieldSelector: o.FieldSelector, Limit: 1}
+			if out, err := list(ctx, est); err == nil {
+				p.estimate(gen, out)
+			}
+		}()
+		return newCountingWatch(w, p), nil
+	}
+	return pagedList, streamed
+}
+
+// countingWatch relays a watch and counts the objects of its initial events, up to the bookmark
+// that ends them. Its relay goroutine ends when the underlying watch ends or Stop is called.
+type countingWatch struct {
+	inner    watch.Interface
+	out      chan watch.Event
+	stopped  chan struct{}
+	stopOnce sync.Once
+}
+
+func newCountingWatch(inner watch.Interface, p *progress) *countingWatch {
+	w := &countingWatch{inner: inner, out: make(chan watch.Event), stopped: make(chan struct{})}
+	go w.relay(p)
+	return w
+}
+
+func (w *countingWatch) relay(p *progress) {
+	defer close(w.out)
+	initial := true
+	for ev := range w.inner.ResultChan() {
+		if initial {
+			switch ev.Type {
+			case watch.Added:
+				p.loaded.Add(1)
+			case watch.Bookmark:
+				if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+					initial = false
+					p.expected.Store(p.loaded.Load())
+					p.listing.Store(false)
+				}
+			case watch.Error:
+				initial = false
+				p.listing.Store(false)
+			}
+		}
+		select {
+		case w.out <- ev:
+		case <-w.stopped:
+			return
+		}
+	}
+}
+
+func (w *countingWatch) Stop() {
+	w.stopOnce.Do(func() { close(w.stopped) })
+	w.inner.Stop()
+}
+
+func (w *countingWatch) ResultChan() <-chan watch.Event { return w.out }
