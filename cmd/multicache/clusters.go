@@ -109,11 +109,11 @@ func printClusters(w io.Writer, resp *api.Clusters, perResource bool) {
 	_ = tw.Flush()
 }
 
-// progressText sums the lists under way among rs (see api.ProgressText).
+// progressText sums the lists of rs not yet synced (see api.ProgressText).
 func progressText(rs ...api.Resource) string {
 	var ps []api.Progress
 	for _, r := range rs {
-		if r.Progress != nil {
+		if r.Syncing() {
 			ps = append(ps, *r.Progress)
 		}
 	}

@@ -100,6 +100,12 @@ type Resource struct {
 	Progress *Progress `json:"progress,omitempty"`
 }
 
+// Syncing reports whether r's progress is worth showing: its list is under way, or it has not
+// synced since.
+func (r Resource) Syncing() bool {
+	return r.Progress != nil && (r.Progress.Listing || r.State == "Syncing" || r.State == "Pending")
+}
+
 // Progress is a list's progress: objects the API server has sent so far, and the total it
 // reported (remainingItemCount plus what was sent; 0 when it did not say, as with a label or
 // field selector). Listing is false once the list is complete.
@@ -109,15 +115,12 @@ type Progress struct {
 	Listing  bool  `json:"listing"`
 }
 
-// ProgressText sums the lists under way among ps: "loaded/expected (pct%)", "loaded/?" when a
-// server did not give its total, and "-" when no list is under way.
+// ProgressText sums ps: "loaded/expected (pct%)", "loaded/?" when a server did not give its
+// total, and "-" for none. Callers pass the lists of resources not yet synced.
 func ProgressText(ps ...Progress) string {
 	var loaded, expected int64
 	listing, known := false, true
 	for _, p := range ps {
-		if !p.Listing {
-			continue
-		}
 		listing = true
 		loaded += p.Loaded
 		expected += p.Expected

@@ -37,8 +37,11 @@ func (s *Server) clusterItems(only string) []item {
 				r["error"] = rs.Error
 			}
 			if p := rs.Progress; p.Listing || p.Loaded > 0 || p.Expected > 0 {
+				ap := api.Progress{Loaded: p.Loaded, Expected: p.Expected, Listing: p.Listing}
 				r["progress"] = map[string]any{"loaded": p.Loaded, "expected": p.Expected, "listing": p.Listing}
-				progress = append(progress, api.Progress{Loaded: p.Loaded, Expected: p.Expected, Listing: p.Listing})
+				if (api.Resource{State: string(rs.State), Progress: &ap}).Syncing() {
+					progress = append(progress, ap)
+				}
 			}
 			resources = append(resources, r)
 		}

@@ -1,0 +1,392 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/test/fleet"
+	"github.com/multicache/multicache/test/harness"
+)
+
+// daemonRun is one `multicache serve` from process start to /readyz 200.
+type daemonRun struct {
+	ready   time.Duration
+	samples []progressSample // /multicache/v1/clusters while it synced, when sampled
+	d       *exec.Cmd
+	url     string
+	log     string
+	done    chan error
+}
+
+type progressSample struct {
+	at       time.Duration
+	clusters []api.Cluster
+}
+
+// startDaemon runs bin serve with args on a free port and polls /readyz every 5 ms; with
+// sample > 0 it also reads /multicache/v1/clusters that often. The caller stops it.
+func startDaemon(ctx context.Context, b *testing.B, bin string, sample time.Duration, args ...string) (*daemonRun, error) {
+	addr := harness.FreePort(b)
+	logf, err := os.Create(filepath.Join(b.TempDir(), "multicache.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr, "--log-format", "console", "--log-level", "warn"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	r := &daemonRun{d: cmd, url: "http://" + addr, done: make(chan error, 1), log: logf.Name()}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { r.done <- cmd.Wait(); logf.Close() }()
+	client := &http.Client{Timeout: 10 * time.Second}
+	lastSample := time.Time{}
+	for {
+		if ctx.Err() != nil {
+			r.stop()
+			return nil, ctx.Err()
+		}
+		select {
+		case err := <-r.done:
+			log, _ := os.ReadFile(logf.Name())
+			return nil, fmt.Errorf("daemon exited (%v):\n%s", err, log)
+		default:
+		}
+		if sample > 0 && time.Since(lastSample) >= sample {
+			lastSample = time.Now()
+			if resp, err := client.Get(r.url + api.ClustersPath); err == nil {
+				var cl api.Clusters
+				if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&cl) == nil {
+					r.samples = append(r.samples, progressSample{at: time.Since(start), clusters: cl.Clusters})
+				}
+				resp.Body.Close()
+			}
+		}
+		if resp, err := client.Get(r.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				r.ready = time.Since(start)
+				return r, nil
+			}
+		}
+		if time.Since(start) > 10*time.Minute {
+			r.stop()
+			return nil, fmt.Errorf("daemon not ready in 10m")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (r *daemonRun) stop() {
+	_ = r.d.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(20 * time.Second):
+		_ = r.d.Process.Kill()
+		<-r.done
+	}
+}
+
+// podsBaseline is B for Pods alone: one informer factory per cluster, in this process.
+func podsBaseline(ctx context.Context, cfgs []*rest.Config) (time.Duration, error) {
+	stop := make(chan struct{})
+	defer close(stop)
+	start := time.Now()
+	var synced []cache.InformerSynced
+	for _, cfg := range cfgs {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return 0, err
+		}
+		f := informers.NewSharedInformerFactory(cs, 0)
+		synced = append(synced, f.Core().V1().Pods().Informer().HasSynced)
+		f.Start(stop)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return 0, fmt.Errorf("baseline did not sync")
+	}
+	return time.Since(start), nil
+}
+
+// podsList is L for Pods alone: one unpaged LIST per cluster, all at once, decoded.
+func podsList(ctx context.Context, cfgs []*rest.Config, contentType string) (time.Duration, error) {
+	start := time.Now()
+	errs := make(chan error, len(cfgs))
+	for _, cfg := range cfgs {
+		c := rest.CopyConfig(cfg)
+		c.ContentType, c.AcceptContentTypes = contentType, contentType
+		cs, err := kubernetes.NewForConfig(c)
+		if err != nil {
+			return 0, err
+		}
+		go func() {
+			_, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			errs <- err
+		}()
+	}
+	for range cfgs {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// spreadSeconds is "median (min–max)" of xs in seconds.
+func spreadSeconds(xs []float64) string {
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return fmt.Sprintf("%.2f s (%.2f–%.2f)", median(xs), lo, hi)
+}
+
+// BenchmarkDaemonReady is P7: from `multicache serve --resource pods` process start to /readyz
+// 200, against B (one informer factory per cluster, in this process) and L (a parallel unpaged
+// LIST, protobuf and JSON), side by side in rotating order, on 3 clusters of bulk-seeded Pods
+// at each size; and P8: sync progress checked against a 3 × 100k fleet.
+//
+//	MULTICACHE_BENCH_READY_SIZES=20000,50000 MULTICACHE_BENCH_READY_RUNS=5 MULTICACHE_BENCH_PROGRESS_PODS=100000 \
+//	  go test -run '^$' -bench DaemonReady -benchtime 1x -timeout 60m ./test/bench/
+func BenchmarkDaemonReady(b *testing.B) {
+	runs := harness.EnvInt("MULTICACHE_BENCH_READY_RUNS", 5)
+	sizes := []int{20000, 50000}
+	if s := os.Getenv("MULTICACHE_BENCH_READY_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 100 {
+				b.Fatalf("MULTICACHE_BENCH_READY_SIZES: %q is not a size of at least 100", f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	bin := harness.Binary(b)
+	var table strings.Builder
+	table.WriteString("| Pods per cluster | variant | time (median, min–max) | ÷ B | ÷ L protobuf |\n|---|---|---|---|---|\n")
+	var rows []goal
+	for _, per := range sizes {
+		b.Run(fmt.Sprintf("3x%d", per), func(b *testing.B) {
+			env := harness.Start(b, harness.Options{Clusters: 3, Timeout: time.Hour})
+			ctx, f := env.Ctx, env.Fleet
+			if _, err := env.Loader.BulkSeed(ctx, fleet.BulkSpec{Namespaces: 10, PodsPerNamespace: per / 10, ConfigMapsPerNamespace: 1, Nodes: 100}); err != nil {
+				b.Fatal(err)
+			}
+			var cfgs []*rest.Config
+			for _, c := range f.Clusters {
+				cfg := c.Config()
+				cfg.QPS, cfg.Burst = -1, 0
+				cfgs = append(cfgs, cfg)
+			}
+			variants := []struct {
+				name string
+				run  func() (time.Duration, error)
+			}{
+				{"multicache serve: process start to /readyz 200", func() (time.Duration, error) {
+					r, err := startDaemon(ctx, b, bin, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "pods")
+					if err != nil {
+						return 0, err
+					}
+					r.stop()
+					return r.ready, nil
+				}},
+				{"multicache serve --resource limitranges (no objects): the fixed start cost", func() (time.Duration, error) {
+					r, err := startDaemon(ctx, b, bin, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "limitranges")
+					if err != nil {
+						return 0, err
+					}
+					r.stop()
+					return r.ready, nil
+				}},
+				{"B: informer factory per cluster, synced", func() (time.Duration, error) { return podsBaseline(ctx, cfgs) }},
+				{"L: unpaged LIST, protobuf", func() (time.Duration, error) {
+					return podsList(ctx, cfgs, runtime.ContentTypeProtobuf)
+				}},
+				{"L: unpaged LIST, JSON", func() (time.Duration, error) { return podsList(ctx, cfgs, runtime.ContentTypeJSON) }},
+			}
+			// A consistent list waits for each API server's watch cache to catch up with the
+			// bulk writes, so that no variant pays for it.
+			if _, err := podsList(ctx, cfgs, runtime.ContentTypeProtobuf); err != nil {
+				b.Fatal(err)
+			}
+			times := map[string][]float64{}
+			for run := range runs {
+				for i := range variants {
+					v := variants[(i+run)%len(variants)]
+					d, err := v.run()
+					if err != nil {
+						b.Fatalf("%s: %v", v.name, err)
+					}
+					times[v.name] = append(times[v.name], d.Seconds())
+					b.Logf("3×%d run %d %-50s %6.2fs", per, run+1, v.name, d.Seconds())
+					time.Sleep(2 * time.Second) // let the API servers settle
+				}
+			}
+			bMed, lMed := median(times[variants[2].name]), median(times[variants[3].name])
+			for _, v := range variants {
+				m := median(times[v.name])
+				fmt.Fprintf(&table, "| %d | %s | %s | %.2f× | %.2f× |\n", per, v.name, spreadSeconds(times[v.name]), m/bMed, m/lMed)
+			}
+			d := median(times[variants[0].name])
+			rows = append(rows, goal{"P7", fmt.Sprintf("daemon start to /readyz 200, 3 clusters × %dk Pods, ÷ B", per/1000), "≤ 1.1× B",
+				fmt.Sprintf("%.2f× B, %.2f× L (%s vs B %s, L %s)", d/bMed, d/lMed, spreadSeconds(times[variants[0].name]), spreadSeconds(times[variants[2].name]), spreadSeconds(times[variants[3].name])), met(d/bMed <= 1.1), ""})
+		})
+	}
+	b.Log("\n" + table.String())
+
+	progressPods := harness.EnvInt("MULTICACHE_BENCH_PROGRESS_PODS", 100000)
+	var progressText string
+	b.Run(fmt.Sprintf("progress-3x%d", progressPods), func(b *testing.B) {
+		progressText = checkProgress(b, bin, progressPods)
+	})
+	b.Log("\n" + progressText)
+	if os.Getenv("MULTICACHE_BENCH_WRITE") != "" && !b.Failed() {
+		writeSection(b, "P7, P8: the daemon's time to ready, and sync progress", fmt.Sprintf(`%s
+
+3 clusters of bulk-seeded Pods (10 namespaces, 100 node names; see fleet.BulkSeed) per size.
+The daemon is the real binary, `+"`multicache serve --kubeconfig K --resource pods`"+` with its
+defaults; its time runs from the process start to the first 200 from /readyz, polled every 5 ms.
+B syncs one informer factory per cluster in the benchmark's own process (no process start), and
+L lists every cluster's Pods at once, unpaged. Each variant ran %d times per size, in rotating
+order; median (min–max).
+
+%s
+%s
+Command: `+"`MULTICACHE_BENCH_READY_SIZES=%s MULTICACHE_BENCH_READY_RUNS=%d MULTICACHE_BENCH_PROGRESS_PODS=%d go test -run '^$' -bench DaemonReady -benchtime 1x -timeout 60m ./test/bench/`"+`
+`, machineLine(), runs, table.String(), progressText, joinInts(sizes), runs, progressPods))
+		recordGoals(b, rows...)
+	}
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// checkProgress starts the daemon on a fresh 3-cluster fleet of perCluster Pods, reads its
+// clusters endpoint every 200 ms until ready, and checks each sample against the API servers:
+// within each cluster's list, loaded never falls and never passes the expected total, the
+// expected total is what the API server holds, and at ready every count equals it. It returns
+// the section's text.
+func checkProgress(b *testing.B, bin string, perCluster int) string {
+	env := harness.Start(b, harness.Options{Clusters: 3, Timeout: time.Hour})
+	ctx, f := env.Ctx, env.Fleet
+	if _, err := env.Loader.BulkSeed(ctx, fleet.BulkSpec{Namespaces: 10, PodsPerNamespace: perCluster / 10, ConfigMapsPerNamespace: 1, Nodes: 100}); err != nil {
+		b.Fatal(err)
+	}
+	// Nothing writes from here on. A full consistent list also waits for each API server's watch
+	// cache to catch up with the bulk writes into etcd, which a daemon's list would otherwise
+	// see part-way (a list at resourceVersion 0 is served from the cache as it stands).
+	truth := map[string]int64{}
+	for _, name := range f.Names() {
+		cs, err := f.Clientset(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			b.Fatalf("cluster %q: %v", name, err)
+		}
+		truth[name] = int64(len(l.Items))
+	}
+	r, err := startDaemon(ctx, b, bin, 200*time.Millisecond, "--kubeconfig", f.Kubeconfig(), "--resource", "pods")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.stop()
+	defer func() {
+		if b.Failed() {
+			log, _ := os.ReadFile(r.log)
+			b.Logf("daemon log:\n%s", log)
+		}
+	}()
+	var final api.Clusters
+	resp, err := http.Get(r.url + api.ClustersPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&final)
+	resp.Body.Close()
+	r.samples = append(r.samples, progressSample{at: r.ready, clusters: final.Clusters})
+
+	last := map[string]int64{}
+	partial := map[string]int{}
+	var sb strings.Builder
+	sb.WriteString("| since start | " + strings.Join(f.Names(), " | ") + " |\n|---|" + strings.Repeat("---|", len(f.Names())) + "\n")
+	for i, s := range r.samples {
+		var cells []string
+		for _, cl := range s.clusters {
+			for _, res := range cl.Resources {
+				p := res.Progress
+				if p == nil {
+					cells = append(cells, string(res.State))
+					continue
+				}
+				if p.Loaded < last[cl.Name] && p.Listing {
+					b.Errorf("%s at %v: loaded fell from %d to %d", cl.Name, s.at, last[cl.Name], p.Loaded)
+				}
+				last[cl.Name] = p.Loaded
+				if p.Expected != 0 && p.Expected != truth[cl.Name] {
+					b.Errorf("%s at %v: expected %d, the API server holds %d", cl.Name, s.at, p.Expected, truth[cl.Name])
+				}
+				if p.Expected != 0 && p.Loaded > p.Expected {
+					b.Errorf("%s at %v: loaded %d passes expected %d", cl.Name, s.at, p.Loaded, p.Expected)
+				}
+				if p.Listing && p.Loaded > 0 && p.Loaded < truth[cl.Name] {
+					partial[cl.Name]++
+				}
+				text := "-"
+				if res.Syncing() {
+					text = api.ProgressText(*p)
+				}
+				cells = append(cells, fmt.Sprintf("%s %s", res.State, text))
+			}
+		}
+		// Every sample whose row differs from the previous one's, and the last.
+		if i == len(r.samples)-1 || i == 0 || i%5 == 0 {
+			fmt.Fprintf(&sb, "| %.1f s | %s |\n", s.at.Seconds(), strings.Join(cells, " | "))
+		}
+	}
+	for _, cl := range final.Clusters {
+		for _, res := range cl.Resources {
+			if int64(res.Objects) != truth[cl.Name] || res.Progress == nil || res.Progress.Loaded != truth[cl.Name] || res.Progress.Listing {
+				b.Errorf("%s at ready: objects %d, progress %+v; the API server holds %d", cl.Name, res.Objects, res.Progress, truth[cl.Name])
+			}
+		}
+	}
+	for _, name := range f.Names() {
+		if partial[name] == 0 {
+			b.Errorf("%s: no sample showed the list part way", name)
+		}
+	}
+	return fmt.Sprintf(`P8, sync progress: the daemon on a fresh fleet of 3 clusters × %d bulk-seeded Pods, its
+`+"`%s`"+` read every 200 ms until /readyz said 200 (%.1f s; %d samples). Checked on every sample: a
+cluster's loaded count never fell during its list and never passed its expected total, and the
+expected total equalled the API server's own count; at ready, every cluster's objects and loaded
+count equalled it; and every cluster showed a part-way count in at least one sample (samples per
+cluster with one: %v). Every fifth sample, and the last (PROGRESS as `+"`multicache clusters`"+` prints it):
+
+%s`, perCluster, api.ClustersPath, r.ready.Seconds(), len(r.samples), partial, sb.String())
+}
