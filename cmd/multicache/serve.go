@@ -40,6 +40,7 @@ type serveFlags struct {
 	allowInsecure                                  bool
 	mgmtKubeconfig, mgmtContext, secretsNamespace  string
 	authMode, memoryLimit                          string
+	profiling                                      bool
 	sharding                                       bool
 	advertiseURL, shardingNamespace, identity      string
 	leaseDuration                                  time.Duration
@@ -72,6 +73,7 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster (cluster Secrets, delegated auth); default: in-cluster config")
 	fl.StringVar(&f.mgmtContext, "management-context", "", "context of --management-kubeconfig (default: its current context)")
 	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
+	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's runtime profiles under /debug/pprof/ (behind the API's authentication)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "Go heap soft limit, e.g. 3Gi (default: 90% of the container's memory limit, or GOMEMLIMIT)")
 	fl.StringVar(&f.authMode, "auth", "", "token (with --token-file) or delegated (TokenReview and SubjectAccessReview against the management cluster)")
 	fl.BoolVar(&f.sharding, "sharding", false, "share the fleet with other replicas through Leases in the management cluster; any replica answers for the whole fleet")
@@ -126,6 +128,9 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		if f.authMode == config.AuthDelegated && f.tokenFile == "" {
 			cfg.Server.Auth.TokenFile = "" // a file's token list does not apply
 		}
+	}
+	if f.profiling {
+		cfg.Server.Profiling = true
 	}
 	if f.memoryLimit != "" {
 		cfg.MemoryLimit = f.memoryLimit

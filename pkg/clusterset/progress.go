@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 )
 
 // SyncProgress is how far a cluster × resource is through its latest initial list or relist.
@@ -31,6 +32,46 @@ type progress struct {
 	loaded, expected atomic.Int64
 	listing          atomic.Bool
 	gen              atomic.Int64 // bumped by every new list, so that a late estimate of an old list is dropped
+
+	// streamed holds the objects of a streamed list's initial events, from the moment they
+	// are relayed until client-go has transformed them twice: its reflector transforms them as
+	// it puts them in a temporary store, and its queue transforms the store's contents again
+	// when it replaces its own. The value is true once the first transform has run. Emptied at
+	// each new list.
+	mu       sync.Mutex
+	streamed map[any]bool
+}
+
+// once wraps t so that it runs once per object: the second call client-go makes on an object
+// of a streamed list returns the object as it is. Without this, the transform's cost is paid
+// twice for every object of an initial sync, and a user transform would run on objects whose
+// parts are already shared.
+func (p *progress) once(t cache.TransformFunc) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		p.mu.Lock()
+		done, ok := p.streamed[obj]
+		switch {
+		case ok && done:
+			delete(p.streamed, obj)
+		case ok:
+			p.streamed[obj] = true
+		}
+		p.mu.Unlock()
+		if done {
+			return obj, nil
+		}
+		return t(obj)
+	}
+}
+
+// streamedObject records obj as an initial event of a streamed list.
+func (p *progress) streamedObject(obj any) {
+	p.mu.Lock()
+	if p.streamed == nil {
+		p.streamed = map[any]bool{}
+	}
+	p.streamed[obj] = false
+	p.mu.Unlock()
 }
 
 func (p *progress) snapshot() SyncProgress {
@@ -38,6 +79,9 @@ func (p *progress) snapshot() SyncProgress {
 }
 
 func (p *progress) begin() int64 {
+	p.mu.Lock()
+	p.streamed = nil
+	p.mu.Unlock()
 	g := p.gen.Add(1)
 	p.loaded.Store(0)
 	p.expected.Store(0)
@@ -45,11 +89,8 @@ func (p *progress) begin() int64 {
 	return g
 }
 
-// page records one page of a paged list. A first page (no continue token) begins a list.
-func (p *progress) page(opts metav1.ListOptions, list runtime.Object) {
-	if opts.Continue == "" {
-		p.begin()
-	}
+// page records one page of a paged list, which began with the request for its first page.
+func (p *progress) page(list runtime.Object) {
 	n := int64(meta.LenList(list))
 	loaded := p.loaded.Add(n)
 	lm, err := meta.ListAccessor(list)
@@ -96,11 +137,16 @@ func progressListWatch(p *progress,
 	func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
 	pagedList := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		out, err := list(ctx, o)
-		if err == nil {
-			p.page(o, out)
+		if o.Continue == "" {
+			p.begin()
 		}
-		return out, err
+		out, err := list(ctx, o)
+		if err != nil {
+			p.listing.Store(false) // the reflector starts the list again
+			return nil, err
+		}
+		p.page(out)
+		return out, nil
 	}
 	streamed := func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		if o.SendInitialEvents == nil || !*o.SendInitialEvents {
@@ -146,6 +192,9 @@ func (w *countingWatch) relay(p *progress) {
 			switch ev.Type {
 			case watch.Added:
 				p.loaded.Add(1)
+				if _, isMeta := ev.Object.(metav1.Object); isMeta {
+					p.streamedObject(ev.Object)
+				}
 			case watch.Bookmark:
 				if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 					initial = false

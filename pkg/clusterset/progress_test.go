@@ -132,3 +132,39 @@ func eventually(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestTransformRunsOncePerStreamedObject(t *testing.T) {
+	var p progress
+	calls := map[any]int{}
+	tf := p.once(func(obj any) (any, error) { calls[obj]++; return obj, nil })
+	fw := watch.NewRaceFreeFake()
+	_, watchFn := progressListWatch(&p, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		return cmList(0, "", nil), nil
+	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil })
+	w, _ := watchFn(context.Background(), metav1.ListOptions{SendInitialEvents: ptr.To(true)})
+	defer w.Stop()
+	streamed := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	fw.Add(streamed)
+	ev := <-w.ResultChan()
+	// As client-go's reflector does: once into its temporary store, once more when its queue
+	// replaces its contents.
+	for range 2 {
+		if _, err := tf(ev.Object); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls[streamed] != 1 {
+		t.Errorf("a streamed object was transformed %d times, want 1", calls[streamed])
+	}
+	// Objects that were not streamed (a paged list's, later events') are transformed at every
+	// call, and nothing is left behind.
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b"}}
+	_, _ = tf(other)
+	_, _ = tf(other)
+	if calls[other] != 2 {
+		t.Errorf("an object not streamed was transformed %d times, want 2", calls[other])
+	}
+	if n := len(p.streamed); n != 0 {
+		t.Errorf("%d objects left in the streamed set", n)
+	}
+}

@@ -143,7 +143,7 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		ObjectDescription: s.cluster + "/" + r.gvr.String(),
 	})
-	if err := inf.SetTransform(newTransform(s.spec.Transform)); err != nil {
+	if err := inf.SetTransform(s.progress.once(newTransform(s.spec.Transform))); err != nil {
 		return nil, mode, err
 	}
 	if err := inf.SetWatchErrorHandlerWithContext(s.onWatchError); err != nil {

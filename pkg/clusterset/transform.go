@@ -10,8 +10,8 @@ import (
 // LastAppliedAnnotation is the annotation kubectl apply writes.
 const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-// newTransform returns the informer transform for opts. It runs once per object, before the
-// object is stored, on an object no one else holds yet. It is idempotent.
+// newTransform returns the informer transform for opts. It must run once per object (see
+// progress.once), before the object is stored, on an object no one else holds yet.
 //
 // The user's Func runs first, while the object is still entirely its own, so it may mutate in
 // place. Sharing (package intern) runs last: after it, the object's label maps, resource lists,

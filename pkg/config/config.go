@@ -155,6 +155,9 @@ type Server struct {
 	MaxWatches int `json:"maxWatches,omitempty"`
 	// MaxRequestsInFlight caps concurrent requests other than watches (429 beyond). Default 400.
 	MaxRequestsInFlight int `json:"maxRequestsInFlight,omitempty"`
+	// Profiling serves Go's runtime profiles under /debug/pprof/, behind the API's
+	// authentication. Default false.
+	Profiling bool `json:"profiling,omitempty"`
 	// BookmarkInterval between BOOKMARK events on a watch. Default 5s.
 	BookmarkInterval Duration `json:"bookmarkInterval,omitempty"`
 }
@@ -474,7 +477,7 @@ func (c *Config) ServerOptions() server.Options {
 		WatchBuffer: c.Server.WatchBuffer, WatchBufferBytes: c.Server.WatchBufferBytes,
 		MaxWatches: c.Server.MaxWatches, MaxRequestsInFlight: c.Server.MaxRequestsInFlight,
 		BookmarkInterval: c.Server.BookmarkInterval.Duration, DeadClusterTimeout: c.Readiness.DeadClusterTimeout.Duration,
-		AllowSecretData: c.Secrets.AllowData,
+		AllowSecretData: c.Secrets.AllowData, Profiling: c.Server.Profiling,
 	}
 }
 

@@ -91,6 +91,13 @@ func TestAccessScopes(t *testing.T) {
 	if _, body := get("all", "/metrics"); !strings.Contains(body, `cluster="b"`) {
 		t.Error("metrics as a reader of every cluster lack b")
 	}
+	// a's list brought its one Pod; b's is under way.
+	for _, want := range []string{`multicache_list_objects_loaded{cluster="a",resource="pods"} 1`, `multicache_list_objects_expected{cluster="a",resource="pods"} 1`,
+		`multicache_list_in_progress{cluster="a",resource="pods"} 0`, `multicache_list_in_progress{cluster="b",resource="pods"} 1`} {
+		if !strings.Contains(body, want) && !strings.Contains(func() string { _, b := get("all", "/metrics"); return b }(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	for path, want := range map[string]int{
 		"/multicache/v1/resources/pods?cluster=b":          403,
 		"/multicache/v1/resources/pods?cluster=a":          200,
@@ -211,5 +218,41 @@ func TestAccessJoinLater(t *testing.T) {
 	}
 	if !seenB["all kube"] {
 		t.Error("a reader of every cluster was not streamed the pod of the cluster that joined")
+	}
+}
+
+// TestProfiling: /debug/pprof/ is served only when asked for, and behind authentication.
+func TestProfiling(t *testing.T) {
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{}, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		s, err := New(Options{Registry: reg, Authorizer: tokenAccess{"all": {"*"}}, Profiling: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(s.Handler())
+		for token, want := range map[string]int{"": 401, "all": 200} {
+			req, _ := http.NewRequest("GET", hs.URL+"/debug/pprof/goroutine?debug=1", nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch {
+			case on && resp.StatusCode != want:
+				t.Errorf("profiling on, token %q: %d, want %d", token, resp.StatusCode, want)
+			case on && want == 200 && !strings.Contains(string(body), "goroutine profile"):
+				t.Errorf("profiling on: not a goroutine profile: %.200s", body)
+			case !on && strings.Contains(string(body), "goroutine profile"):
+				t.Errorf("profiling off, token %q: a profile was served", token)
+			}
+		}
+		hs.Close()
 	}
 }

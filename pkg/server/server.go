@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -66,6 +67,9 @@ type Options struct {
 	AllowSecretData bool
 	// Metrics is where metrics are registered. Default: a new registry, served on /metrics.
 	Metrics *prometheus.Registry
+	// Profiling serves Go's runtime profiles under /debug/pprof/, behind the same
+	// authentication as /metrics. Default off.
+	Profiling bool
 	// Fleet, when replicas share the fleet, says which replica owns each cluster: lists, gets
 	// and watches then answer for the whole fleet, asking the owners of the clusters this
 	// replica does not run (PeerClient, PeerTimeout). Nil: this replica runs every cluster.
@@ -221,6 +225,12 @@ func (s *Server) Handler() http.Handler {
 		s.handleReady(w, r)
 	})
 	mux.Handle("GET /metrics", s.auth(limited(s.handleMetrics)))
+	if s.opts.Profiling {
+		mux.Handle("GET /debug/pprof/", s.auth(pprof.Index))
+		mux.Handle("GET /debug/pprof/profile", s.auth(pprof.Profile))
+		mux.Handle("GET /debug/pprof/trace", s.auth(pprof.Trace))
+		mux.Handle("GET /debug/pprof/symbol", s.auth(pprof.Symbol))
+	}
 	// Everything else is the Kubernetes API (or no route at all): it limits its requests itself,
 	// and watches have no timeout.
 	mux.Handle("/", s.metrics.instrument("kube", s.auth(s.handleKube)))

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -241,6 +243,9 @@ func BenchmarkDaemonReady(b *testing.B) {
 					time.Sleep(2 * time.Second) // let the API servers settle
 				}
 			}
+			if dir := os.Getenv("MULTICACHE_BENCH_READY_PROFILE"); dir != "" {
+				profileSync(ctx, b, dir, per, bin, f.Kubeconfig(), cfgs, median(times[variants[0].name]))
+			}
 			bMed, lMed := median(times[variants[2].name]), median(times[variants[3].name])
 			for _, v := range variants {
 				m := median(times[v.name])
@@ -389,4 +394,44 @@ count equalled it; and every cluster showed a part-way count in at least one sam
 cluster with one: %v). Every fifth sample, and the last (PROGRESS as `+"`multicache clusters`"+` prints it):
 
 %s`, perCluster, api.ClustersPath, r.ready.Seconds(), len(r.samples), partial, sb.String())
+}
+
+// profileSync writes CPU profiles of one daemon sync (from its /debug/pprof, started at once)
+// and of one B sync (in this process) into dir, for `go tool pprof`.
+func profileSync(ctx context.Context, b *testing.B, dir string, per int, bin, kubeconfig string, cfgs []*rest.Config, took float64) {
+	secs := int(took) + 2
+	addr := harness.FreePort(b)
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--log-level", "warn", "--profiling", "--kubeconfig", kubeconfig, "--resource", "pods")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	var resp *http.Response
+	var err error
+	for range 200 {
+		kind := "profile"
+		if os.Getenv("MULTICACHE_BENCH_READY_TRACE") != "" {
+			kind = "trace"
+		}
+		if resp, err = http.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs)); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _ := os.Create(filepath.Join(dir, fmt.Sprintf("daemon-%d.pprof", per)))
+	_, _ = io.Copy(out, resp.Body)
+	resp.Body.Close()
+	out.Close()
+	time.Sleep(2 * time.Second)
+	bf, _ := os.Create(filepath.Join(dir, fmt.Sprintf("b-%d.pprof", per)))
+	_ = pprof.StartCPUProfile(bf)
+	if _, err := podsBaseline(ctx, cfgs); err != nil {
+		b.Fatal(err)
+	}
+	pprof.StopCPUProfile()
+	bf.Close()
 }
