@@ -180,7 +180,9 @@ func BenchmarkFleetSync(b *testing.B) {
 		total += len(pods.Items) + len(cms.Items)
 	}
 	variants := []variant{
-		{"L: raw LIST, JSON", rawList("")},
+		// A generated clientset asks for protobuf unless told otherwise: each row names its
+		// content type.
+		{"L: raw LIST, JSON", rawList("application/json")},
 		{"L: raw LIST, protobuf", rawList("application/vnd.kubernetes.protobuf")},
 		{"B: informer factory per cluster", baseline},
 		{"multicache default (typed, protobuf, managedFields dropped)", multicache(clusterset.TransformOptions{}, "")},
@@ -206,14 +208,14 @@ func BenchmarkFleetSync(b *testing.B) {
 	bSync, bBytes := median(syncs[variants[2].name]), median(bytes[variants[2].name])
 	lSync := median(syncs[variants[1].name])
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "| variant | time to synced (median) | ÷ B | ÷ L (protobuf LIST) | heap per object (median) | ÷ B |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| variant | time to synced, median (min–max) | ÷ B | ÷ L (protobuf LIST) | heap per object (median) | ÷ B |\n|---|---|---|---|---|---|\n")
 	for _, v := range variants {
 		s, by := median(syncs[v.name]), median(bytes[v.name])
 		heapCol, ratioCol := fmt.Sprintf("%.0f B", by), fmt.Sprintf("%.2f×", by/bBytes)
 		if strings.HasPrefix(v.name, "L:") {
 			heapCol, ratioCol = "—", "—"
 		}
-		fmt.Fprintf(&sb, "| %s | %.2f s | %.2f× | %.2f× | %s | %s |\n", v.name, s, s/bSync, s/lSync, heapCol, ratioCol)
+		fmt.Fprintf(&sb, "| %s | %s | %.2f× | %.2f× | %s | %s |\n", v.name, spreadSeconds(syncs[v.name]), s/bSync, s/lSync, heapCol, ratioCol)
 	}
 	b.ReportMetric(median(bytes[variants[3].name])/bBytes, "default-heap-ratio")
 	b.ReportMetric(median(syncs[variants[3].name])/bSync, "default-sync-ratio")
@@ -226,7 +228,8 @@ func BenchmarkFleetSync(b *testing.B) {
 			goal{"P1", "heap per object, multicache default ÷ B", "≤ 0.6×", fmt.Sprintf("%.2f× (%.0f B vs %.0f B)", ratio(3), median(bytes[variants[3].name]), bBytes), met(ratio(3) <= 0.6), ""},
 			goal{"P1", "heap per object, no transform ÷ B", "≤ 1.05×", fmt.Sprintf("%.2f×", ratio(4)), met(ratio(4) <= 1.05), ""},
 			goal{"P1", "heap per object, metadata-only ÷ B", "—", fmt.Sprintf("%.2f×", ratio(5)), "—", ""},
-			goal{"P2", "time to synced, 3 clusters × 50k, default ÷ B", "≤ 1.0×, and ÷ L", fmt.Sprintf("%.2f× B, %.2f× L (%.2f s vs B %.2f s, L %.2f s)", sync/bSync, sync/lSync, sync, bSync, lSync), met(sync/bSync <= 1.0), ""},
+			goal{"P2", "time to synced, 3 clusters × 50k, default ÷ B", "≤ 1.0×", fmt.Sprintf("%.2f× B (%s vs B %s)", sync/bSync, spreadSeconds(syncs[variants[3].name]), spreadSeconds(syncs[variants[2].name])), met(sync/bSync <= 1.0), ""},
+			goal{"P2", "time to synced, 3 clusters × 50k, default ÷ L (protobuf LIST)", "≤ 1.3×", fmt.Sprintf("%.2f× L (L protobuf %s, L JSON %s)", sync/lSync, spreadSeconds(syncs[variants[1].name]), spreadSeconds(syncs[variants[0].name])), met(sync/lSync <= 1.3), ""},
 		)
 		if aggr := os.Getenv("MULTICACHE_BENCH_AGGREGATE"); aggr != "" {
 			same, ok1 := benchP99(aggr, "BenchmarkFleetQuery/ByIndex")
