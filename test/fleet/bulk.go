@@ -23,6 +23,8 @@ type BulkSpec struct {
 	// Nodes is how many node names Pods are spread over (spec.nodeName). No Node objects are
 	// written: a query by node then returns PodsPerNamespace*Namespaces/Nodes Pods per cluster.
 	Nodes int
+	// Workload is what the Pods and ConfigMaps look like. Default WorkloadReplicaSetLike.
+	Workload Workload
 }
 
 // Objects is how many objects spec puts in one cluster.
@@ -40,7 +42,8 @@ const bulkTxnOps = 128
 // every object is a copy of a template created through the API: pod-0 and pod-1 (2 and 3
 // containers) and cm-0 in load-0, with the name, UID, labels, node, images and env of the
 // loader's j-th object (PodFor, the same labels as Seed). Namespaces are created through the
-// API. It returns how many objects are in each cluster afterwards.
+// API. With spec.Workload WorkloadDiverse the objects are DiversePods and DiverseConfigMap
+// instead (see diverseCluster). It returns how many objects are in each cluster afterwards.
 //
 // Watch caches see the writes as ordinary etcd events; for a million objects, start the fleet
 // with APIServerArgs "--watch-cache=false" so that ten API servers do not each hold a copy.
@@ -53,7 +56,11 @@ func (l *Loader) BulkSeed(ctx context.Context, spec BulkSpec) (int, error) {
 	var wg sync.WaitGroup
 	for _, c := range l.fleet.Clusters {
 		wg.Go(func() {
-			if err := l.bulkCluster(ctx, c, spec, codec); err != nil {
+			write := l.bulkCluster
+			if spec.Workload == WorkloadDiverse {
+				write = l.diverseCluster
+			}
+			if err := write(ctx, c, spec, codec); err != nil {
 				errs <- err
 			}
 		})
