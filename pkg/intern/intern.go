@@ -227,14 +227,15 @@ func (t *Table) StringMap(m map[string]string) map[string]string {
 	if c, ok := t.strMaps.Get(key); ok {
 		return c
 	}
+	// A new map, never m rewritten: m may itself be a canonical map shared by other objects
+	// and since evicted from the table. Keys and values are interned too: a canonical map
+	// outlives its LRU entry.
+	c := make(map[string]string, len(m))
 	for _, k := range keys {
-		// Keys and values are interned too: a canonical map outlives the LRU entry.
-		v := m[k]
-		delete(m, k)
-		m[Str(k)] = Str(v)
+		c[Str(k)] = Str(m[k])
 	}
-	t.strMaps.Add(key, m)
-	return m
+	t.strMaps.Add(key, c)
+	return c
 }
 
 // Resources returns the canonical ResourceList equal to l (same names, same quantities as

@@ -164,3 +164,28 @@ func BenchmarkObjectPod(b *testing.B) {
 		tab.Object(pods[i])
 	}
 }
+
+// TestSharedMapIsNeverRewritten: a canonical map evicted from the table and passed in again
+// (an object transformed a second time) is left as it is, while other objects read it.
+func TestSharedMapIsNeverRewritten(t *testing.T) {
+	tab := New(Options{MaxEntries: 1})
+	shared := tab.StringMap(map[string]string{"app": "a", "tier": "web"})
+	tab.StringMap(map[string]string{"other": "x"}) // evicts shared's entry
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 1000 {
+			_ = shared["app"] // another object reading its labels
+		}
+	}()
+	again := tab.StringMap(shared)
+	<-done
+	if samePtr(again, shared) && tab.strMaps.Len() == 1 {
+		// It may become canonical again, as long as nothing wrote to it: the race detector
+		// would have caught a write.
+		return
+	}
+	if shared["app"] != "a" || shared["tier"] != "web" || len(shared) != 2 || again["app"] != "a" {
+		t.Fatalf("shared %v, again %v", shared, again)
+	}
+}
