@@ -322,6 +322,16 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		defer wg.Done()
 		_ = reg.Start(regCtx)
 	}()
+	// The initial lists' garbage sets the process's high-water mark: once the first sync is
+	// over (or has waited 10 minutes for a dead cluster), the memory it freed goes back to the
+	// operating system at once rather than over the scavenger's minutes.
+	go func() {
+		missing := reg.WaitForSync(regCtx, 10*time.Minute)
+		if regCtx.Err() == nil {
+			debug.FreeOSMemory()
+			log.Info("initial sync over; freed memory returned to the OS", zap.Int("unsynced", len(missing)))
+		}
+	}()
 	serveErr := make(chan error, 1)
 	go func() {
 		defer wg.Done()
