@@ -14,11 +14,16 @@ import (
 type WriteLatency struct {
 	mu sync.Mutex
 	d  []time.Duration
+	by map[string]time.Duration // cluster/namespace/name@resourceVersion → delay
 }
 
 // Observe records obj's delay since it was written. Initial-list adds and objects without a
 // stamp are ignored.
-func (l *WriteLatency) Observe(obj any, initial bool) {
+func (l *WriteLatency) Observe(obj any, initial bool) { l.ObserveIn("", obj, initial) }
+
+// ObserveIn is Observe for an event of cluster; it also records the delay by event, for
+// PairedDiff.
+func (l *WriteLatency) ObserveIn(cluster string, obj any, initial bool) {
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok || initial {
 		return
@@ -30,14 +35,37 @@ func (l *WriteLatency) Observe(obj any, initial bool) {
 	d := time.Since(time.Unix(0, ns))
 	l.mu.Lock()
 	l.d = append(l.d, d)
+	if cluster != "" {
+		if l.by == nil {
+			l.by = map[string]time.Duration{}
+		}
+		l.by[cluster+"/"+cm.Namespace+"/"+cm.Name+"@"+cm.ResourceVersion] = d
+	}
 	l.mu.Unlock()
 }
 
 // Reset forgets what was recorded.
 func (l *WriteLatency) Reset() {
 	l.mu.Lock()
-	l.d = nil
+	l.d, l.by = nil, nil
 	l.mu.Unlock()
+}
+
+// PairedDiff is, for every event both a and b recorded with ObserveIn, a's delay minus b's,
+// sorted: what a adds to the same event.
+func PairedDiff(a, b *WriteLatency) []time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []time.Duration
+	for k, da := range a.by {
+		if db, ok := b.by[k]; ok {
+			out = append(out, da-db)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // N is how many delays were recorded.
