@@ -42,7 +42,8 @@ type ResourceSpec struct {
 	FieldSelector string
 	// Mode chooses the decoding. Default ModeAuto.
 	Mode Mode
-	// Transform adjusts objects before they are stored. Default: DefaultTransform.
+	// Transform adjusts objects before they are stored. The zero value drops managedFields and
+	// the last-applied annotation, and shares equal parts between objects (see NewTransform).
 	Transform TransformOptions
 	// Indexes are added to this resource's aggregate, in every cluster they apply to.
 	Indexes []aggregate.IndexSpec

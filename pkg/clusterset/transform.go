@@ -10,6 +10,13 @@ import (
 // LastAppliedAnnotation is the annotation kubectl apply writes.
 const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
+// NewTransform returns the transform a stack installs on its informer for opts, for code that
+// builds its own informers and wants the same objects (benchmarks, tests).
+//
+// Under client-go's watch-list it must be wrapped so that it runs once per object (see
+// progress.once): client-go calls it twice on each object of a streamed initial list.
+func NewTransform(opts TransformOptions) cache.TransformFunc { return newTransform(opts) }
+
 // newTransform returns the informer transform for opts. It must run once per object (see
 // progress.once), before the object is stored, on an object no one else holds yet.
 //
