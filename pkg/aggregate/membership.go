@@ -233,6 +233,7 @@ func (m *member) becomeLocked(view map[string]any, initial bool) {
 }
 
 func (m *member) pushLocked(key string, ev event) {
+	ev.at = time.Now() // one clock read for every handler's queue
 	for r := range m.bindings {
 		r.q.push(m.cluster, key, ev)
 	}

@@ -21,6 +21,7 @@ const (
 func (k eventKind) marker() bool { return k >= evSynced }
 
 type event struct {
+	at      time.Time // when its member pushed it; zero for markers (stamped at push)
 	kind    eventKind
 	old     any
 	obj     any
@@ -225,6 +226,7 @@ type fifoQueue struct {
 	max      int
 	overflow bool // an overflow is to be reported by the next pop
 	closed   bool
+	one      [1]event // pop's answer; valid until the next pop (one consumer)
 }
 
 func newFIFOQueue(max int) *fifoQueue {
@@ -250,7 +252,11 @@ func (q *fifoQueue) push(cluster, _ string, ev event) {
 	if f.pending() == 0 {
 		q.ring = append(q.ring, cluster)
 	}
-	f.evs = append(f.evs, timedEvent{ev, time.Now()})
+	at := ev.at
+	if at.IsZero() {
+		at = time.Now()
+	}
+	f.evs = append(f.evs, timedEvent{ev, at})
 	q.depth++
 	q.cond.Signal()
 }
@@ -307,7 +313,8 @@ func (q *fifoQueue) pop() (cluster string, evs []event, since time.Time, ok bool
 	} else {
 		f.evs, f.head = f.evs[:0], 0
 	}
-	return cluster, []event{e.event}, e.at, true
+	q.one[0] = e.event
+	return cluster, q.one[:], e.at, true
 }
 
 func (q *fifoQueue) forget(cluster string) {
