@@ -320,6 +320,17 @@ func (r *Registry) Subscribe(buf int) (<-chan StatusChange, func()) {
 	return r.board.subscribe(buf)
 }
 
+// Loaded reports whether Start has loaded the source once: before that, Status lists no
+// cluster because none is known yet, not because there is none.
+func (r *Registry) Loaded() bool {
+	select {
+	case <-r.loaded:
+		return true
+	default:
+		return false
+	}
+}
+
 // WaitForSync waits for Start to load the source, then until every engaged cluster has synced
 // every resource it serves, or until timeout, and returns "cluster/resource" for each that had not. A dead cluster thus costs at
 // most timeout, and the caller learns which ones are missing.

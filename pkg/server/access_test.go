@@ -256,3 +256,37 @@ func TestProfiling(t *testing.T) {
 		hs.Close()
 	}
 }
+
+// TestReadyWaitsForTheSource: before the registry has loaded its source, no cluster is known,
+// and /readyz must not take that for an empty fleet.
+func TestReadyWaitsForTheSource(t *testing.T) {
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{}, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	code := func() int {
+		resp, err := http.Get(hs.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := code(); c != http.StatusServiceUnavailable {
+		t.Fatalf("readyz before the source was loaded: %d, want 503", c)
+	}
+	runRegistry(t, reg.Start)
+	deadline := time.Now().Add(5 * time.Second)
+	for code() != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("readyz not 200 once an empty source was loaded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

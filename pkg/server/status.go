@@ -150,6 +150,9 @@ func (s *Server) objectCounts() map[string]map[string]int {
 // dead ones, which have been failing (Failed or Degraded) for DeadClusterTimeout without a
 // break. A slow one, syncing without an error, always counts. It returns the others.
 func (s *Server) ready() (bool, []string) {
+	if !s.reg.Loaded() {
+		return false, []string{"the cluster source: not loaded yet"}
+	}
 	var waiting []string
 	now := time.Now()
 	for _, cs := range s.reg.Status() {
