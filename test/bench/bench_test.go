@@ -231,17 +231,6 @@ func BenchmarkFleetSync(b *testing.B) {
 			goal{"P2", "time to synced, 3 clusters × 50k, default ÷ B", "≤ 1.0×", fmt.Sprintf("%.2f× B (%s vs B %s)", sync/bSync, spreadSeconds(syncs[variants[3].name]), spreadSeconds(syncs[variants[2].name])), met(sync/bSync <= 1.0), ""},
 			goal{"P2", "time to synced, 3 clusters × 50k, default ÷ L (protobuf LIST)", "≤ 1.3×", fmt.Sprintf("%.2f× L (L protobuf %s, L JSON %s)", sync/lSync, spreadSeconds(syncs[variants[1].name]), spreadSeconds(syncs[variants[0].name])), met(sync/lSync <= 1.3), ""},
 		)
-		if aggr := os.Getenv("MULTICACHE_BENCH_AGGREGATE"); aggr != "" {
-			same, ok1 := benchP99(aggr, "BenchmarkFleetQuery/ByIndex")
-			random, ok2 := benchP99(aggr, "BenchmarkFleetQuery/ByIndexRandomValue")
-			base, ok3 := benchP99(aggr, "BenchmarkFleetQuery/ByIndexRandomValue-B")
-			if ok1 && ok2 && ok3 {
-				recordGoals(b,
-					goal{"P3", "ByIndex, 100 of 1M objects in 10 stores, p99, same value each time", "≤ 20 µs", fmt.Sprintf("%.1f µs", same/1000), met(same <= 20000), ""},
-					goal{"P3", "ByIndex, 100 of 1M objects in 10 stores, p99, random value of 10,000", "≤ 20 µs", fmt.Sprintf("%.1f µs (B, a loop over the 10 client-go indexers: %.1f µs)", random/1000, base/1000), met(random <= 20000), ""},
-				)
-			}
-		}
 	}
 }
 
@@ -295,22 +284,10 @@ side by side in one run are meaningful.
 
 %d Pods and ConfigMaps in all (half each; Pods with 2–3 containers, labels and a nodeName),
 bulk-seeded at %.0f objects/s (copies of objects the API server created, written into etcd; see
-fleet.BulkSeed). Each variant ran %d times in rotating order; medians shown. Heap is the live
+fleet.BulkSeed). Each variant ran %d times in rotating order; median (min–max). Heap is the live
 heap (after GC) the cache adds, divided by the objects it holds.
 
 %s
 Command: `+"`MULTICACHE_BENCH_OBJECTS=%d MULTICACHE_BENCH_RUNS=%d go test -run '^$' -bench FleetSync -benchtime 1x ./test/bench/`"+`
 `, machineLine(), total, seedRate, runs, table, harness.EnvInt("MULTICACHE_BENCH_OBJECTS", 50000), runs))
-	if aggr := strings.TrimSpace(os.Getenv("MULTICACHE_BENCH_AGGREGATE")); aggr != "" {
-		writeSection(b, "P3: fleet queries in process (1M synthetic objects, 10 cluster stores, 100 matches), and hot paths", fmt.Sprintf(`%s
-
-`+"```"+`
-%s
-`+"```"+`
-Commands: `+"`go test -run '^$' -bench . -benchtime 20000x ./pkg/aggregate/`"+` (queries, keys, dispatch) and
-`+"`go test -run '^$' -bench . -benchmem ./pkg/intern/ ./pkg/index/`"+` (sharing one decoded Pod's parts; each
-index function on one Pod). ByIndexRandomValue asks for a random one of 10,000 values, each on 100
-objects; ByIndexRandomValue-B does the same with a loop over the 10 client-go indexers.
-`, machineLine(), aggr))
-	}
 }
