@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -343,22 +344,71 @@ func (a *Aggregate) ListKeys() []string {
 	return out
 }
 
-// ByIndex returns the objects whose indexName function yields value, across the fleet.
+// ByIndex returns the objects whose indexName function yields value, across the fleet, members
+// in cluster order. The slice is the caller's.
 func (a *Aggregate) ByIndex(indexName, value string) ([]any, error) {
-	var out []any
-	if len(a.snapshot()) > 1 {
-		out = make([]any, 0, 64)
-	}
-	err := a.eachIndexed(indexName, value, func(m *member, store cache.Indexer, idx, v string) error {
-		if idx == "" {
-			out = append(out, store.List()...)
-			return nil
+	var buf [16][]any
+	parts, err := a.byIndexParts(buf[:0], indexName, value)
+	switch len(parts) {
+	case 0:
+		if err != nil {
+			return nil, err
 		}
-		objs, err := store.ByIndex(idx, v)
-		out = append(out, objs...)
+		return []any{}, nil
+	case 1:
+		return parts[0], err // client-go allocated it for this call
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	out := make([]any, 0, n)
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out, err
+}
+
+// AppendByIndex appends to dst the objects ByIndex would return, in the same order, and returns
+// the extended slice, as append does: it allocates only when dst lacks the capacity. A caller
+// that keeps the result and passes it back as dst[:0] reuses its array, which then holds the
+// previous answer's objects until overwritten. On error, the objects of the members before the
+// failing one have been appended, as ByIndex returns them.
+//
+// Each member's store still allocates the slice client-go's Indexer.ByIndex returns (16 bytes
+// per object found, and none when the store finds nothing); AppendByIndex adds no allocation of
+// its own while at most 16 members find objects.
+func (a *Aggregate) AppendByIndex(dst []any, indexName, value string) ([]any, error) {
+	var buf [16][]any
+	parts, err := a.byIndexParts(buf[:0], indexName, value)
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	dst = slices.Grow(dst, n)
+	for _, p := range parts {
+		dst = append(dst, p...)
+	}
+	return dst, err
+}
+
+// byIndexParts appends to parts each member's non-empty answer to a fleet index lookup, members
+// in cluster order. Every part is a slice its store allocated for this call.
+func (a *Aggregate) byIndexParts(parts [][]any, indexName, value string) ([][]any, error) {
+	err := a.eachIndexed(indexName, value, func(m *member, store cache.Indexer, idx, v string) error {
+		var objs []any
+		var err error
+		if idx == "" {
+			objs = store.List()
+		} else {
+			objs, err = store.ByIndex(idx, v)
+		}
+		if len(objs) > 0 {
+			parts = append(parts, objs)
+		}
 		return err
 	})
-	return out, err
+	return parts, err
 }
 
 // IndexKeys returns the Key strings of the objects ByIndex would return.
