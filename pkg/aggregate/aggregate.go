@@ -370,14 +370,14 @@ func (a *Aggregate) ByIndex(indexName, value string) ([]any, error) {
 }
 
 // AppendByIndex appends to dst the objects ByIndex would return, in the same order, and returns
-// the extended slice, as append does: it allocates only when dst lacks the capacity. A caller
-// that keeps the result and passes it back as dst[:0] reuses its array, which then holds the
-// previous answer's objects until overwritten. On error, the objects of the members before the
-// failing one have been appended, as ByIndex returns them.
+// the extended slice. Like append, it grows dst only when dst lacks the capacity, so a caller
+// that passes the previous result back as dst[:0] reuses one array across queries (the array
+// holds the previous answer's objects until they are overwritten). On error, the objects of the
+// members before the failing one have been appended, as ByIndex returns them.
 //
-// Each member's store still allocates the slice client-go's Indexer.ByIndex returns (16 bytes
-// per object found, and none when the store finds nothing); AppendByIndex adds no allocation of
-// its own while at most 16 members find objects.
+// Besides growing dst, the only allocations are client-go's: each member store's
+// Indexer.ByIndex returns a new slice (16 bytes per object, none when it finds nothing). More
+// than 16 members finding objects add one more.
 func (a *Aggregate) AppendByIndex(dst []any, indexName, value string) ([]any, error) {
 	var buf [16][]any
 	parts, err := a.byIndexParts(buf[:0], indexName, value)
