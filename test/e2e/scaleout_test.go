@@ -69,6 +69,17 @@ func (e *scaleEnv) start(id string, extra ...string) replica {
 		"--lease-duration", shardLease.String()}, extra...)
 	d := harness.StartDaemonAt(e.t, "http", &http.Client{Timeout: 10 * time.Second}, addr, args...)
 	d.Token = scaleToken
+	// On failure, the replica's last log lines (its warnings and state changes) go into the
+	// test's output: a move that goes wrong is only diagnosable from them.
+	e.t.Cleanup(func() {
+		if !e.t.Failed() {
+			return
+		}
+		if b, err := os.ReadFile(d.Log); err == nil {
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			e.t.Logf("replica %s, last %d log lines:\n%s", id, min(200, len(lines)), strings.Join(lines[max(0, len(lines)-200):], "\n"))
+		}
+	})
 	return replica{id: id, d: d}
 }
 
