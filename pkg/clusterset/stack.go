@@ -277,15 +277,11 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 	start := time.Now()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	// The first sync is seen the moment it completes; later recoveries on the ticker.
-	synced := inf.HasSyncedChecker().Done()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-synced:
-			synced = nil
 		}
 		if !inf.HasSynced() {
 			continue
