@@ -96,42 +96,11 @@ func (l *Loader) bulkCluster(ctx context.Context, c *Cluster, spec BulkSpec, cod
 		return fmt.Errorf("cluster %q: bulk: template configmap: %w", c.Name, err)
 	}
 
-	type put = etcdPut
-	batches := make(chan []put, 8)
-	errs := make(chan error, 4)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for b := range batches {
-				if err := c.etcdTxnPut(ctx, b); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	produce := func() error {
-		defer close(batches)
-		var b []put
+	return c.etcdBatches(ctx, func(put func(key string, obj runtime.Object) error) error {
 		add := func(resource string, obj runtime.Object, m metav1.Object) error {
 			m.SetUID(uuid.NewUUID())
 			m.SetResourceVersion("")
-			data, err := runtime.Encode(codec, obj)
-			if err != nil {
-				return fmt.Errorf("cluster %q: bulk: encode %s %s/%s: %w", c.Name, resource, m.GetNamespace(), m.GetName(), err)
-			}
-			b = append(b, put{"/registry/" + resource + "/" + m.GetNamespace() + "/" + m.GetName(), string(data)})
-			if len(b) == bulkTxnOps {
-				select {
-				case batches <- b:
-				case err := <-errs:
-					return err
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				b = nil
-			}
-			return nil
+			return put("/registry/"+resource+"/"+m.GetNamespace()+"/"+m.GetName(), obj)
 		}
 		for i := range spec.Namespaces {
 			ns := nsName(i)
@@ -161,25 +130,8 @@ func (l *Loader) bulkCluster(ctx context.Context, c *Cluster, spec BulkSpec, cod
 				}
 			}
 		}
-		if len(b) > 0 {
-			select {
-			case batches <- b:
-			case err := <-errs:
-				return err
-			}
-		}
 		return nil
-	}
-	perr := produce()
-	wg.Wait()
-	close(errs)
-	if perr != nil {
-		return perr
-	}
-	for err := range errs {
-		return err
-	}
-	return nil
+	}, codec)
 }
 
 // etcdPut is one key and its value.
