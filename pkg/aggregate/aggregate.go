@@ -134,7 +134,13 @@ func (ms *Membership) Join(cluster string, inf cache.SharedIndexInformer) error 
 // Leave removes cluster: every handler is told, as a cache.DeletedFinalStateUnknown, that each
 // object it was told of is gone, whatever the informer holds. The owner stops the informer,
 // before or after.
-func (ms *Membership) Leave(cluster string) { ms.a.leave(cluster) }
+func (ms *Membership) Leave(cluster string) { ms.a.leave(cluster, false) }
+
+// Handoff removes cluster because another replica serves it now, not because its objects or
+// the cluster are gone. Queries stop reading it at once, as after Leave. A handler that
+// implements HandoffHandler is told once, with OnHandoff; any other handler is told of each
+// object's removal as after Leave, so that its view stays equal to the Aggregate's.
+func (ms *Membership) Handoff(cluster string) { ms.a.leave(cluster, true) }
 
 // SetDegraded marks cluster's member as failing (true) or healthy again (false). While
 // degraded, the member still answers from its last state, and every answer lists it as

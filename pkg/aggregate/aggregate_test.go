@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,7 +231,7 @@ func TestLateHandlerAndLeave(t *testing.T) {
 	reg, _ := a.AddEventHandler(rec)
 	eq(t, "late handler", sorted(rec.waitFor(t, 2)), []string{"add c1 a/x@1 initial=true", "add c1 a/y@1 initial=true"})
 	waitTrue(t, "late HasSynced", reg.HasSynced)
-	a.leave("c1")
+	a.leave("c1", false)
 	eq(t, "leave", sorted(rec.waitFor(t, 4)[2:]), []string{"delete c1 tombstone:a/x", "delete c1 tombstone:a/y"})
 	if len(a.List()) != 0 || len(a.Clusters()) != 0 {
 		t.Errorf("after leave: %v %v", a.List(), a.Clusters())
@@ -429,6 +430,53 @@ func TestHandlerAddedDuringInitialList(t *testing.T) {
 		}
 		if len(got) != 3000 {
 			t.Fatalf("late handler got %d events, want 3000", len(got))
+		}
+	}
+}
+
+// handoffRecorder is a recorder that takes a move as one event.
+type handoffRecorder struct{ recorder }
+
+func (r *handoffRecorder) OnHandoff(c string) { r.add("handoff " + c) }
+
+// TestHandoffIsNoDelete: a cluster handed to another replica leaves queries at once; a
+// HandoffHandler hears one handoff and no delete, after every earlier event of the cluster;
+// a plain handler hears the deletes it needs to match the Aggregate; a later join is adds.
+func TestHandoffIsNoDelete(t *testing.T) {
+	a := newAgg(t)
+	s1 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", nil), *cm("a", "y", "1", nil)}}
+	i1, stop1 := startInformer(t, s1)
+	_ = a.join("c1", i1)
+	s2 := &source{items: []corev1.ConfigMap{*cm("a", "z", "1", nil)}}
+	i2, _ := startInformer(t, s2)
+	_ = a.join("c2", i2)
+	a.WaitForSync(context.Background(), 5*time.Second)
+	moving, plain := &handoffRecorder{}, &recorder{}
+	_, _ = a.AddEventHandlerWithOptions(moving, HandlerOptions{EveryEvent: true})
+	_, _ = a.AddEventHandler(plain)
+	moving.waitFor(t, 3)
+	plain.waitFor(t, 3)
+
+	s1.w.Modify(cm("a", "x", "2", nil))
+	moving.waitFor(t, 4)
+	plain.waitFor(t, 4)
+	stop1()
+	a.leave("c1", true)
+	eq(t, "handoff handler", moving.waitFor(t, 5)[3:], []string{"update c1 a/x@2", "handoff c1"})
+	eq(t, "plain handler", sorted(plain.waitFor(t, 6)[3:]), []string{"delete c1 tombstone:a/x", "delete c1 tombstone:a/y", "update c1 a/x@2"})
+	eq(t, "queries after the handoff", a.ListKeys(), []string{"c2|a/z"})
+
+	s3 := &source{items: []corev1.ConfigMap{*cm("a", "x", "3", nil)}}
+	i3, _ := startInformer(t, s3)
+	if err := a.join("c1", i3); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitForSync(context.Background(), 5*time.Second)
+	eq(t, "rejoin after the handoff", moving.waitFor(t, 6)[5:], []string{"add c1 a/x@3 initial=true"})
+	time.Sleep(50 * time.Millisecond)
+	for _, ev := range moving.snapshot() {
+		if strings.HasPrefix(ev, "delete") {
+			t.Errorf("handoff handler was told %q", ev)
 		}
 	}
 }

@@ -19,6 +19,18 @@ type Handler interface {
 	OnDelete(cluster string, obj any)
 }
 
+// HandoffHandler is a Handler that takes a cluster's move to another replica as one event.
+// When a cluster is handed off (Membership.Handoff), a handler that implements it gets
+// OnHandoff(cluster) in place of a delete for each object it was told of: the objects were not
+// deleted, another replica serves them now. Its events of the cluster before the handoff are
+// delivered first; if the cluster joins again later, it gets adds as for any joining cluster.
+// Handlers that do not implement it get the deletes, so that what they were told stays equal
+// to what the Aggregate holds.
+type HandoffHandler interface {
+	Handler
+	OnHandoff(cluster string)
+}
+
 // HandlerFuncs adapts functions to Handler; nil functions are skipped.
 type HandlerFuncs struct {
 	AddFunc    func(cluster string, obj any, isInInitialList bool)
@@ -177,6 +189,11 @@ func (r *Registration) run() {
 				r.mu.Lock()
 				r.synced[cluster] = ev.obj.(*member)
 				r.mu.Unlock()
+			case evHandoff:
+				if h, ok := r.h.(HandoffHandler); ok {
+					r.delivered.Add(1)
+					r.call(cluster, func() { h.OnHandoff(cluster) })
+				}
 			case evLeft:
 				r.mu.Lock()
 				delete(r.synced, cluster)
@@ -204,6 +221,12 @@ func (r *Registration) call(cluster string, f func()) {
 		}
 	}()
 	f()
+}
+
+// handsOff reports whether the handler takes a handoff as one OnHandoff.
+func (r *Registration) handsOff() bool {
+	_, ok := r.h.(HandoffHandler)
+	return ok
 }
 
 // deliver calls the handler for one event.

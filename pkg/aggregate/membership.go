@@ -112,7 +112,7 @@ func (a *Aggregate) join(cluster string, inf cache.SharedIndexInformer) error {
 		if old != nil {
 			// old is retired and cannot serve handlers again: the cluster leaves.
 			m.bindings = inherited
-			m.leaveLocked()
+			m.leaveLocked(false)
 			a.mu.Lock()
 			delete(a.members, cluster)
 			a.resort()
@@ -380,9 +380,9 @@ func (m *member) markFedLocked() {
 }
 
 // leave removes cluster. Every handler receives a cache.DeletedFinalStateUnknown for each object
-// it was told about, whatever the informer's state. The caller stops the informer (before or
-// after).
-func (a *Aggregate) leave(cluster string) {
+// it was told about, whatever the informer's state; on a handoff, HandoffHandlers receive one
+// OnHandoff instead. The caller stops the informer (before or after).
+func (a *Aggregate) leave(cluster string, handoff bool) {
 	lc := a.lifecycleLock(cluster)
 	lc.Lock()
 	defer lc.Unlock()
@@ -395,7 +395,7 @@ func (a *Aggregate) leave(cluster string) {
 		return
 	}
 	m.mu.Lock()
-	m.leaveLocked()
+	m.leaveLocked(handoff)
 	feed := m.feed
 	m.mu.Unlock()
 	if feed != nil {
@@ -404,15 +404,26 @@ func (a *Aggregate) leave(cluster string) {
 	a.log.Debug("member left")
 }
 
-// leaveLocked tells every bound handler that each object it was told of is gone, then that the
-// cluster left, and ends the member. Callers hold m.mu.
-func (m *member) leaveLocked() {
+// leaveLocked tells every bound handler that each object it was told of is gone (on a handoff,
+// a HandoffHandler is told that once, with evHandoff), then that the cluster left, and ends the
+// member. Callers hold m.mu.
+func (m *member) leaveLocked(handoff bool) {
 	m.gone = true
 	m.stop()
+	now := time.Now()
 	for key, obj := range m.told {
-		m.pushLocked(key, event{kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
+		del := event{at: now, kind: evDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}}
+		for r := range m.bindings {
+			if handoff && r.handsOff() {
+				continue
+			}
+			r.q.push(m.cluster, key, del)
+		}
 	}
 	for r := range m.bindings {
+		if handoff && r.handsOff() {
+			r.q.push(m.cluster, "", event{kind: evHandoff})
+		}
 		r.q.push(m.cluster, "", event{kind: evLeft})
 	}
 	m.told, m.shadow, m.bindings = nil, nil, nil

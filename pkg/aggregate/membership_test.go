@@ -322,7 +322,7 @@ func TestAddHandlerWithStoppedMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTrue(t, "handler got both clusters", func() bool { st, _ := v.snapshot(); return len(st) == 3 })
-	a.leave("c1")
+	a.leave("c1", false)
 	waitTrue(t, "c1 left the handler's view", func() bool { st, _ := v.snapshot(); return len(st) == 1 })
 	waitTrue(t, "nothing left pending", func() bool { return reg.Pending() == 0 })
 	if _, errs := v.snapshot(); len(errs) > 0 {
@@ -358,7 +358,7 @@ func TestLeaveUnderWrites(t *testing.T) {
 		stop := make(chan struct{})
 		done := c.churn(stop)
 		time.Sleep(time.Duration(20+i*5) * time.Millisecond)
-		a.leave("c1")
+		a.leave("c1", false)
 		close(stop)
 		<-done
 		settle(t, fmt.Sprintf("round %d: after c1 left", i), other.truth(), map[string]*view{"fast": fast, "slow": slow})
@@ -446,7 +446,7 @@ func TestLeaveForgetsHandlerState(t *testing.T) {
 	i1, _ := startInformer(t, c.source())
 	_ = a.join("c1", i1)
 	waitTrue(t, "handlers synced", func() bool { return merged.HasSynced() && every.HasSynced() })
-	a.leave("c1")
+	a.leave("c1", false)
 	for name, r := range map[string]*Registration{"merged": merged, "every-event": every} {
 		waitTrue(t, name+" drained", func() bool {
 			r.mu.Lock()

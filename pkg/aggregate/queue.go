@@ -15,6 +15,7 @@ const (
 	// Markers: no object.
 	evSynced   // every event of the cluster's initial list is before it
 	evLeft     // the cluster left; its deletes are before it
+	evHandoff  // the cluster moved to another replica: HandoffHandlers are told instead of deletes
 	evOverflow // an every-event backlog hit its bound and its pending events were dropped
 )
 

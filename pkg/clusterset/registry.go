@@ -203,10 +203,14 @@ func (r *Registry) reload(ctx context.Context) {
 			// (a kubeconfig caught mid-rotation), not a removed one. Keep it until a clean load.
 			continue
 		}
-		r.log.Info("disengaging cluster", zap.String("cluster", name))
+		how := removal
+		if hs, ok := r.opts.Source.(HandoffSource); ok && hs.Retains(name) {
+			how = handoff
+		}
+		r.log.Info("disengaging cluster", zap.String("cluster", name), zap.Bool("handoff", how == handoff))
 		delete(r.clusters, name)
 		r.retiring[name] = run
-		go r.retire(run, true)
+		go r.retire(run, how)
 	}
 	for _, c := range cfgs {
 		old := r.clusters[c.Name]
@@ -217,7 +221,7 @@ func (r *Registry) reload(ctx context.Context) {
 		if old != nil {
 			r.log.Info("restarting cluster: server or credentials changed", zap.String("cluster", c.Name))
 			r.retiring[c.Name] = old
-			go r.retire(old, false)
+			go r.retire(old, restart)
 		} else {
 			r.log.Info("engaging cluster", zap.String("cluster", c.Name), zap.String("origin", c.Origin))
 			prev = r.retiring[c.Name] // removed a moment ago and back already
@@ -235,8 +239,8 @@ func (r *Registry) reload(ctx context.Context) {
 }
 
 // retire retires run and forgets it once done.
-func (r *Registry) retire(run *runner, leave bool) {
-	run.retire(leave)
+func (r *Registry) retire(run *runner, how retirement) {
+	run.retire(how)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.retiring[run.cfg.Name] == run {

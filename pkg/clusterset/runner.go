@@ -66,20 +66,41 @@ func (r *runner) stop() {
 	<-r.done
 }
 
-// retire stops the runner and, when the cluster left the source (leave), removes it from the
-// aggregates: every handler is told its objects are gone.
-func (r *runner) retire(leave bool) {
+// retirement is why a runner stops.
+type retirement int
+
+const (
+	// restart: a new runner for the same cluster follows and replaces its members
+	// (aggregate.Membership.Join), telling handlers only what differs.
+	restart retirement = iota
+	// removal: the cluster left the fleet; handlers are told its objects are gone.
+	removal
+	// handoff: the cluster stays in the fleet and another replica runs it now; handlers that
+	// take handoffs are told it moved, not that its objects were deleted.
+	handoff
+)
+
+// retire stops the runner and, unless a new runner follows (restart), removes the cluster
+// from the aggregates.
+func (r *runner) retire(how retirement) {
 	defer close(r.retired)
 	r.stop()
 	if r.after != nil {
 		<-r.after // a runner stopped before its predecessor retired: retired means the whole chain
 	}
-	if leave {
+	switch how {
+	case removal:
 		for _, mem := range r.reg.mems {
 			mem.Leave(r.cfg.Name)
 		}
-		r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: Synced, To: Removed})
+	case handoff:
+		for _, mem := range r.reg.mems {
+			mem.Handoff(r.cfg.Name)
+		}
+	default:
+		return
 	}
+	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: Synced, To: Removed})
 }
 
 func (r *runner) restConfig() *rest.Config {

@@ -48,6 +48,17 @@ type Source interface {
 	Changes(ctx context.Context) <-chan struct{}
 }
 
+// A HandoffSource is a Source whose Load may leave out clusters that stay in the fleet: another
+// replica runs them now (a shard.Coordinator's share). The Registry stops such a cluster as a
+// handoff, not a removal: its objects leave the aggregates through aggregate.Membership.Handoff,
+// so that whoever relays changes (the server's watches) is told the cluster moved, not that its
+// objects were deleted.
+type HandoffSource interface {
+	Source
+	// Retains reports whether cluster, left out of Load, is still in the fleet.
+	Retains(cluster string) bool
+}
+
 // KubeconfigOptions selects contexts from kubeconfig files.
 type KubeconfigOptions struct {
 	// Paths are kubeconfig files, merged in order as kubectl merges $KUBECONFIG. Each must exist.

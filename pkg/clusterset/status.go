@@ -30,7 +30,8 @@ const (
 	Failed State = "Failed"
 	// NotServed: the cluster does not serve this resource (a CRD it lacks). Fails nothing.
 	NotServed State = "NotServed"
-	// Removed: the cluster left the source; only StatusChange reports it (To), as its last
+	// Removed: the cluster left this replica (its source dropped it, or handed it to another
+	// replica); only StatusChange reports it (To), as its last
 	// change.
 	Removed State = "Removed"
 )

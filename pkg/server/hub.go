@@ -18,7 +18,7 @@ import (
 type event struct {
 	seq     uint64 // the hub's position of this event: consecutive, from 1
 	cluster string
-	typ     string // ADDED, MODIFIED, DELETED
+	typ     string // ADDED, MODIFIED, DELETED, or handedOff (no object)
 	key     aggregate.Key
 	obj     any
 	// prev is the object's state before this event, as the hub knew it: nil for ADDED. A watch
@@ -69,7 +69,15 @@ type hub struct {
 	resets     int64             // epochs ended because the hub's backlog overflowed
 	expired    int64             // watches ended because they fell behind the ring
 	latest     map[aggregate.Key]state
+	// cut is, per cluster, the seq of its newest handoff: the cluster moved to another
+	// replica then. A position before it cannot go on for a watch or snapshot that spans the
+	// cluster (its objects are no longer here, and were not deleted): 410, and the client
+	// relists from the fleet, which now reads the cluster at its new owner.
+	cut map[string]uint64
 }
+
+// handedOff is the type of the ring event that records a handoff. Watches never relay it.
+const handedOff = "HANDOFF"
 
 // state is an object as of the event that made it.
 type state struct {
@@ -81,7 +89,7 @@ type state struct {
 func newHub(resource string, maxEvents, maxBytes int, current func() []item) *hub {
 	return &hub{resource: resource, current: current, maxEvents: maxEvents, maxBytes: maxBytes,
 		epoch: newEpoch(), ring: make([]event, min(maxEvents, 1024)), evicted: map[string]uint64{},
-		wake: make(chan struct{}), latest: map[aggregate.Key]state{}}
+		wake: make(chan struct{}), latest: map[aggregate.Key]state{}, cut: map[string]uint64{}}
 }
 
 func newEpoch() string {
@@ -105,6 +113,23 @@ func (h *hub) OnDelete(cluster string, obj any) {
 	h.append(event{cluster: cluster, typ: api.Deleted, obj: obj})
 }
 
+// OnHandoff records that cluster moved to another replica (aggregate.HandoffHandler): its
+// objects leave latest without a DELETE event, and every watch or snapshot that spans the
+// cluster from an earlier position ends with 410 (see cut). A move thus never reaches a
+// client as deletes of objects nobody deleted.
+func (h *hub) OnHandoff(cluster string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k := range h.latest {
+		if k.Cluster == cluster {
+			delete(h.latest, k)
+		}
+	}
+	h.seq++
+	h.cut[cluster] = h.seq
+	h.pushLocked(event{seq: h.seq, cluster: cluster, typ: handedOff, size: 64})
+}
+
 // overflow is the hub's aggregate.HandlerOptions.OnOverflow: events were dropped before
 // reaching it, so no position it handed out can be resumed from. Every watch ends with 410 and
 // every token expires; clients relist. latest is rebuilt from the stores, which may be ahead
@@ -126,6 +151,7 @@ func (h *hub) overflow() {
 	}
 	h.start, h.n, h.bytes = 0, 0, 0
 	clear(h.evicted)
+	clear(h.cut) // every position before this is expired anyway
 	h.evictedAll = h.seq
 	h.resets++
 	h.wakeLocked()
@@ -153,6 +179,12 @@ func (h *hub) append(ev event) {
 		// The replaced state stays alive as long as the event does.
 		ev.size += approxSize(ev.prev)
 	}
+	h.pushLocked(ev)
+}
+
+// pushLocked appends ev to the ring, evicting the oldest events past the bounds, and wakes
+// the watches. Callers hold h.mu.
+func (h *hub) pushLocked(ev event) {
 	for h.n > 0 && (h.n == h.maxEvents || h.bytes+ev.size > h.maxBytes) {
 		h.evictLocked()
 	}
@@ -214,6 +246,10 @@ func (h *hub) next(pos token, clusters []string, buf []event) ([]event, <-chan s
 	if pos.Epoch != h.epoch {
 		return buf, nil, errExpired{"it comes from an earlier run of the daemon, or the watch cache was reset since (it fell behind); list again"}
 	}
+	if c, ok := h.cutLocked(pos.Seq, clusters); ok {
+		h.expired++
+		return buf, nil, errExpired{fmt.Sprintf("cluster %q moved to another replica after this resourceVersion; list again", c)}
+	}
 	first := h.seq - uint64(h.n) + 1 // seq of the oldest event kept
 	if pos.Seq+1 < first && h.lostLocked(pos.Seq, clusters) {
 		h.expired++
@@ -231,6 +267,24 @@ func (h *hub) next(pos token, clusters []string, buf []event) ([]event, <-chan s
 		buf = append(buf, h.ring[(h.start+i)%len(h.ring)])
 	}
 	return buf, nil, nil
+}
+
+// cutLocked returns a cluster of clusters (any, when empty) handed off after seq.
+func (h *hub) cutLocked(seq uint64, clusters []string) (string, bool) {
+	if len(clusters) == 0 {
+		for c, at := range h.cut {
+			if at > seq {
+				return c, true
+			}
+		}
+		return "", false
+	}
+	for _, c := range clusters {
+		if h.cut[c] > seq {
+			return c, true
+		}
+	}
+	return "", false
 }
 
 // lostLocked reports whether an event after seq that concerns clusters was evicted.
@@ -306,6 +360,9 @@ func (h *hub) snapshot(pos token, clusters []string) ([]item, error) {
 	if pos.Seq > h.seq {
 		return nil, errExpired{fmt.Sprintf("resourceVersion is ahead of the newest event (%d); list again", h.seq)}
 	}
+	if c, ok := h.cutLocked(pos.Seq, clusters); ok {
+		return nil, errExpired{fmt.Sprintf("cluster %q moved to another replica after this resourceVersion; list again", c)}
+	}
 	first := h.seq - uint64(h.n) + 1
 	if pos.Seq+1 < first && h.lostLocked(pos.Seq, clusters) {
 		return nil, errExpired{"resourceVersion too old: events after it are no longer kept; list again"}
@@ -318,7 +375,7 @@ func (h *hub) snapshot(pos token, clusters []string) ([]item, error) {
 		if ev.seq <= pos.Seq {
 			break
 		}
-		if want(ev.cluster) {
+		if ev.typ != handedOff && want(ev.cluster) {
 			restore[ev.key] = state{obj: ev.prev, seq: ev.prevSeq}
 		}
 	}

@@ -2,7 +2,9 @@ package shard
 
 import (
 	"context"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,6 +154,19 @@ func (c *Coordinator) Load() ([]clusterset.ClusterConfig, error) {
 	}
 	return append([]clusterset.ClusterConfig(nil), c.offered...), c.loadErr
 }
+
+// Retains reports whether cluster is in the fleet as this replica last saw it: Load leaving it
+// out then means another replica runs it (or will), or this replica may run nothing now
+// (self-fenced), never that it was removed. It makes the Coordinator a
+// clusterset.HandoffSource, so that the Registry stops such a cluster as a handoff.
+func (c *Coordinator) Retains(cluster string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, found := slices.BinarySearchFunc(c.owners, cluster, func(o Owner, name string) int { return strings.Compare(o.Cluster, name) })
+	return found
+}
+
+var _ clusterset.HandoffSource = (*Coordinator)(nil)
 
 // Changes receives a value whenever Load may return something new, until ctx ends. Every
 // caller gets its own channel.
