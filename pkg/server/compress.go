@@ -19,10 +19,11 @@ var gzipWriters = sync.Pool{New: func() any {
 // compressLarge gzips a response whose first Write holds at least gzipThreshold bytes, when
 // the request accepts gzip, as kube-apiserver does. A get writes its whole body in one Write
 // and a list its first chunk, so the choice follows the answer's size. Watches are never
-// compressed (kube-apiserver does not compress them either): their events stream as written.
+// compressed (kube-apiserver does not compress them either): their events stream as written. A
+// watch is told as the handlers tell it (isWatch), so that none is compressed by mistake.
 func compressLarge(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if wq := r.URL.Query().Get("watch"); wq == "true" || wq == "1" || strings.Contains(r.URL.Path, "/watch/") ||
+		if isWatch(r.URL.Query()) || strings.Contains(r.URL.Path, "/watch/") ||
 			!acceptsGzip(r.Header.Get("Accept-Encoding")) {
 			h.ServeHTTP(w, r)
 			return

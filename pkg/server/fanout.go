@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -61,15 +62,20 @@ func (s *Server) fanoutNative(w http.ResponseWriter, r *http.Request) {
 		wanted := q["cluster"]
 		pl := s.plan(func(c string) bool { return len(wanted) == 0 || slices.Contains(wanted, c) })
 		if pl.local() {
-			s.local.ServeHTTP(w, r)
+			s.serveLocal(w, r, pl)
 			return
 		}
-		if q.Get("watch") == "true" || q.Get("watch") == "1" {
+		opts, err := listOptions(q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if opts.Watch {
 			s.fanoutNativeWatch(w, r, pl)
 			return
 		}
 		res, _ := s.resolve(rest[0])
-		s.fanoutNativeList(w, r, pl, res)
+		s.fanoutNativeList(w, r, pl, res, opts)
 	case 4:
 		s.routeToOwner(w, r, rest[1])
 	default:
@@ -81,7 +87,7 @@ func (s *Server) fanoutNative(w http.ResponseWriter, r *http.Request) {
 func (s *Server) routeToOwner(w http.ResponseWriter, r *http.Request, cluster string) {
 	pl := s.plan(func(c string) bool { return c == cluster })
 	if pl.local() {
-		s.local.ServeHTTP(w, r)
+		s.serveLocal(w, r, pl)
 		return
 	}
 	if why, ok := pl.down[cluster]; ok {
@@ -99,6 +105,12 @@ func (s *Server) routeToOwner(w http.ResponseWriter, r *http.Request, cluster st
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
+	kp, isKube, _ := parseKubePath(r.URL.Path)
+	isKube = isKube && kp.cluster != ""
+	if resp.StatusCode == http.StatusOK && (isWatch(r.URL.Query()) || (isKube && kp.watchPath)) {
+		s.proxyWatch(w, resp.Body, pl, isKube)
+		return
+	}
 	copyFlushing(w, resp.Body)
 }
 
@@ -159,6 +171,20 @@ func gather[T any](ctx context.Context, s *Server, r *http.Request, pl plan, pat
 	return out
 }
 
+// mustRetry answers a part's 429 as it gave it, and reports whether it did. A part answers 429
+// when a cluster of its plan is not complete there yet (a move under way, a first sync): an
+// answer without that cluster's objects would read as their deletes to a client that relists.
+func mustRetry[T any](w http.ResponseWriter, answers []answer[T]) bool {
+	for _, a := range answers {
+		var pe *peerError
+		if a.err != nil && asPeerError(a.err, &pe) && pe.code == http.StatusTooManyRequests {
+			writePeerFailure(w, a.err)
+			return true
+		}
+	}
+	return false
+}
+
 // failedAll answers the error every part failed with when none answered, and reports whether
 // it did: a fleet-wide answer fails only when no replica could answer (401 for all, say).
 func failedAll[T any](w http.ResponseWriter, answers []answer[T], down int) bool {
@@ -179,6 +205,9 @@ func failedAll[T any](w http.ResponseWriter, answers []answer[T], down int) bool
 func writePeerFailure(w http.ResponseWriter, err error) {
 	var pe *peerError
 	if asPeerError(err, &pe) {
+		if pe.code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1") // the part's own advice; client-go waits for it
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(pe.code)
 		_, _ = w.Write(pe.status)
@@ -237,19 +266,16 @@ func (s *Server) downFreshness(ctx context.Context, resource string, down map[st
 
 // fanoutNativeList answers a page of a list from the owners' pages: each part returns up to
 // limit items after the same key, so the first limit of their merge, in key order, are the
-// fleet's next page.
-func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl plan, resource string) {
+// fleet's next page. opts are the query decoded (listOptions).
+func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl plan, resource string, opts metav1.ListOptions) {
 	q := r.URL.Query()
-	limit := s.opts.MaxPageSize
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
-			return
-		}
-		if n > 0 && n < limit {
-			limit = n
-		}
+	limit := s.opts.MaxPageSize // also for no limit, or 0
+	switch n := opts.Limit; {
+	case n < 0:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
+		return
+	case n > 0 && n < int64(limit):
+		limit = int(n)
 	}
 	var cont fleetContinue
 	if tok := q.Get("continue"); tok != "" {
@@ -279,7 +305,7 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 		err := json.NewDecoder(resp.Body).Decode(&l)
 		return l, err
 	})
-	if failedAll(w, answers, len(pl.down)) {
+	if mustRetry(w, answers) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
 	type keyed struct {
@@ -448,7 +474,7 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 	defer cancel()
 	changed := s.opts.Fleet.WaitChange()
 	if why := s.moved(pl); why != "" {
-		writeError(w, http.StatusGone, "the fleet's owners changed: "+why+"; list again")
+		writeError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
 		return
 	}
 	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
@@ -498,7 +524,7 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 		case <-changed:
 			changed = s.opts.Fleet.WaitChange()
 			if why := s.moved(pl); why != "" {
-				end("the fleet's owners changed: " + why + "; list again")
+				end("the fleet changed since this watch started: " + why + "; list again")
 				return
 			}
 		case m := <-in:
@@ -562,7 +588,7 @@ func (s *Server) fanoutClusters(w http.ResponseWriter, r *http.Request) {
 		err := json.NewDecoder(resp.Body).Decode(&c)
 		return c, err
 	})
-	if failedAll(w, answers, len(pl.down)) {
+	if mustRetry(w, answers) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
 	out := api.Clusters{Clusters: []api.Cluster{}}

@@ -46,16 +46,25 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 	}
 	pl := s.plan(func(c string) bool { return len(selectClusters([]string{c}, reqs)) == 1 })
 	if pl.local() {
-		s.local.ServeHTTP(w, r)
+		s.serveLocal(w, r, pl)
 		return
 	}
+	watch := p.watchPath || isWatch(vals)
+	var opts metav1.ListOptions
+	if watch || p.name == "" {
+		// As in handleKube: a list or a watch decodes its ListOptions, a get none.
+		if opts, err = listOptions(vals); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
 	switch {
-	case p.watchPath || vals.Get("watch") == "true" || vals.Get("watch") == "1":
-		s.fanoutKubeWatch(w, r, pl)
+	case watch:
+		s.fanoutKubeWatch(w, r, pl, opts)
 	case p.name != "":
 		s.fanoutKubeGet(w, r, pl)
 	default:
-		s.fanoutKubeList(w, r, pl)
+		s.fanoutKubeList(w, r, pl, opts)
 	}
 }
 
@@ -143,18 +152,16 @@ func keyOfElement(raw json.RawMessage) aggregate.Key {
 }
 
 // fanoutKubeList merges the owners' lists (or Tables) in key order, a page at a time: the
-// continue token carries the last key and every owner's position.
-func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan) {
+// continue token carries the last key and every owner's position. opts are the query decoded
+// (listOptions).
+func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan, opts metav1.ListOptions) {
 	pl = pl.withSelf(s.opts.Fleet.Identity())
 	q := r.URL.Query()
-	limit := 0
-	if l := q.Get("limit"); l != "" {
-		if _, err := fmt.Sscan(l, &limit); err != nil || limit < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
-			return
-		}
-		limit = min(limit, s.opts.KubeMaxPageSize)
+	if opts.Limit < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
+		return
 	}
+	limit := int(min(opts.Limit, int64(s.opts.KubeMaxPageSize))) // 0, no limit, answers everything
 	exact := q.Get("resourceVersionMatch") == string(metav1.ResourceVersionMatchExact)
 	var from fleetToken
 	var cont *fleetContinue
@@ -195,7 +202,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan)
 		return pq
 	}
 	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeKubeDoc)
-	if failedAll(w, answers, len(pl.down)) {
+	if mustRetry(w, answers) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
 	if !slices.ContainsFunc(answers, func(a answer[kubeDoc]) bool { return a.err == nil }) {
@@ -306,7 +313,10 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 			found = append(found, a.val)
 		case asPeerError(a.err, &pe) && pe.code == http.StatusNotFound:
 			notFound = pe
-		case asPeerError(a.err, &pe) && pe.code == http.StatusConflict:
+		case asPeerError(a.err, &pe) && (pe.code == http.StatusConflict || pe.code == http.StatusTooManyRequests):
+			if pe.code == http.StatusTooManyRequests {
+				w.Header().Set("Retry-After", "1")
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(pe.code)
 			_, _ = w.Write(pe.status)
@@ -372,8 +382,8 @@ type rawKubeEvent struct {
 // fanoutKubeWatch relays the owners' watches as one. Every object's resourceVersion becomes the
 // fleet's position after it (each owner's position, as its last event said), so that a
 // reflector resumes from any event. A cluster that moves, or an owner's watch that ends, ends
-// the watch with 410: the reflector lists again.
-func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan) {
+// the watch with 410: the reflector lists again. opts are the query decoded (listOptions).
+func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan, opts metav1.ListOptions) {
 	pl = pl.withSelf(s.opts.Fleet.Identity())
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -396,10 +406,10 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	defer cancel()
 	changed := s.opts.Fleet.WaitChange()
 	if why := s.moved(pl); why != "" {
-		writeError(w, http.StatusGone, "the fleet's owners changed: "+why+"; list again")
+		writeError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
 		return
 	}
-	timeout, pq0 := watchTimeout(q)
+	timeout, pq0 := watchTimeout(q, opts.TimeoutSeconds)
 	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
 		pq := restrictTo(pq0, p.clusters)
 		pq.Del("resourceVersion")
@@ -448,7 +458,7 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 		case <-changed:
 			changed = s.opts.Fleet.WaitChange()
 			if why := s.moved(pl); why != "" {
-				end("the fleet's owners changed: " + why + "; list again")
+				end("the fleet changed since this watch started: " + why + "; list again")
 				return
 			}
 		case m := <-in:

@@ -63,10 +63,12 @@ type plan struct {
 	down  map[string]string // cluster → why no replica answers for it
 	// owner of every planned cluster, to tell when one moves.
 	owner map[string]string
+	// keep is the filter the plan was made with, to make it again and compare (changeFrom).
+	keep func(cluster string) bool
 }
 
 func (s *Server) plan(keep func(cluster string) bool) plan {
-	pl := plan{down: map[string]string{}, owner: map[string]string{}}
+	pl := plan{down: map[string]string{}, owner: map[string]string{}, keep: keep}
 	byPeer := map[string]int{}
 	for _, o := range s.opts.Fleet.Owners() {
 		if keep != nil && !keep(o.Cluster) {
@@ -104,18 +106,19 @@ func (pl plan) withSelf(id string) plan {
 	return pl
 }
 
-// watchTimeout is a watch's timeoutSeconds: the fan-in ends cleanly then, and asks its parts
-// for a minute more so that none ends first.
-func watchTimeout(q url.Values) (time.Duration, url.Values) {
-	n, err := strconv.Atoi(q.Get("timeoutSeconds"))
-	if err != nil || n <= 0 {
+// watchTimeout is a watch's timeoutSeconds (seconds, as listOptions decodes it from q): the
+// fan-in ends cleanly then, and asks its parts for a minute more so that none ends first. With
+// none, or one not positive, it sets no timeout and leaves q as it is.
+func watchTimeout(q url.Values, seconds *int64) (time.Duration, url.Values) {
+	if seconds == nil || *seconds <= 0 {
 		return 0, q
 	}
+	n := *seconds
 	out := url.Values{}
 	for k, v := range q {
 		out[k] = slices.Clone(v)
 	}
-	out.Set("timeoutSeconds", strconv.Itoa(n+60))
+	out.Set("timeoutSeconds", strconv.FormatInt(n+60, 10))
 	return time.Duration(n) * time.Second, out
 }
 
@@ -124,18 +127,10 @@ func (pl plan) local() bool {
 	return len(pl.down) == 0 && (len(pl.parts) == 0 || (len(pl.parts) == 1 && pl.parts[0].self))
 }
 
-// moved reports a planned cluster whose owner is no longer the planned one, in words.
+// moved says in words how the plan changed since pl was made: a cluster moved, joined, left,
+// went down or came back (changeFrom); "" when it did not.
 func (s *Server) moved(pl plan) string {
-	for _, o := range s.opts.Fleet.Owners() {
-		was, ok := pl.owner[o.Cluster]
-		if !ok {
-			continue
-		}
-		if o.Holder != was {
-			return fmt.Sprintf("cluster %q moved from replica %q to %q", o.Cluster, was, o.Holder)
-		}
-	}
-	return ""
+	return changeFrom(pl, s.plan(pl.keep))
 }
 
 // fleetToken is a resourceVersion of a fan-out answer: one position per replica that answered,

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +33,15 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cat, ok := s.catalog(p.cluster)
+	planned := p.cluster != "" && slices.Contains(partOf(r.URL.Query()), p.cluster)
 	if !ok {
+		if planned {
+			// The fence moved here before the Registry started the cluster: it is in the
+			// fleet, and answers once started.
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("cluster %q is starting on this replica (it moved here); retry", p.cluster))
+			return
+		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", p.cluster))
 		return
 	}
@@ -54,7 +61,12 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 	}
 	var kr *kubeResource
 	if p.what == "object" {
-		if kr = cat.find(p.group, p.version, p.resource); kr == nil {
+		if kr = cat.find(p.group, p.version, p.resource); kr == nil && planned && s.resolving(p.cluster) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("cluster %q is still resolving its resources on this replica (it moved here); retry", p.cluster))
+			return
+		}
+		if kr == nil {
 			gv := p.version
 			if p.group != "" {
 				gv = p.group + "/" + p.version
@@ -86,7 +98,17 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vals := r.URL.Query()
-	if p.watchPath || vals.Get("watch") == "true" || vals.Get("watch") == "1" {
+	watch := p.watchPath || isWatch(vals)
+	var opts metav1.ListOptions
+	if watch || p.name == "" {
+		// A list or a watch decodes its ListOptions, a malformed one being 400 as in
+		// kube-apiserver; a get reads none of them, and fails on none.
+		if opts, err = listOptions(vals); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	if watch {
 		if p.name != "" {
 			// The deprecated watch of one object: a watch of the collection, by name.
 			fs := "metadata.name=" + p.name
@@ -100,7 +122,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
-		s.kubeWatch(w, r, p, kr, f, vals)
+		s.kubeWatch(w, r, p, kr, f, vals, opts)
 		return
 	}
 	release, ok := s.limits.acquireRequest(w)
@@ -114,13 +136,16 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		s.kubeGet(ctx, w, p, kr, f, vals)
 		return
 	}
-	s.kubeList(ctx, w, p, kr, f, vals)
+	s.kubeList(ctx, w, p, kr, f, vals, opts)
 }
 
 // kubeSelection is a parsed list or watch request.
 type kubeSelection struct {
 	query aggregate.Query
 	none  bool // the cluster selector selects no cluster
+	// planned: the request is one replica's part of a sharded fleet's plan, and its clusters
+	// are the plan's: a list or initial-events watch waits (429) for any that is unready.
+	planned bool
 	// leftOut are the clusters of the fleet the caller may not read.
 	leftOut []string
 }
@@ -169,8 +194,16 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 		named = []string{p.cluster}
 	}
 	// A cluster selector selects among the clusters the caller may read.
+	// A part's clusters are its plan's (only), whether or not this replica runs them yet: one
+	// not started yet is reported, never silently left out (planguard.go).
 	only := partOf(vals)
-	allowed, leftOut, err := s.scope(ctx, kr.name, named, narrow(s.reg.Clusters(), only))
+	fleet := kr.clusters
+	scoped := s.reg.Clusters()
+	if only != nil {
+		fleet = s.plannedFor(kr.name, only)
+		scoped = only
+	}
+	allowed, leftOut, err := s.scope(ctx, kr.name, named, scoped)
 	if err != nil {
 		return kubeSelection{}, err
 	}
@@ -189,7 +222,7 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 		q.Labels = objects
 	}
 	if p.cluster != "" || len(clusterReqs) > 0 || allowed != nil {
-		candidates := kr.clusters
+		candidates := fleet
 		if p.cluster != "" {
 			candidates = []string{p.cluster}
 		} else if allowed != nil {
@@ -203,14 +236,14 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 	}
 	if only != nil {
 		if q.Clusters == nil {
-			q.Clusters = kr.clusters
+			q.Clusters = fleet
 		}
-		if q.Clusters = narrow(q.Clusters, only); len(q.Clusters) == 0 {
+		if q.Clusters = narrow(q.Clusters, fleet); len(q.Clusters) == 0 {
 			q.Clusters = []string{noCluster}
-			return kubeSelection{query: q, none: true, leftOut: leftOut}, nil
+			return kubeSelection{query: q, none: true, leftOut: leftOut, planned: true}, nil
 		}
 	}
-	return kubeSelection{query: q, leftOut: leftOut}, nil
+	return kubeSelection{query: q, leftOut: leftOut, planned: only != nil}, nil
 }
 
 // listPosition is how a list reads: at the hub's position now (from the stores, which may be
@@ -272,21 +305,18 @@ func parseListPosition(h *hub, vals url.Values) (listPosition, int, error) {
 }
 
 // kubeList answers a list: from the stores, or, for an exact resourceVersion, from the hub's
-// snapshot at it (410 once the events after it are gone).
-func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
+// snapshot at it (410 once the events after it are gone). opts are vals decoded (listOptions).
+func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values, opts metav1.ListOptions) {
 	// Without a limit (or with 0) a list answers everything, as an API server does: clients
 	// that do not page must not get a part. A limit is capped: the rest follows by continue,
 	// which a client that sets a limit follows.
 	limit := math.MaxInt32
-	if l := vals.Get("limit"); l != "" {
-		n, err := strconv.ParseInt(l, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
-			return
-		}
-		if n > 0 {
-			limit = int(min(n, int64(s.opts.KubeMaxPageSize)))
-		}
+	switch n := opts.Limit; {
+	case n < 0:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", vals.Get("limit")))
+		return
+	case n > 0:
+		limit = int(min(n, int64(s.opts.KubeMaxPageSize)))
 	}
 	if kr == clustersResource {
 		s.listClusters(ctx, w, p, kr, f, vals)
@@ -300,6 +330,9 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 		return
 	}
 	warnLeftOut(w, sel.leftOut)
+	if sel.planned && !sel.none && retryUnready(w, kr, s.unready(kr.name, sel.query.Clusters)) {
+		return
+	}
 	lp, code, err := parseListPosition(h, vals)
 	if err != nil {
 		writeError(w, code, err.Error())
@@ -471,12 +504,22 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 		if p.cluster != "" {
 			named = []string{p.cluster}
 		}
-		allowed, leftOut, err := s.scope(ctx, kr.name, named, s.reg.Clusters())
+		// A part of a sharded fleet's plan answers for its planned clusters only, so that a
+		// cluster two replicas hold for a moment answers once.
+		only := partOf(vals)
+		scoped := s.reg.Clusters()
+		if only != nil {
+			scoped = s.plannedFor(kr.name, only)
+		}
+		allowed, leftOut, err := s.scope(ctx, kr.name, named, scoped)
 		if err != nil {
 			writeScopeError(w, err)
 			return
 		}
-		clusters := agg.Clusters()
+		clusters := narrow(agg.Clusters(), only)
+		if only != nil {
+			clusters = scoped
+		}
 		if p.cluster != "" {
 			clusters = []string{p.cluster}
 			req.query.Clusters = clusters
@@ -485,6 +528,9 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 			req.query.Clusters = allowed
 			req.leftOut = leftOut
 			warnLeftOut(w, leftOut)
+		}
+		if only != nil && retryUnready(w, kr, s.unready(kr.name, clusters)) {
+			return
 		}
 		for _, c := range clusters {
 			k := aggregate.Key{Cluster: c, Namespace: p.namespace, Name: p.name}

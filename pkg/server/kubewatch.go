@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,8 +28,9 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 // A watch that starts with the current objects gets 429 (client-go retries) while a cluster
 // has not synced the resource since the daemon started (initializing).
 //
-// allowWatchBookmarks adds BOOKMARKs now and then; timeoutSeconds ends the watch cleanly.
-func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, kr *kubeResource, f form, vals url.Values) {
+// allowWatchBookmarks adds BOOKMARKs now and then; timeoutSeconds ends the watch cleanly. opts
+// are vals decoded (listOptions).
+func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, kr *kubeResource, f form, vals url.Values, opts metav1.ListOptions) {
 	if kr == clustersResource {
 		writeError(w, http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`")
 		return
@@ -53,10 +52,10 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	bookmarks := vals.Get("allowWatchBookmarks") == "true"
 	rv, rvm, sie := vals.Get("resourceVersion"), vals.Get("resourceVersionMatch"), vals.Get("sendInitialEvents")
 	var deadline <-chan time.Time
-	if t := vals.Get("timeoutSeconds"); t != "" {
-		n, err := strconv.ParseInt(t, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("timeoutSeconds %q: want a non-negative integer", t))
+	if opts.TimeoutSeconds != nil {
+		n := *opts.TimeoutSeconds
+		if n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("timeoutSeconds %q: want a non-negative integer", vals.Get("timeoutSeconds")))
 			return
 		}
 		if n > 0 {
@@ -105,12 +104,8 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 			expired = err
 		}
 	}
-	if initial {
-		if waiting := s.initializing(kr.name, q.Clusters); len(waiting) > 0 {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is still syncing in %s; retry", kr.groupResource(), strings.Join(waiting, ", ")))
-			return
-		}
+	if initial && !sel.none && retryUnready(w, kr, s.unready(kr.name, q.Clusters)) {
+		return // an initial list without a cluster's objects would read as their deletes
 	}
 	var items []item
 	if initial && !sel.none {
@@ -210,6 +205,9 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	// send relays one hub event through the query: an object that starts matching is ADDED,
 	// one that stops is DELETED.
 	send := func(ev event) error {
+		if ev.typ == handedOff {
+			return nil // of a cluster this watch does not span: next ends the others with 410
+		}
 		now := agg.Matches(q, ev.cluster, ev.obj)
 		it := item{key: ev.key, cluster: ev.cluster, obj: ev.obj, seq: ev.seq}
 		if ev.typ == api.Modified {
@@ -229,9 +227,33 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	}
 	tick := time.NewTicker(s.opts.BookmarkInterval)
 	defer tick.Stop()
+	// In a sharded fleet the watch ends with 410 once its plan changes (planguard.go).
+	guard := guardOf(r.Context())
+	replanned := guard.changed()
+	moved := func() bool {
+		next := guard.changed() // before why: a change in between is not missed
+		why := guard.why()
+		if why == "" {
+			replanned = next
+			return false
+		}
+		_ = control(api.ErrorEvent, statusOf(http.StatusGone, "the fleet changed since this watch started: "+why+"; list again"))
+		fl.Flush()
+		return true
+	}
+	if moved() {
+		return
+	}
 	buf := make([]event, 0, watchBatch)
 	flushed := time.Now()
 	for {
+		select {
+		case <-replanned:
+			if moved() {
+				return
+			}
+		default:
+		}
 		evs, wake, err := h.next(pos, q.Clusters, buf[:0])
 		if err != nil {
 			fail(err)
@@ -262,6 +284,10 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 		case <-deadline:
 			return
 		case <-wake:
+		case <-replanned:
+			if moved() {
+				return
+			}
 		case <-tick.C:
 			if bookmarks {
 				if bookmark(false) != nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
@@ -66,7 +65,12 @@ func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (request, 
 			return request{resource: res, agg: agg, query: q}, true
 		}
 	}
-	clusters, leftOut, err := s.scope(r.Context(), res, named, narrow(s.reg.Clusters(), only))
+	// A part's clusters are its plan's, started here yet or not (planguard.go).
+	scoped := s.reg.Clusters()
+	if only != nil {
+		scoped = s.plannedFor(res, only)
+	}
+	clusters, leftOut, err := s.scope(r.Context(), res, named, scoped)
 	if err != nil {
 		writeScopeError(w, err)
 		return request{}, false
@@ -85,7 +89,12 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	if q.Get("watch") == "true" || q.Get("watch") == "1" {
+	opts, err := listOptions(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if opts.Watch {
 		release, ok := s.limits.acquireWatch(w)
 		if !ok {
 			return
@@ -101,16 +110,13 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer cancel()
-	limit := s.opts.MaxPageSize
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", l))
-			return
-		}
-		if n > 0 && n < limit {
-			limit = n
-		}
+	limit := s.opts.MaxPageSize // also for no limit, or 0
+	switch n := opts.Limit; {
+	case n < 0:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
+		return
+	case n > 0 && n < int64(limit):
+		limit = int(n)
 	}
 	var after *aggregate.Key
 	var rv string

@@ -62,7 +62,11 @@ func (s *Server) freshness(req request, fresh map[string]bool) ([]api.ClusterFre
 	}
 	for _, c := range req.query.Clusters {
 		if _, ok := info[c]; !ok && c != noCluster {
-			out = append(out, api.ClusterFreshness{Name: c, Error: "unknown cluster"})
+			why := "unknown cluster"
+			if s.opts.Fleet != nil {
+				why = "not started on this replica yet: it is planned here (a move under way)"
+			}
+			out = append(out, api.ClusterFreshness{Name: c, Error: why})
 		}
 	}
 	for _, c := range req.leftOut {

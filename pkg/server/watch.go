@@ -112,6 +112,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 	// send relays one hub event through the query, translating its transitions: an object that
 	// starts matching is ADDED, one that stops is DELETED.
 	send := func(ev event) error {
+		if ev.typ == handedOff {
+			return nil // of a cluster this watch does not span: next ends the others with 410
+		}
 		now := req.agg.Matches(req.query, ev.cluster, ev.obj)
 		switch ev.typ {
 		case api.Modified:
@@ -145,9 +148,33 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 		}
 	}
 	fl.Flush()
+	// In a sharded fleet the watch ends with 410 once its plan changes (planguard.go).
+	guard := guardOf(r.Context())
+	replanned := guard.changed()
+	moved := func() bool {
+		next := guard.changed() // before why: a change in between is not missed
+		why := guard.why()
+		if why == "" {
+			replanned = next
+			return false
+		}
+		_ = control(api.ErrorEvent, errorObject(http.StatusGone, "the fleet changed since this watch started: "+why+"; list again"))
+		fl.Flush()
+		return true
+	}
+	if moved() {
+		return
+	}
 	buf := make([]event, 0, watchBatch)
 	flushed := time.Now()
 	for {
+		select {
+		case <-replanned:
+			if moved() {
+				return
+			}
+		default:
+		}
 		evs, wake, err := h.next(pos, req.query.Clusters, buf[:0])
 		if err != nil {
 			_ = control(api.ErrorEvent, errorObject(http.StatusGone, err.Error()))
@@ -179,6 +206,10 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 		case <-r.Context().Done():
 			return
 		case <-wake:
+		case <-replanned:
+			if moved() {
+				return
+			}
 		case <-tick.C:
 			if bookmarks {
 				if bookmark() != nil {

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/clusterset"
+)
+
+// A request's plan is fixed when it starts: the clusters it spans, each with its owner and
+// whether that owner can answer. The invariants that keep moves as safe as the steady state
+// (docs/ARCHITECTURE.md, "Moves"):
+//
+//   - A part's clusters are exactly its plan's. A planned cluster its owner has not started
+//     yet, or whose initial list the watch cache does not hold yet, is not left out: a list
+//     or an initial-events watch that spans it answers 429 (client-go retries), never an
+//     answer without its objects, which a relisting client would take for deletes.
+//   - Every watch ends with 410 when its plan changes in any way: a cluster moves, joins,
+//     leaves, goes down or comes back under the same owner. The client relists and sees the
+//     fleet as it is now. A guard (planGuard) watches for that; every kind of watch holds one
+//     in sharded mode: fan-in, local-only, proxied /clusters/{name} and native cluster=.
+
+// signature is what a plan depends on, in words: two plans with equal signatures send the same
+// clusters to the same replicas, which can answer for them.
+func (pl plan) signature() string {
+	names := make([]string, 0, len(pl.owner))
+	for c := range pl.owner {
+		names = append(names, c)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, c := range names {
+		fmt.Fprintf(&b, "%s=%s", c, pl.owner[c])
+		if why, ok := pl.down[c]; ok {
+			b.WriteString(" down:" + why)
+		}
+		b.WriteByte(';')
+	}
+	for _, p := range pl.parts {
+		fmt.Fprintf(&b, "|%s@%s", p.peer, p.url)
+	}
+	return b.String()
+}
+
+// changeFrom says in words how plan now differs from was, "" when it does not.
+func changeFrom(was, now plan) string {
+	if was.signature() == now.signature() {
+		return ""
+	}
+	for c, o := range now.owner {
+		prev, ok := was.owner[c]
+		switch {
+		case !ok:
+			return fmt.Sprintf("cluster %q joined the fleet", c)
+		case prev != o:
+			return fmt.Sprintf("cluster %q moved from replica %q to %q", c, prev, o)
+		}
+		if _, down := now.down[c]; down != hasKey(was.down, c) {
+			if down {
+				return fmt.Sprintf("cluster %q went down: %s", c, now.down[c])
+			}
+			return fmt.Sprintf("cluster %q is served again", c)
+		}
+	}
+	for c := range was.owner {
+		if _, ok := now.owner[c]; !ok {
+			return fmt.Sprintf("cluster %q left the fleet", c)
+		}
+	}
+	return "the replicas that answer for the fleet changed"
+}
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// planGuard tells a watch that its plan changed. The zero of *planGuard (nil) never fires:
+// without a Fleet, one replica answers for everything and plans do not change.
+type planGuard struct {
+	s    *Server
+	keep func(cluster string) bool
+	was  plan
+}
+
+type planGuardKey struct{}
+
+// guardPlan returns r with a guard of pl in its context, for the local answer to read.
+func (s *Server) guardPlan(r *http.Request, pl plan, keep func(string) bool) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), planGuardKey{}, &planGuard{s: s, keep: keep, was: pl}))
+}
+
+// guardOf is the guard of a request's plan, nil when it has none.
+func guardOf(ctx context.Context) *planGuard {
+	g, _ := ctx.Value(planGuardKey{}).(*planGuard)
+	return g
+}
+
+// changed returns a channel closed when the plan may have changed; nil (never) for a nil guard.
+func (g *planGuard) changed() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	return g.s.opts.Fleet.WaitChange()
+}
+
+// why says how the plan changed, "" while it has not. Call it before waiting on changed, and
+// again once changed fires.
+func (g *planGuard) why() string {
+	if g == nil {
+		return ""
+	}
+	return changeFrom(g.was, g.s.plan(g.keep))
+}
+
+// planned lists the clusters of this replica's own part of the plan, nil for a nil guard.
+func (g *planGuard) planned() []string {
+	if g == nil {
+		return nil
+	}
+	for _, p := range g.was.parts {
+		if p.self {
+			return p.clusters
+		}
+	}
+	return []string{}
+}
+
+// unready lists the clusters of clusters that a list or an initial-events watch cannot answer
+// completely here yet, in words: planned here but not started (the fence moved before the
+// Registry started the cluster), still in their first sync (initializing), or synced with the
+// watch cache not yet holding their initial list (the hub is fed asynchronously).
+func (s *Server) unready(resource string, clusters []string) []string {
+	out := s.initializing(resource, clusters)
+	reg := s.hubRegs[resource]
+	info := s.info(resource)
+	if len(clusters) == 0 { // every cluster this replica runs
+		for c := range info {
+			clusters = append(clusters, c)
+		}
+	}
+	for _, c := range clusters {
+		if slices.Contains(out, c) {
+			continue
+		}
+		rs, ok := info[c]
+		switch {
+		case !ok:
+			out = append(out, c+" (not started on this replica yet)")
+		case reg == nil:
+		case rs.State == clusterset.Synced || rs.State == clusterset.Degraded:
+			if !reg.HasSyncedCluster(c) {
+				out = append(out, c+" (the watch cache is still taking its initial list)")
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// plannedFor keeps the planned clusters a resource may have objects in: all but those whose
+// resolution found the resource not served. A planned cluster not started yet stays.
+func (s *Server) plannedFor(resource string, planned []string) []string {
+	info := s.info(resource)
+	return slices.DeleteFunc(slices.Clone(planned), func(c string) bool {
+		rs, ok := info[c]
+		return ok && rs.State == clusterset.NotServed
+	})
+}
+
+// retryUnready answers 429 with Retry-After when some clusters are unready, and reports
+// whether it did. client-go and kubectl retry such an answer by themselves.
+func retryUnready(w http.ResponseWriter, kr *kubeResource, waiting []string) bool {
+	if len(waiting) == 0 {
+		return false
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is not complete yet in %s; retry", kr.groupResource(), strings.Join(waiting, ", ")))
+	return true
+}
+
+// serveLocal answers a request whose plan this replica answers alone: narrowed to the plan's
+// clusters (partParam, as a peer's request is) and guarded, so that a watch ends with 410 when
+// the plan changes and a planned cluster not started yet is reported, not left out.
+func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, pl plan) {
+	r = s.guardPlan(r, pl, pl.keep)
+	u := *r.URL
+	q := u.Query()
+	q.Set(partParam, strings.Join(guardOf(r.Context()).planned(), ","))
+	u.RawQuery = q.Encode()
+	r.URL = &u
+	s.local.ServeHTTP(w, r)
+}
+
+// proxyWatch relays a watch one owner answers (a /clusters/{name} watch this replica does not
+// own) event by event, and ends it with a 410 ERROR event once the plan changes: the owner may
+// then no longer hold the cluster, and its stream would go silent. kube picks the framing of
+// the ERROR event: a metav1.Status, or the native API's error.
+func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube bool) {
+	fl, _ := w.(http.Flusher)
+	guard := &planGuard{s: s, keep: pl.keep, was: pl}
+	lines := make(chan []byte)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		defer close(lines)
+		rd := bufio.NewReaderSize(body, 64<<10)
+		for {
+			line, err := rd.ReadBytes('\n')
+			if len(line) > 0 {
+				select {
+				case lines <- line:
+				case <-done:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	replanned := guard.changed()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return
+			}
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		case <-replanned:
+			next := guard.changed()
+			why := guard.why()
+			if why == "" {
+				replanned = next
+				continue
+			}
+			msg := "the fleet changed since this watch started: " + why + "; list again"
+			if kube {
+				b, _ := json.Marshal(statusOf(http.StatusGone, msg))
+				_ = json.NewEncoder(w).Encode(rawKubeEvent{Type: api.ErrorEvent, Object: b})
+			} else {
+				b, _ := json.Marshal(errorObject(http.StatusGone, msg))
+				_ = json.NewEncoder(w).Encode(api.WatchEvent{Type: api.ErrorEvent, Object: b})
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+			return
+		}
+	}
+}
+
+// resolving reports whether cluster has a resource whose discovery has not resolved yet: a
+// resource missing from its catalog may then still come.
+func (s *Server) resolving(cluster string) bool {
+	cs, ok := s.reg.ClusterStatus(cluster)
+	if !ok {
+		return true
+	}
+	return slices.ContainsFunc(cs.Resources, func(rs clusterset.ResourceStatus) bool {
+		return rs.Kind == "" && (rs.State == clusterset.Pending || rs.State == clusterset.Syncing)
+	})
+}
