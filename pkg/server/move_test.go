@@ -1,10 +1,22 @@
 package server
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/shard"
 )
 
 // TestHubHandoffIsNoDelete: a cluster handed to another replica leaves the hub without a DELETE
@@ -53,4 +65,249 @@ func TestHubHandoffIsNoDelete(t *testing.T) {
 	if err != nil || len(evs) != 1 || evs[0].typ != api.Added {
 		t.Errorf("rejoin after the handoff: %v, %v; want one ADDED", evs, err)
 	}
+}
+
+// movingFleet is a Fleet whose owners a test changes while requests run.
+type movingFleet struct {
+	mu     sync.Mutex
+	owners []shard.Owner
+	change chan struct{}
+}
+
+func newMovingFleet(owners ...shard.Owner) *movingFleet {
+	return &movingFleet{owners: owners, change: make(chan struct{})}
+}
+
+func (f *movingFleet) Identity() string { return "me" }
+
+func (f *movingFleet) Owners() []shard.Owner {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.owners)
+}
+
+func (f *movingFleet) WaitChange() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.change
+}
+
+// set replaces the owners and wakes every waiter.
+func (f *movingFleet) set(owners ...shard.Owner) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.owners = owners
+	close(f.change)
+	f.change = make(chan struct{})
+}
+
+func self(cluster string) shard.Owner {
+	return shard.Owner{Cluster: cluster, Holder: "me", Self: true, Live: true}
+}
+
+// openWatch starts a watch and returns its lines as they come.
+func openWatch(t *testing.T, url string) (<-chan string, int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(cancel)
+	return lines, resp.StatusCode
+}
+
+// endsWithGone reads lines until an ERROR event, and checks that it is a 410 saying why, and
+// that no DELETED event came before it.
+func endsWithGone(t *testing.T, what string, lines <-chan string, why string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("%s: the watch ended with no ERROR event", what)
+			}
+			var ev struct {
+				Type   string `json:"type"`
+				Object struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				} `json:"object"`
+			}
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("%s: line %q: %v", what, line, err)
+			}
+			switch ev.Type {
+			case "DELETED":
+				t.Errorf("%s: a DELETED event before the plan change ended the watch: %s", what, line)
+			case "ERROR":
+				if ev.Object.Code != http.StatusGone || !strings.Contains(ev.Object.Message, why) {
+					t.Errorf("%s: ERROR %d %q, want 410 saying %q", what, ev.Object.Code, ev.Object.Message, why)
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatalf("%s: no ERROR event 10s after the plan changed: the watch went silent", what)
+		}
+	}
+}
+
+// TestEveryWatchEndsWhenItsPlanChanges: fleet watches (Kubernetes and native API, local-only
+// or fanned in), /clusters/{name} watches and native cluster= watches end with 410 when a
+// cluster they span moves, joins, leaves, or comes back from down under the same owner: never
+// with deletes, never silently. A watch whose plan did not change goes on.
+func TestEveryWatchEndsWhenItsPlanChanges(t *testing.T) {
+	watches := map[string]string{
+		"fleet":          "/api/v1/pods?watch=true&allowWatchBookmarks=true",
+		"fleet native":   "/multicache/v1/resources/pods?watch=true",
+		"fleet rv=0":     "/api/v1/pods?watch=true&resourceVersion=0",
+		"/clusters/a":    "/clusters/a/api/v1/pods?watch=true",
+		"/clusters/b":    "/clusters/b/api/v1/pods?watch=true",
+		"native cluster": "/multicache/v1/resources/pods?watch=true&cluster=b",
+	}
+	fleetWide := []string{"fleet", "fleet native", "fleet rv=0"}
+	down := shard.Owner{Cluster: "b", Holder: "p2", URL: "http://127.0.0.1:1", Live: false}
+	up := down
+	up.Live = true
+	cases := []struct {
+		name       string
+		from, then []shard.Owner
+		ends       []string
+		goesOn     []string
+		why        string
+	}{
+		{"a cluster moves", []shard.Owner{self("a"), self("b")}, []shard.Owner{self("a"), up},
+			append(fleetWide, "/clusters/b", "native cluster"), []string{"/clusters/a"}, `cluster "b" moved from replica "me" to "p2"`},
+		{"a cluster joins", []shard.Owner{self("a"), self("b")}, []shard.Owner{self("a"), self("b"), self("c")},
+			fleetWide, []string{"/clusters/a", "/clusters/b", "native cluster"}, `cluster "c" joined the fleet`},
+		{"a cluster leaves", []shard.Owner{self("a"), self("b")}, []shard.Owner{self("a")},
+			append(fleetWide, "/clusters/b", "native cluster"), []string{"/clusters/a"}, `cluster "b" left the fleet`},
+		{"a down cluster comes back under its owner", []shard.Owner{self("a"), down}, []shard.Owner{self("a"), up},
+			fleetWide, []string{"/clusters/a"}, `cluster "b" is served again`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fl := newMovingFleet(tc.from...)
+			hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+			open := map[string]<-chan string{}
+			for _, name := range append(slices.Clone(tc.ends), tc.goesOn...) {
+				lines, code := openWatch(t, hs.URL+watches[name])
+				if code != 200 {
+					t.Fatalf("%s: %d", name, code)
+				}
+				open[name] = lines
+			}
+			time.Sleep(200 * time.Millisecond) // let every watch reach its loop; the test holds without it
+			fl.set(tc.then...)
+			for _, name := range tc.ends {
+				endsWithGone(t, name, open[name], tc.why)
+			}
+			for _, name := range tc.goesOn {
+				deadline := time.After(time.Second)
+			read:
+				for {
+					select {
+					case line, ok := <-open[name]:
+						if !ok || strings.Contains(line, `"ERROR"`) {
+							t.Errorf("%s ended though its plan did not change: %s", name, line)
+							break read
+						}
+					case <-deadline:
+						break read
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPlannedNotStarted: a cluster this replica owns but has not started yet (the fence moved
+// before the Registry started it) is never left out of an answer: lists, gets and
+// initial-events watches that span it answer 429 with Retry-After, and its /clusters/{name}
+// path answers 429, not 404. A watch from a position goes on, and will see its objects as adds.
+func TestPlannedNotStarted(t *testing.T) {
+	fl := newMovingFleet(self("a"), self("b"), self("c")) // c is not in the Registry
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	for _, path := range []string{
+		"/api/v1/pods",
+		"/api/v1/pods?limit=1",
+		"/api/v1/namespaces/ns/pods/only-a",
+		"/api/v1/pods?watch=true",
+		"/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan",
+		"/clusters/c/api/v1/pods",
+		"/clusters/c/api/v1/namespaces/ns/pods/x",
+		"/clusters/c/api/v1/pods?watch=true",
+	} {
+		code, h, body := do(t, hs, "GET", path, "")
+		var st metav1.Status
+		if err := json.Unmarshal(body, &st); err != nil || code != http.StatusTooManyRequests || h.Get("Retry-After") == "" ||
+			st.Reason != metav1.StatusReasonTooManyRequests || !strings.Contains(st.Message, `c`) {
+			t.Errorf("%s: %d Retry-After %q %s; want 429 naming c", path, code, h.Get("Retry-After"), body)
+		}
+	}
+	// The clusters that are started answer as before.
+	if code, _, body := do(t, hs, "GET", "/api/v1/pods?labelSelector=multicache.io/cluster+in+(a,b)", ""); code != 200 {
+		t.Errorf("a and b alone: %d %s", code, body)
+	}
+	// The native API reports c unsynced, by name.
+	var list api.List
+	code, _, body := do(t, hs, "GET", "/multicache/v1/resources/pods", "")
+	if err := json.Unmarshal(body, &list); err != nil || code != 200 {
+		t.Fatalf("native list: %d %s", code, body)
+	}
+	var reported bool
+	for _, c := range list.Clusters {
+		if c.Name == "c" && !c.Synced && strings.Contains(c.Error, "not started") {
+			reported = true
+		}
+	}
+	if !reported {
+		t.Errorf("native list does not report c as not started: %+v", list.Clusters)
+	}
+	// Once c leaves the plan (it moved on), the same answers are whole again.
+	fl.set(self("a"), self("b"))
+	if code, _, body := do(t, hs, "GET", "/api/v1/pods", ""); code != 200 {
+		t.Errorf("after c left the plan: %d %s", code, body)
+	}
+}
+
+// TestProxiedWatchEndsWhenItsOwnerChanges: a /clusters/{name} watch this replica relays from
+// the cluster's owner ends with a 410 ERROR event once the cluster moves on, whatever the old
+// owner's stream does (here: it stays open and says nothing more).
+func TestProxiedWatchEndsWhenItsOwnerChanges(t *testing.T) {
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns"}}}` + "\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(peer.Close)
+	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: peer.URL, Live: true})
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	lines, code := openWatch(t, hs.URL+"/clusters/b/api/v1/pods?watch=true")
+	if code != 200 {
+		t.Fatalf("proxied watch: %d", code)
+	}
+	select {
+	case line := <-lines:
+		if !strings.Contains(line, `"ADDED"`) {
+			t.Fatalf("first line %s, want the owner's ADDED", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owner's event was not relayed")
+	}
+	fl.set(self("a"), shard.Owner{Cluster: "b", Holder: "p3", URL: "http://127.0.0.1:1", Live: true})
+	endsWithGone(t, "proxied /clusters/b", lines, `cluster "b" moved from replica "p2" to "p3"`)
 }
