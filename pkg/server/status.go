@@ -157,6 +157,11 @@ func (s *Server) ready() (bool, []string) {
 	if !s.reg.Loaded() {
 		return false, []string{"the cluster source: not loaded yet"}
 	}
+	if f, ok := s.opts.Fleet.(interface{ Ready() error }); ok {
+		if err := f.Ready(); err != nil {
+			return false, []string{err.Error()}
+		}
+	}
 	var waiting []string
 	now := time.Now()
 	for _, cs := range s.reg.Status() {

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"strings"
@@ -153,6 +154,22 @@ func (c *Coordinator) Load() ([]clusterset.ClusterConfig, error) {
 		return nil, c.loadErr
 	}
 	return append([]clusterset.ClusterConfig(nil), c.offered...), c.loadErr
+}
+
+// Ready says why this replica cannot answer for its share yet, nil once it can: its peer Lease
+// is renewed (it is not self-fenced) and it has reconciled with the fleet's Leases once. Until
+// then Load offers nothing, and a replica that reported ready would serve an empty share.
+func (c *Coordinator) Ready() error {
+	live := c.selfLive(c.clock.Now())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.version == 0:
+		return errors.New("sharding: not coordinated with the other replicas yet")
+	case !live:
+		return errors.New("sharding: this replica's peer Lease is not renewed (self-fenced): it runs no cluster")
+	}
+	return nil
 }
 
 // Retains reports whether cluster is in the fleet as this replica last saw it: Load leaving it

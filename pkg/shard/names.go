@@ -72,12 +72,18 @@ func rvOf(l *coordv1.Lease) string {
 	return l.ResourceVersion
 }
 
+// MaxWeight bounds a replica's weight (sharding.weight), and a peer Lease's weight is capped at
+// it: whoever can write one Lease in the sharding namespace cannot claim most of the fleet
+// with a huge weight.
+const MaxWeight = 100
+
 // peerWeight reads a peer Lease's weight; a missing or bad annotation counts as 1, so that a
-// peer written by another version still gets a share.
+// peer written by another version still gets a share; a weight over MaxWeight counts as
+// MaxWeight.
 func peerWeight(l *coordv1.Lease) int {
 	w, err := strconv.Atoi(l.Annotations[annoWeight])
 	if err != nil || w < 1 {
 		return 1
 	}
-	return w
+	return min(w, MaxWeight)
 }

@@ -39,3 +39,14 @@ func TestFenceLeaseName(t *testing.T) {
 		t.Errorf("fence without annotation: cluster %q", got)
 	}
 }
+
+// TestPeerWeightIsBounded: a peer Lease's weight annotation counts between 1 and MaxWeight,
+// whatever it says, so one writable Lease cannot claim most of the fleet.
+func TestPeerWeightIsBounded(t *testing.T) {
+	for anno, want := range map[string]int{"": 1, "x": 1, "0": 1, "-5": 1, "3": 3, "100": MaxWeight, "101": MaxWeight, "999999999": MaxWeight} {
+		l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annoWeight: anno}}}
+		if got := peerWeight(l); got != want {
+			t.Errorf("weight annotation %q counts %d, want %d", anno, got, want)
+		}
+	}
+}

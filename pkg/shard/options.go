@@ -127,8 +127,8 @@ func (o Options) Validate() error {
 	if o.LeaseDuration < time.Second {
 		errs = append(errs, fmt.Errorf("sharding.leaseDuration: %s: must be at least 1s", o.LeaseDuration))
 	}
-	if o.Weight < 1 {
-		errs = append(errs, fmt.Errorf("sharding.weight: %d: must be at least 1", o.Weight))
+	if o.Weight < 1 || o.Weight > MaxWeight {
+		errs = append(errs, fmt.Errorf("sharding.weight: %d: must be from 1 to %d", o.Weight, MaxWeight))
 	}
 	if o.MaxWarmups < 1 {
 		errs = append(errs, fmt.Errorf("sharding.maxWarmups: %d: must be at least 1", o.MaxWarmups))

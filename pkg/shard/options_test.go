@@ -74,7 +74,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"url parse", func(o *Options) { o.AdvertiseURL = "http://[::1" }, "--advertise-url: not a URL"},
 		{"url user", func(o *Options) { o.AdvertiseURL = "https://user:secret@host" }, "--advertise-url: must not carry user information"},
 		{"lease", func(o *Options) { o.LeaseDuration = 500 * time.Millisecond }, "sharding.leaseDuration: 500ms: must be at least 1s"},
-		{"weight", func(o *Options) { o.Weight = -1 }, "sharding.weight: -1: must be at least 1"},
+		{"weight", func(o *Options) { o.Weight = -1 }, "sharding.weight: -1: must be from 1 to 100"},
+		{"weight too big", func(o *Options) { o.Weight = MaxWeight + 1 }, "sharding.weight: 101: must be from 1 to 100"},
 		{"warmups", func(o *Options) { o.MaxWarmups = -2 }, "sharding.maxWarmups: -2: must be at least 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

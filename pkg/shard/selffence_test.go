@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +104,9 @@ func TestSelfFencing(t *testing.T) {
 	if got := c.Owners(); len(got) != 3 || !got[0].Self || !got[0].Live || got[0].URL != "http://solo:1" {
 		t.Fatalf("Owners: %+v", got)
 	}
+	if err := c.Ready(); err != nil {
+		t.Errorf("Ready while live and coordinated: %v", err)
+	}
 	drain()
 	failing.Store(true) // the last successful renewal was at most now
 	if took := until(0, ld); took > 2*ld/3 {
@@ -111,6 +115,22 @@ func TestSelfFencing(t *testing.T) {
 	fired("self-fencing")
 	if p := c.Peers(); len(p) != 1 || !p[0].Self || p[0].Live {
 		t.Errorf("Peers while fenced: %+v", p)
+	}
+	// Fenced, it runs nothing: not ready, and its clusters stay in the fleet, so that the
+	// Registry stops them as handoffs (no deletes reach any client).
+	if err := c.Ready(); err == nil || !strings.Contains(err.Error(), "self-fenced") {
+		t.Errorf("Ready while fenced: %v, want a self-fenced error", err)
+	}
+	if len(c.Owners()) != 3 {
+		t.Errorf("Owners while fenced: %+v, want the 3 clusters", c.Owners())
+	}
+	for _, o := range c.Owners() {
+		if !c.Retains(o.Cluster) {
+			t.Errorf("Retains(%q) while fenced = false: its objects would leave as deletes", o.Cluster)
+		}
+	}
+	if c.Retains("not-in-the-fleet") {
+		t.Error("Retains a cluster that is not in the fleet")
 	}
 	drain()
 	failing.Store(false)
