@@ -336,3 +336,89 @@ func TestRapidSourceChanges(t *testing.T) {
 		t.Errorf("goroutines left after Start returned:\n%s", left)
 	}
 }
+
+// handoffSource is a flipSource that is a HandoffSource: the clusters in fleet stay in the
+// fleet when Load leaves them out.
+type handoffSource struct {
+	flipSource
+	fleet map[string]bool
+}
+
+func (s *handoffSource) Retains(cluster string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fleet[cluster]
+}
+
+// moveRecorder records what an aggregate handler that takes handoffs hears.
+type moveRecorder struct {
+	mu                      sync.Mutex
+	adds, deletes, handoffs map[string]int
+}
+
+func (r *moveRecorder) count(m map[string]int, c string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m[c]++
+}
+func (r *moveRecorder) OnAdd(c string, _ any, _ bool) { r.count(r.adds, c) }
+func (r *moveRecorder) OnUpdate(string, any, any)     {}
+func (r *moveRecorder) OnDelete(c string, _ any)      { r.count(r.deletes, c) }
+func (r *moveRecorder) OnHandoff(c string)            { r.count(r.handoffs, c) }
+func (r *moveRecorder) get(m map[string]int, c string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return m[c]
+}
+
+// TestHandoffIsNotRemoval: a cluster a HandoffSource leaves out but retains (it moved to
+// another replica) leaves the aggregate as one handoff and no delete; a cluster it no longer
+// retains (removed from the fleet) leaves as deletes.
+func TestHandoffIsNotRemoval(t *testing.T) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	a.SetPods([]corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p1"}}, {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p2"}}})
+	b.SetPods([]corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p3"}}})
+	src := &handoffSource{flipSource: flipSource{changes: make(chan struct{}, 1)}, fleet: map[string]bool{"a": true, "b": true}}
+	ca := ClusterConfig{Name: "a", Config: a.Config(), Fingerprint: "1"}
+	cb := ClusterConfig{Name: "b", Config: b.Config(), Fingerprint: "1"}
+	src.configs = []ClusterConfig{ca, cb}
+	reg, err := New(Options{Source: src, Resources: []ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, _ := reg.Aggregate("pods")
+	rec := &moveRecorder{adds: map[string]int{}, deletes: map[string]int{}, handoffs: map[string]int{}}
+	if _, err := pods.AddEventHandler(rec); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = reg.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: adds %v, deletes %v, handoffs %v", what, rec.adds, rec.deletes, rec.handoffs)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("both clusters added", func() bool { return rec.get(rec.adds, "a") == 2 && rec.get(rec.adds, "b") == 1 })
+
+	src.set(cb) // a moved to another replica: still in the fleet
+	waitFor("a handed off", func() bool { return rec.get(rec.handoffs, "a") == 1 && len(pods.Clusters()) == 1 })
+
+	src.mu.Lock()
+	src.fleet = map[string]bool{"a": true}
+	src.mu.Unlock()
+	src.set() // b left the fleet
+	waitFor("b removed", func() bool { return rec.get(rec.deletes, "b") == 1 && len(pods.Clusters()) == 0 })
+	if n := rec.get(rec.deletes, "a"); n != 0 {
+		t.Errorf("a's handoff was told as %d deletes", n)
+	}
+	if n := rec.get(rec.handoffs, "b"); n != 0 {
+		t.Errorf("b's removal was told as a handoff")
+	}
+}
