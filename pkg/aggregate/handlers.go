@@ -263,6 +263,20 @@ func (r *Registration) HasSynced() bool {
 	return some
 }
 
+// HasSyncedCluster reports whether this handler has had the initial list of cluster's current
+// member (for a replaced member, its differences), whose informer has synced: whatever the
+// handler keeps of the cluster is then complete. It is false for a cluster that is not a
+// member.
+func (r *Registration) HasSyncedCluster(cluster string) bool {
+	m := r.agg.member(cluster)
+	if m == nil || !m.synced.Load() {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced[cluster] == m
+}
+
 // Pending is the number of events queued for this handler and not yet delivered. By default
 // it is bounded by the distinct objects with pending changes (at most two events each); for
 // an EveryEvent handler, by MaxPending.

@@ -79,6 +79,18 @@ func (s *Server) catalog(cluster string) (*catalog, bool) {
 	return buildCatalog(s.reg.Status(), cluster), true
 }
 
+// staleCatalog drops the fleet's catalog if it is older than now, so that the next catalog call
+// builds it anew, and reports whether it did.
+func (s *Server) staleCatalog() bool {
+	s.cat.mu.Lock()
+	defer s.cat.mu.Unlock()
+	if s.cat.fleet == nil || time.Since(s.cat.at) < time.Millisecond {
+		return false
+	}
+	s.cat.fleet = nil
+	return true
+}
+
 // buildCatalog lists the resources the statuses show resolved, in one cluster's view when
 // only is not "".
 func buildCatalog(statuses []clusterset.ClusterStatus, only string) *catalog {

@@ -37,6 +37,13 @@ func (s *Server) fanout(next http.Handler) http.Handler {
 			return
 		}
 		switch {
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/debug/"):
+		case s.notCoordinated(w):
+			// Until it knows the fleet's owners, a replica cannot tell which clusters an
+			// answer spans: an empty answer would read as deletes to every client.
+			return
+		}
+		switch {
 		case r.URL.Path == api.ClustersPath:
 			native(w, r)
 		case strings.HasPrefix(r.URL.Path, api.ResourcesPath+"/"):
@@ -95,7 +102,8 @@ func (s *Server) routeToOwner(w http.ResponseWriter, r *http.Request, cluster st
 		return
 	}
 	p := pl.parts[0]
-	resp, err := s.peers.call(r.Context(), r, p, r.URL.Path, r.URL.Query(), "proxy")
+	// The owner answers for its plan's cluster, started there yet or not (planguard.go).
+	resp, err := s.peers.call(r.Context(), r, p, r.URL.Path, restrictTo(r.URL.Query(), p.clusters), "proxy")
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cluster %q: %v", cluster, err))
 		return
@@ -174,13 +182,26 @@ func gather[T any](ctx context.Context, s *Server, r *http.Request, pl plan, pat
 // mustRetry answers a part's 429 as it gave it, and reports whether it did. A part answers 429
 // when a cluster of its plan is not complete there yet (a move under way, a first sync): an
 // answer without that cluster's objects would read as their deletes to a client that relists.
-func mustRetry[T any](w http.ResponseWriter, answers []answer[T]) bool {
+// whole (the Kubernetes API, whose lists are never partial) also turns a part that could not
+// be reached, or failed with a 5xx, into 503 with Retry-After, for the same reason; the native
+// API answers without it and names it unsynced in clusters[].
+func mustRetry[T any](w http.ResponseWriter, answers []answer[T], whole bool) bool {
+	var unreachable error
 	for _, a := range answers {
 		var pe *peerError
-		if a.err != nil && asPeerError(a.err, &pe) && pe.code == http.StatusTooManyRequests {
+		switch {
+		case a.err == nil:
+		case asPeerError(a.err, &pe) && pe.code == http.StatusTooManyRequests:
 			writePeerFailure(w, a.err)
 			return true
+		case !asPeerError(a.err, &pe) || pe.code >= 500:
+			unreachable = a.err
 		}
+	}
+	if whole && unreachable != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "a replica that owns clusters of this answer did not answer: "+unreachable.Error()+"; retry")
+		return true
 	}
 	return false
 }
@@ -305,7 +326,7 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 		err := json.NewDecoder(resp.Body).Decode(&l)
 		return l, err
 	})
-	if mustRetry(w, answers) || failedAll(w, answers, len(pl.down)) {
+	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
 	type keyed struct {
@@ -588,7 +609,7 @@ func (s *Server) fanoutClusters(w http.ResponseWriter, r *http.Request) {
 		err := json.NewDecoder(resp.Body).Decode(&c)
 		return c, err
 	})
-	if mustRetry(w, answers) || failedAll(w, answers, len(pl.down)) {
+	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
 	out := api.Clusters{Clusters: []api.Cluster{}}

@@ -202,7 +202,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		return pq
 	}
 	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeKubeDoc)
-	if mustRetry(w, answers) || failedAll(w, answers, len(pl.down)) {
+	if mustRetry(w, answers, true) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
 	if !slices.ContainsFunc(answers, func(a answer[kubeDoc]) bool { return a.err == nil }) {

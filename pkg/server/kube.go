@@ -61,10 +61,21 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 	}
 	var kr *kubeResource
 	if p.what == "object" {
-		if kr = cat.find(p.group, p.version, p.resource); kr == nil && planned && s.resolving(p.cluster) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("cluster %q is still resolving its resources on this replica (it moved here); retry", p.cluster))
-			return
+		kr = cat.find(p.group, p.version, p.resource)
+		if kr == nil && s.staleCatalog() {
+			// The catalog is rebuilt at most once a second; a resource a cluster resolved
+			// since (one that just moved here) must not answer 404 meanwhile.
+			cat, _ = s.catalog(p.cluster)
+			kr = cat.find(p.group, p.version, p.resource)
+		}
+		if kr == nil {
+			// A resource a planned cluster has not resolved yet may still come: retry,
+			// rather than a 404 that a client takes for "no such resource".
+			if waiting := slices.DeleteFunc(slices.Clone(partOf(r.URL.Query())), func(c string) bool { return !s.resolving(c) }); len(waiting) > 0 {
+				w.Header().Set("Retry-After", "1")
+				writeError(w, http.StatusTooManyRequests, fmt.Sprintf("clusters %s are still resolving their resources on this replica; retry", strings.Join(waiting, ", ")))
+				return
+			}
 		}
 		if kr == nil {
 			gv := p.version

@@ -262,14 +262,39 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 	}
 }
 
-// resolving reports whether cluster has a resource whose discovery has not resolved yet: a
-// resource missing from its catalog may then still come.
+// resolving reports whether cluster has a configured resource that its discovery has not
+// resolved yet (no status at all, just engaged, or Pending/Syncing without a kind): a resource
+// missing from its catalog may then still come.
 func (s *Server) resolving(cluster string) bool {
 	cs, ok := s.reg.ClusterStatus(cluster)
 	if !ok {
 		return true
 	}
-	return slices.ContainsFunc(cs.Resources, func(rs clusterset.ResourceStatus) bool {
-		return rs.Kind == "" && (rs.State == clusterset.Pending || rs.State == clusterset.Syncing)
-	})
+	for _, res := range s.reg.Resources() {
+		i := slices.IndexFunc(cs.Resources, func(rs clusterset.ResourceStatus) bool { return rs.Resource == res })
+		if i < 0 {
+			return true
+		}
+		if rs := cs.Resources[i]; rs.Kind == "" && (rs.State == clusterset.Pending || rs.State == clusterset.Syncing) {
+			return true
+		}
+	}
+	return false
+}
+
+// notCoordinated answers 429 when the Fleet says this replica cannot answer for its share yet
+// (not coordinated with its peers, or self-fenced), and reports whether it did. kube-apiserver
+// answers the same way while its watch cache initializes; clients retry.
+func (s *Server) notCoordinated(w http.ResponseWriter) bool {
+	f, ok := s.opts.Fleet.(interface{ Ready() error })
+	if !ok {
+		return false
+	}
+	err := f.Ready()
+	if err == nil {
+		return false
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusTooManyRequests, "this replica cannot answer yet: "+err.Error()+"; retry")
+	return true
 }

@@ -58,11 +58,20 @@ type scaleEnv struct {
 	members []string
 	token   string // path of the token file
 	dir     string
+	// stable tells the keys (cluster|ns/name) of objects no writer deletes: a watcher told
+	// that one is gone was told a delete nobody made. nil: every object may be deleted.
+	stable func(key string) bool
 }
 
 func (e *scaleEnv) start(id string, extra ...string) replica {
 	e.t.Helper()
-	addr := harness.FreePort(e.t)
+	return e.startAt(id, harness.FreePort(e.t), extra...)
+}
+
+// startAt starts replica id listening on addr (a restarted replica keeps its address, as a
+// Pod keeps its Service).
+func (e *scaleEnv) startAt(id, addr string, extra ...string) replica {
+	e.t.Helper()
 	args := append([]string{"--management-kubeconfig", e.f.Kubeconfig(), "--management-context", e.mgmtCtx,
 		"--cluster-secrets-namespace", secretsNS, "--token-file", e.token, "--resource", scaleResource,
 		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", "http://" + addr, "--replica-id", id,
@@ -121,6 +130,73 @@ func unowned(members []string, holders map[string]string, renewed map[string]tim
 	return out
 }
 
+// newScaleEnv starts a local fleet of n clusters: the first is the management cluster (the
+// replicas' Leases, the members' Secrets), the others are members, each with 30 ConfigMaps
+// cm-0 … cm-29 in namespace scale.
+func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) {
+	env := harness.Start(t, harness.Options{Clusters: n, Timeout: 20 * time.Minute})
+	ctx, f := env.Ctx, env.Fleet
+	names := f.Names()
+	mgmt, err := f.Clientset(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	e := &scaleEnv{t: t, ctx: ctx, f: f, mgmt: mgmt, mgmtCtx: names[0], members: names[1:], token: filepath.Join(dir, "tokens"), dir: dir}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("token file", os.WriteFile(e.token, []byte(scaleToken+"\n"), 0o600))
+	for _, ns := range []string{secretsNS, shardNS} {
+		_, err := mgmt.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		must("namespace "+ns, err)
+	}
+	for _, m := range e.members {
+		c, _ := f.Cluster(m)
+		_, err := mgmt.CoreV1().Secrets(secretsNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "member-" + m, Labels: map[string]string{clusterset.ClusterLabel: m}},
+			Data: map[string][]byte{clusterset.ClusterKubeconfigKey: secretKubeconfig(t, c, c.Token)}}, metav1.CreateOptions{})
+		must("secret "+m, err)
+		cs, _ := f.Clientset(m)
+		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{})
+		must("namespace "+scaleNS, err)
+		for i := range 30 {
+			_, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"n": "0"}}, metav1.CreateOptions{})
+			must("configmap", err)
+		}
+	}
+	return e, env
+}
+
+// settled waits until every member is owned by a live replica and every replica of rs reports
+// every member Synced at its owner, and returns the owners.
+func (e *scaleEnv) settled(what string, rs []replica, dead map[string]bool, within time.Duration) map[string]string {
+	e.t.Helper()
+	var holders map[string]string
+	harness.WaitFor(e.t, what, within, func() bool {
+		h, renewed, err := e.fences(e.ctx)
+		if err != nil || len(unowned(e.members, h, renewed, dead)) > 0 {
+			return false
+		}
+		holders = h
+		for _, r := range rs {
+			var cl api.Clusters
+			if e.get(r, api.ClustersPath, &cl) != nil || len(cl.Clusters) != len(e.members) {
+				return false
+			}
+			for _, c := range cl.Clusters {
+				if c.State != "Synced" || c.Owner != h[c.Name] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return holders
+}
+
 // truth lists the members' ConfigMaps from their API servers: cluster|ns/name → resourceVersion.
 func (e *scaleEnv) truth() map[string]string {
 	e.t.Helper()
@@ -143,20 +219,26 @@ func (e *scaleEnv) truth() map[string]string {
 
 // get fetches path from r, decoding a 200 into out.
 func (e *scaleEnv) get(r replica, path string, out any) error {
+	_, err := e.getWarned(r, path, out)
+	return err
+}
+
+// getWarned is get, and returns the answer's Warning headers.
+func (e *scaleEnv) getWarned(r replica, path string, out any) ([]string, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.d.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+scaleToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s from %s: %d %s", path, r.id, resp.StatusCode, b)
+		return nil, fmt.Errorf("GET %s from %s: %d %s", path, r.id, resp.StatusCode, b)
 	}
-	return json.Unmarshal(b, out)
+	return resp.Header.Values("Warning"), json.Unmarshal(b, out)
 }
 
 // scaleList is a Kubernetes API list as the tests read it.
@@ -284,6 +366,43 @@ type follower struct {
 	store  cache.Store
 	cancel context.CancelFunc
 	done   chan struct{}
+	// invented counts the objects it was told are gone (a DELETED event, or missing from a
+	// relist) though they were never deleted (scaleEnv.stable).
+	invented atomic.Int64
+}
+
+// countingStore is a Reflector's store that counts removals of stable objects: a DELETED
+// event, or an object a relist (Replace) no longer has, which an informer hands its handlers
+// as a delete.
+type countingStore struct {
+	cache.Store
+	keyOf    cache.KeyFunc
+	stable   func(key string) bool // nil: nothing is stable
+	invented *atomic.Int64
+}
+
+func (s *countingStore) Delete(obj any) error {
+	if k, err := s.keyOf(obj); err == nil && s.stable != nil && s.stable(k) {
+		s.invented.Add(1)
+	}
+	return s.Store.Delete(obj)
+}
+
+func (s *countingStore) Replace(list []any, rv string) error {
+	if s.stable != nil {
+		kept := map[string]bool{}
+		for _, obj := range list {
+			if k, err := s.keyOf(obj); err == nil {
+				kept[k] = true
+			}
+		}
+		for _, k := range s.Store.ListKeys() {
+			if !kept[k] && s.stable(k) {
+				s.invented.Add(1)
+			}
+		}
+	}
+	return s.Store.Replace(list, rv)
 }
 
 func (e *scaleEnv) follow(r replica) *follower {
@@ -302,7 +421,8 @@ func (e *scaleEnv) follow(r replica) *follower {
 		k, _ := kubeKey(cm)
 		return k, nil
 	}
-	store := cache.NewStore(keyOf)
+	fo0 := &follower{r: r}
+	store := &countingStore{Store: cache.NewStore(keyOf), keyOf: keyOf, stable: e.stable, invented: &fo0.invented}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return cs.CoreV1().ConfigMaps("").List(ctx, o)
@@ -313,7 +433,8 @@ func (e *scaleEnv) follow(r replica) *follower {
 	}
 	refl := cache.NewReflectorWithOptions(listThenWatch{lw}, &corev1.ConfigMap{}, store, cache.ReflectorOptions{Name: "follower of " + r.id})
 	ctx, cancel := context.WithCancel(e.ctx)
-	fo := &follower{r: r, store: store, cancel: cancel, done: make(chan struct{})}
+	fo := fo0
+	fo.store, fo.cancel, fo.done = store, cancel, make(chan struct{})
 	go func() { defer close(fo.done); refl.RunWithContext(ctx) }()
 	e.t.Cleanup(fo.stop)
 	return fo
@@ -368,7 +489,11 @@ type writer struct {
 	errs   atomic.Int64
 }
 
-func (e *scaleEnv) write(perClusterPerSecond int) *writer {
+func (e *scaleEnv) write(perClusterPerSecond int) *writer { return e.writeOps(perClusterPerSecond, false) }
+
+// writeOps is write; with keepStable, the seeded ConfigMaps cm-0 … cm-29 are only updated, and
+// creates and deletes go to churn-0 … churn-29 (see scaleEnv.stable).
+func (e *scaleEnv) writeOps(perClusterPerSecond int, keepStable bool) *writer {
 	ctx, stop := context.WithCancel(e.ctx)
 	w := &writer{stop: stop}
 	for i, c := range e.members {
@@ -389,9 +514,17 @@ func (e *scaleEnv) write(perClusterPerSecond int) *writer {
 				case <-tick.C:
 				}
 				name := fmt.Sprintf("cm-%d", rng.IntN(60))
+				op := rng.IntN(3)
+				if keepStable {
+					if name = fmt.Sprintf("cm-%d", rng.IntN(30)); rng.IntN(2) == 0 {
+						name = fmt.Sprintf("churn-%d", rng.IntN(30))
+					} else {
+						op = 1 // a stable object: updated only
+					}
+				}
 				cms := cs.CoreV1().ConfigMaps(scaleNS)
 				var err error
-				switch rng.IntN(3) {
+				switch op {
 				case 0:
 					_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"n": fmt.Sprint(n)}}, metav1.CreateOptions{})
 				case 1:
@@ -488,37 +621,12 @@ func (e *scaleEnv) rawWatch(r replica) *rawWatch {
 // killed (SIGKILL) and its clusters are owned again within two lease durations; a fourth
 // replica joins and takes some clusters without leaving any unowned or any watch silent.
 func TestScaleOut(t *testing.T) {
-	env := harness.Start(t, harness.Options{Clusters: 7, Timeout: 20 * time.Minute})
-	ctx, f := env.Ctx, env.Fleet
-	names := f.Names()
-	mgmt, err := f.Clientset(names[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	e := &scaleEnv{t: t, ctx: ctx, f: f, mgmt: mgmt, mgmtCtx: names[0], members: names[1:], token: filepath.Join(dir, "tokens"), dir: dir}
+	e, env := newScaleEnv(t, 7)
+	ctx, f, names := env.Ctx, env.Fleet, env.Fleet.Names()
 	must := func(what string, err error) {
 		t.Helper()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	must("token file", os.WriteFile(e.token, []byte(scaleToken+"\n"), 0o600))
-	for _, ns := range []string{secretsNS, shardNS} {
-		_, err := mgmt.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		must("namespace "+ns, err)
-	}
-	for _, m := range e.members {
-		c, _ := f.Cluster(m)
-		_, err := mgmt.CoreV1().Secrets(secretsNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "member-" + m, Labels: map[string]string{clusterset.ClusterLabel: m}},
-			Data: map[string][]byte{clusterset.ClusterKubeconfigKey: secretKubeconfig(t, c, c.Token)}}, metav1.CreateOptions{})
-		must("secret "+m, err)
-		cs, _ := f.Clientset(m)
-		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{})
-		must("namespace "+scaleNS, err)
-		for i := range 30 {
-			_, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"n": "0"}}, metav1.CreateOptions{})
-			must("configmap", err)
 		}
 	}
 
@@ -527,26 +635,7 @@ func TestScaleOut(t *testing.T) {
 	dead := map[string]bool{}
 
 	// Every member is owned by exactly one live replica, and every replica says so.
-	var holders map[string]string
-	harness.WaitFor(t, "every member owned by a live replica and synced", 2*time.Minute, func() bool {
-		h, renewed, err := e.fences(ctx)
-		if err != nil || len(unowned(e.members, h, renewed, dead)) > 0 {
-			return false
-		}
-		holders = h
-		for _, r := range rs {
-			var cl api.Clusters
-			if e.get(r, api.ClustersPath, &cl) != nil || len(cl.Clusters) != len(e.members) {
-				return false
-			}
-			for _, c := range cl.Clusters {
-				if c.State != "Synced" || c.Owner != h[c.Name] {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	holders := e.settled("every member owned by a live replica and synced", rs, dead, 2*time.Minute)
 	// Replicas that joined later take their share once they have been live a lease duration:
 	// wait until the owners hold still for three.
 	stable, since := "", time.Now()
