@@ -489,7 +489,9 @@ type writer struct {
 	errs   atomic.Int64
 }
 
-func (e *scaleEnv) write(perClusterPerSecond int) *writer { return e.writeOps(perClusterPerSecond, false) }
+func (e *scaleEnv) write(perClusterPerSecond int) *writer {
+	return e.writeOps(perClusterPerSecond, false)
+}
 
 // writeOps is write; with keepStable, the seeded ConfigMaps cm-0 … cm-29 are only updated, and
 // creates and deletes go to churn-0 … churn-29 (see scaleEnv.stable).
