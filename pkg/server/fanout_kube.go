@@ -400,8 +400,8 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	if !ok {
 		return
 	}
-	bookmarks := q.Get("allowWatchBookmarks") == "true"
-	initial := q.Get("sendInitialEvents") == "true"
+	bookmarks := opts.AllowWatchBookmarks
+	initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	changed := s.opts.Fleet.WaitChange()

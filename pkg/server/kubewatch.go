@@ -49,8 +49,12 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	}
 	warnLeftOut(w, sel.leftOut)
 	q := sel.query
-	bookmarks := vals.Get("allowWatchBookmarks") == "true"
-	rv, rvm, sie := vals.Get("resourceVersion"), vals.Get("resourceVersionMatch"), vals.Get("sendInitialEvents")
+	// Booleans as kube-apiserver decodes them: any value but "false" or "0" is true (the
+	// official Python client sends True).
+	bookmarks := opts.AllowWatchBookmarks
+	rv, rvm := opts.ResourceVersion, string(opts.ResourceVersionMatch)
+	sieSet := opts.SendInitialEvents != nil
+	sie := sieSet && *opts.SendInitialEvents
 	var deadline <-chan time.Time
 	if opts.TimeoutSeconds != nil {
 		n := *opts.TimeoutSeconds
@@ -66,24 +70,21 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	}
 	// As kube-apiserver validates them.
 	switch {
-	case sie != "" && sie != "true" && sie != "false":
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("sendInitialEvents %q: want true or false", sie))
-		return
-	case sie != "" && rvm != string(metav1.ResourceVersionMatchNotOlderThan):
+	case sieSet && rvm != string(metav1.ResourceVersionMatchNotOlderThan):
 		writeError(w, http.StatusBadRequest, "sendInitialEvents requires resourceVersionMatch=NotOlderThan")
 		return
-	case sie == "" && rvm != "":
+	case !sieSet && rvm != "":
 		writeError(w, http.StatusBadRequest, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
 		return
-	case sie == "true" && !bookmarks:
+	case sie && !bookmarks:
 		writeError(w, http.StatusBadRequest, "sendInitialEvents requires allowWatchBookmarks=true")
 		return
 	}
 	var pos token
-	initial, endBookmark := false, sie == "true"
+	initial, endBookmark := false, sie
 	var expired error
 	switch {
-	case sie == "true":
+	case sie:
 		if rv != "" && rv != "0" {
 			if _, err := parseToken(rv); err != nil {
 				writeError(w, http.StatusBadRequest, err.Error())
@@ -92,7 +93,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 		}
 		pos, initial = h.position(), true // not older than any position given
 	case rv == "" || rv == "0":
-		pos, initial = h.position(), sie != "false"
+		pos, initial = h.position(), !sieSet || sie
 	default:
 		t, err := parseToken(rv)
 		if err != nil {

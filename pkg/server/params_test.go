@@ -225,3 +225,26 @@ func TestWatchParamOverHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchListWithPythonBooleans: a watch-list whose booleans are spelt as the official
+// Python client spells them (True) streams the objects, then the bookmark that ends them.
+func TestWatchListWithPythonBooleans(t *testing.T) {
+	hs, _ := kubeFixture(t)
+	evs := watchLines(t, hs, "/api/v1/pods?watch=True&sendInitialEvents=True&allowWatchBookmarks=True&resourceVersionMatch=NotOlderThan", "", 4)
+	var added int
+	for _, ev := range evs {
+		switch ev.Type {
+		case string(api.Added):
+			added++
+		case string(api.Bookmark):
+			if !strings.Contains(string(ev.Object), "initial-events-end") {
+				t.Errorf("bookmark without the initial-events-end annotation: %s", ev.Object)
+			}
+			if added != 3 {
+				t.Errorf("the end bookmark came after %d ADDED events, want 3", added)
+			}
+			return
+		}
+	}
+	t.Errorf("no end bookmark in %d events", len(evs))
+}
