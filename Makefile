@@ -19,8 +19,9 @@ help: ## List every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (idempotent)
+tools: ## Build the pinned etcd, kube-apiserver and kubectl into bin/, and install the official Python client (idempotent)
 	@bash hack/build-tools.sh etcd kube-apiserver kubectl
+	@bash hack/install-clients.sh
 
 .PHONY: tools-cm
 tools-cm: ## Also build kube-controller-manager (for fleet-up --controller-manager)

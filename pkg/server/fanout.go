@@ -290,13 +290,10 @@ func (s *Server) downFreshness(ctx context.Context, resource string, down map[st
 // fleet's next page. opts are the query decoded (listOptions).
 func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl plan, resource string, opts metav1.ListOptions) {
 	q := r.URL.Query()
-	limit := s.opts.MaxPageSize // also for no limit, or 0
-	switch n := opts.Limit; {
-	case n < 0:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
+	limit, err := nativeLimit(opts, q, s.opts.MaxPageSize)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
-	case n > 0 && n < int64(limit):
-		limit = int(n)
 	}
 	var cont fleetContinue
 	if tok := q.Get("continue"); tok != "" {

@@ -49,14 +49,9 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 		s.serveLocal(w, r, pl)
 		return
 	}
-	watch := p.watchPath || isWatch(vals)
-	var opts metav1.ListOptions
-	if watch || p.name == "" {
-		// As in handleKube: a list or a watch decodes its ListOptions, a get none.
-		if opts, err = listOptions(vals); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
+	watch, opts, ok := kubeOptions(w, p, vals)
+	if !ok {
+		return
 	}
 	switch {
 	case watch:

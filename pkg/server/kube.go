@@ -109,15 +109,9 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vals := r.URL.Query()
-	watch := p.watchPath || isWatch(vals)
-	var opts metav1.ListOptions
-	if watch || p.name == "" {
-		// A list or a watch decodes its ListOptions, a malformed one being 400 as in
-		// kube-apiserver; a get reads none of them, and fails on none.
-		if opts, err = listOptions(vals); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
+	watch, opts, ok := kubeOptions(w, p, vals)
+	if !ok {
+		return
 	}
 	if watch {
 		if p.name != "" {

@@ -229,18 +229,14 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	tick := time.NewTicker(s.opts.BookmarkInterval)
 	defer tick.Stop()
 	// In a sharded fleet the watch ends with 410 once its plan changes (planguard.go).
-	guard := guardOf(r.Context())
-	replanned := guard.changed()
+	replanned := guardOf(r.Context()).track()
 	moved := func() bool {
-		next := guard.changed() // before why: a change in between is not missed
-		why := guard.why()
-		if why == "" {
-			replanned = next
-			return false
+		why := replanned.check()
+		if why != "" {
+			_ = control(api.ErrorEvent, statusOf(http.StatusGone, "the fleet changed since this watch started: "+why+"; list again"))
+			fl.Flush()
 		}
-		_ = control(api.ErrorEvent, statusOf(http.StatusGone, "the fleet changed since this watch started: "+why+"; list again"))
-		fl.Flush()
-		return true
+		return why != ""
 	}
 	if moved() {
 		return
@@ -249,7 +245,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	flushed := time.Now()
 	for {
 		select {
-		case <-replanned:
+		case <-replanned.C:
 			if moved() {
 				return
 			}
@@ -285,7 +281,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 		case <-deadline:
 			return
 		case <-wake:
-		case <-replanned:
+		case <-replanned.C:
 			if moved() {
 				return
 			}

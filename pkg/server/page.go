@@ -110,13 +110,10 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer cancel()
-	limit := s.opts.MaxPageSize // also for no limit, or 0
-	switch n := opts.Limit; {
-	case n < 0:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
+	limit, err := nativeLimit(opts, q, s.opts.MaxPageSize)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
-	case n > 0 && n < int64(limit):
-		limit = int(n)
 	}
 	var after *aggregate.Key
 	var rv string

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -77,4 +78,31 @@ func malformed(vals url.Values, err error) error {
 		}
 	}
 	return fmt.Errorf("query parameters: %w", err) // no parameter fails alone: not expected
+}
+
+// nativeLimit is a native list's page size: the limit asked for, capped at max, or max for no
+// limit (or 0). A negative limit is an error naming it.
+func nativeLimit(opts metav1.ListOptions, vals url.Values, max int) (int, error) {
+	switch n := opts.Limit; {
+	case n < 0:
+		return 0, fmt.Errorf("limit %q: want a non-negative integer", vals.Get("limit"))
+	case n > 0 && n < int64(max):
+		return int(n), nil
+	}
+	return max, nil
+}
+
+// kubeOptions decodes the ListOptions of a Kubernetes-API request, once: a list or a watch
+// decodes them, a malformed one being a 400 as in kube-apiserver; a get reads none of them,
+// and fails on none. It writes the 400 itself (ok false).
+func kubeOptions(w http.ResponseWriter, p kubePath, vals url.Values) (watch bool, opts metav1.ListOptions, ok bool) {
+	watch = p.watchPath || isWatch(vals)
+	if watch || p.name == "" {
+		var err error
+		if opts, err = listOptions(vals); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return false, opts, false
+		}
+	}
+	return watch, opts, true
 }

@@ -120,6 +120,25 @@ func (g *planGuard) why() string {
 	return changeFrom(g.was, g.s.plan(g.keep))
 }
 
+// replan is what a watch loop holds of its guard: C to select on, and check once it fires.
+type replan struct {
+	g *planGuard
+	C <-chan struct{}
+}
+
+// track starts following the plan; for a nil guard, C never fires.
+func (g *planGuard) track() *replan { return &replan{g: g, C: g.changed()} }
+
+// check says how the plan changed, "" while it has not; then C waits for the next change.
+func (rp *replan) check() string {
+	next := rp.g.changed() // before why: a change in between is not missed
+	why := rp.g.why()
+	if why == "" {
+		rp.C = next
+	}
+	return why
+}
+
 // planned lists the clusters of this replica's own part of the plan, nil for a nil guard.
 func (g *planGuard) planned() []string {
 	if g == nil {
@@ -226,7 +245,7 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 			}
 		}
 	}()
-	replanned := guard.changed()
+	replanned := guard.track()
 	for {
 		select {
 		case line, ok := <-lines:
@@ -239,11 +258,9 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 			if fl != nil {
 				fl.Flush()
 			}
-		case <-replanned:
-			next := guard.changed()
-			why := guard.why()
+		case <-replanned.C:
+			why := replanned.check()
 			if why == "" {
-				replanned = next
 				continue
 			}
 			msg := "the fleet changed since this watch started: " + why + "; list again"

@@ -149,18 +149,14 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	fl.Flush()
 	// In a sharded fleet the watch ends with 410 once its plan changes (planguard.go).
-	guard := guardOf(r.Context())
-	replanned := guard.changed()
+	replanned := guardOf(r.Context()).track()
 	moved := func() bool {
-		next := guard.changed() // before why: a change in between is not missed
-		why := guard.why()
-		if why == "" {
-			replanned = next
-			return false
+		why := replanned.check()
+		if why != "" {
+			_ = control(api.ErrorEvent, errorObject(http.StatusGone, "the fleet changed since this watch started: "+why+"; list again"))
+			fl.Flush()
 		}
-		_ = control(api.ErrorEvent, errorObject(http.StatusGone, "the fleet changed since this watch started: "+why+"; list again"))
-		fl.Flush()
-		return true
+		return why != ""
 	}
 	if moved() {
 		return
@@ -169,7 +165,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 	flushed := time.Now()
 	for {
 		select {
-		case <-replanned:
+		case <-replanned.C:
 			if moved() {
 				return
 			}
@@ -206,7 +202,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 		case <-r.Context().Done():
 			return
 		case <-wake:
-		case <-replanned:
+		case <-replanned.C:
 			if moved() {
 				return
 			}

@@ -9,6 +9,9 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -67,15 +70,7 @@ func (e *scaleEnv) relist(name string, r replica, c wireClient) *relister {
 				time.Sleep(200 * time.Millisecond)
 				continue
 			}
-			rl.mu.Lock()
-			for k := range rl.state {
-				if _, ok := objs[k]; !ok && e.stable(k) {
-					rl.invented = append(rl.invented, "missing from a relist: "+k)
-				}
-			}
-			rl.state = objs
-			rl.relists++
-			rl.mu.Unlock()
+			rl.replace(e, objs)
 			rl.follow(ctx, e, r, c.watch(rv), c.event)
 		}
 	}()
@@ -102,23 +97,106 @@ func (rl *relister) follow(ctx context.Context, e *scaleEnv, r replica, u string
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
 		typ, key, rv, msg := event(sc.Bytes())
-		rl.mu.Lock()
-		switch typ {
-		case "ADDED", "MODIFIED":
-			rl.state[key] = rv
-		case "DELETED":
-			if e.stable(key) {
-				rl.invented = append(rl.invented, "DELETED: "+key)
-			}
-			delete(rl.state, key)
-		case "ERROR":
-			rl.mu.Unlock()
+		if typ == "ERROR" {
 			rl.ended("ERROR: " + msg)
 			return
 		}
-		rl.mu.Unlock()
+		rl.apply(e, typ, key, rv)
 	}
 	rl.ended(fmt.Sprintf("stream closed (%v)", sc.Err()))
+}
+
+// replace takes a (re)list's objects: a stable object the list no longer has is one the client
+// now believes deleted.
+func (rl *relister) replace(e *scaleEnv, objs map[string]string) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	for k := range rl.state {
+		if _, ok := objs[k]; !ok && e.stable(k) {
+			rl.invented = append(rl.invented, "missing from a relist: "+k)
+		}
+	}
+	rl.state = objs
+	rl.relists++
+}
+
+// apply takes one watch event.
+func (rl *relister) apply(e *scaleEnv, typ, key, rv string) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	switch typ {
+	case "ADDED", "MODIFIED":
+		rl.state[key] = rv
+	case "DELETED":
+		if e.stable(key) {
+			rl.invented = append(rl.invented, "DELETED: "+key)
+		}
+		delete(rl.state, key)
+	}
+}
+
+// pythonRelister runs testdata/relist.py, a list-then-watch client written with the official
+// Python client (Debian's python3-kubernetes, for Debian's /usr/bin/python3), against r's
+// fleet view. It returns nil, saying why, when that client is not installed: `make tools`
+// installs it, and CI must not go without it.
+func (e *scaleEnv) pythonRelister(r replica) *relister {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import kubernetes").Run(); err != nil {
+		msg := fmt.Sprintf("the official Python client is not installed (%s -c 'import kubernetes': %v); `make tools` installs Debian's python3-kubernetes", py, err)
+		if os.Getenv("CI") != "" {
+			e.t.Fatal(msg)
+		}
+		e.t.Log("skipping the Python watcher: " + msg)
+		return nil
+	}
+	rl := &relister{name: "official Python client, fleet, on " + r.id, state: map[string]string{}}
+	ctx, cancel := context.WithCancel(e.ctx)
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "relist.py"), r.d.URL, scaleToken)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var line struct {
+				Op    string            `json:"op"`
+				Items map[string]string `json:"items"`
+				Type  string            `json:"type"`
+				Key   string            `json:"key"`
+				RV    string            `json:"rv"`
+				Why   string            `json:"why"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch line.Op {
+			case "list":
+				rl.replace(e, line.Items)
+			case "event":
+				rl.apply(e, line.Type, line.Key, line.RV)
+			case "ended", "error":
+				rl.ended(line.Why)
+			}
+		}
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		<-done
+		if e.t.Failed() && stderr.Len() > 0 {
+			e.t.Logf("the Python client's stderr:\n%s", stderr.String())
+		}
+	})
+	return rl
 }
 
 func (rl *relister) ended(why string) {
@@ -332,6 +410,9 @@ func TestRollingRestart(t *testing.T) {
 		e.relist("Kubernetes API, /clusters/"+m0+", on r3", rs[2], e.kubeWire(rs[2], "/clusters/"+m0)),
 		e.relist("native API, fleet, on r2", rs[1], e.nativeWire(rs[1])),
 		e.relist("native API, cluster="+m1+", on r3", rs[2], e.nativeWire(rs[2], m1)),
+	}
+	if py := e.pythonRelister(rs[0]); py != nil {
+		relisters = append(relisters, py)
 	}
 	e.followersEqualTruth("watchers started", fos, time.Minute)
 
