@@ -43,6 +43,7 @@ type serveFlags struct {
 	profiling                                      bool
 	sharding                                       bool
 	advertiseURL, shardingNamespace, identity      string
+	peerCert, peerKey, peerCA                      string
 	leaseDuration                                  time.Duration
 	maxWarmups, weight                             int
 }
@@ -83,6 +84,9 @@ func newServe() *cobra.Command {
 	fl.DurationVar(&f.leaseDuration, "lease-duration", 0, "with --sharding: a replica silent this long loses its clusters (default 15s)")
 	fl.IntVar(&f.maxWarmups, "max-warmups", 0, "with --sharding: clusters this replica syncs at once (default 4)")
 	fl.IntVar(&f.weight, "shard-weight", 0, "with --sharding: this replica's share of clusters relative to the others' (default 1)")
+	fl.StringVar(&f.peerCert, "peer-cert-file", "", "with --sharding: this replica's peer client certificate (signed by --peer-ca-file): replicas then pass callers' identities, not their credentials")
+	fl.StringVar(&f.peerKey, "peer-key-file", "", "with --sharding: the key of --peer-cert-file")
+	fl.StringVar(&f.peerCA, "peer-ca-file", "", "with --sharding: the CA of the replicas' peer and serving certificates")
 	fl.StringVar(&f.logFormat, "log-format", "", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
 	return cmd
@@ -150,7 +154,8 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	if f.allowInsecure {
 		cfg.Server.AllowInsecure = true
 	}
-	if fl.Changed("sharding") || f.advertiseURL != "" || f.shardingNamespace != "" || f.identity != "" || f.leaseDuration != 0 || f.maxWarmups != 0 || f.weight != 0 {
+	if fl.Changed("sharding") || f.advertiseURL != "" || f.shardingNamespace != "" || f.identity != "" || f.leaseDuration != 0 || f.maxWarmups != 0 || f.weight != 0 ||
+		f.peerCert != "" || f.peerKey != "" || f.peerCA != "" {
 		if cfg.Sharding == nil {
 			cfg.Sharding = &config.Sharding{}
 		}
@@ -175,6 +180,14 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		}
 		if f.weight != 0 {
 			sh.Weight = f.weight
+		}
+		for _, v := range []struct {
+			to   *string
+			from string
+		}{{&sh.PeerCertFile, f.peerCert}, {&sh.PeerKeyFile, f.peerKey}, {&sh.PeerCAFile, f.peerCA}} {
+			if v.from != "" {
+				*v.to = v.from
+			}
 		}
 	}
 	if f.logFormat != "" {
@@ -271,6 +284,11 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		if sopts.PeerClient, err = peerClient(cfg.Sharding); err != nil {
 			return err
 		}
+		if cfg.Sharding.PeerTrust() {
+			if sopts.PeerAuthenticator, err = auth.PeerAuthenticator(cfg.Sharding.PeerCAFile); err != nil {
+				return err
+			}
+		}
 		if cfg.Sharding.PeerTimeout.Duration > 0 {
 			sopts.PeerTimeout = cfg.Sharding.PeerTimeout.Duration
 		}
@@ -306,13 +324,19 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	defer endRequests()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
-	if cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "" {
+	if cfg.Server.TLS != nil && (cfg.Server.TLS.ClientCAFile != "" || cfg.Sharding.PeerTrust()) {
+		// Certificates are verified by the authenticators (callers' against the client CA,
+		// peers' against the peer CA); the pool tells clients which CAs to use.
 		pool := x509.NewCertPool()
-		pem, err := os.ReadFile(cfg.Server.TLS.ClientCAFile)
-		if err != nil || !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("server.tls.clientCAFile %s: no PEM certificate in it (%v)", cfg.Server.TLS.ClientCAFile, err)
+		for _, f := range []struct{ field, path string }{{"server.tls.clientCAFile", cfg.Server.TLS.ClientCAFile}, {"sharding.peerCAFile", peerCAOf(cfg)}} {
+			if f.path == "" {
+				continue
+			}
+			pem, err := os.ReadFile(f.path)
+			if err != nil || !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("%s %s: no PEM certificate in it (%v)", f.field, f.path, err)
+			}
 		}
-		// Certificates are verified by the authenticator; the pool tells clients which CA to use.
 		hs.TLSConfig = &tls.Config{ClientAuth: tls.RequestClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	regCtx, stopReg := context.WithCancel(context.Background())
@@ -412,7 +436,22 @@ func peerClient(sh *config.Sharding) (*http.Client, error) {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	if sh.PeerTrust() {
+		cert, err := tls.LoadX509KeyPair(sh.PeerCertFile, sh.PeerKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("sharding.peerCertFile %s, sharding.peerKeyFile %s: %w", sh.PeerCertFile, sh.PeerKeyFile, err)
+		}
+		tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
+	}
 	return &http.Client{Transport: tr}, nil
+}
+
+// peerCAOf is sharding.peerCAFile when peers vouch for their callers, else "".
+func peerCAOf(cfg *config.Config) string {
+	if !cfg.Sharding.PeerTrust() {
+		return ""
+	}
+	return cfg.Sharding.PeerCAFile
 }
 
 // managementClient reaches the management cluster: from its kubeconfig and context, or, when

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/request/union"
 	"k8s.io/apiserver/pkg/authentication/request/x509"
 	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
@@ -129,6 +130,25 @@ func New(opts Options) (*Delegated, error) {
 	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m, timeout: opts.Timeout}, nil
 }
 
+// PeerAuthenticator reads who a peer replica says its caller is (server.PeerUserHeader,
+// server.PeerGroupHeader), believing it only from a request whose client certificate the CA in
+// caFile signed: k8s.io/apiserver's request-header authenticator, as aggregated API servers
+// use for kube-apiserver's requests. A request without such a certificate is not
+// authenticated by it (ok false); one with a certificate the CA did not sign is an error.
+func PeerAuthenticator(caFile string) (authenticator.Request, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("sharding.peerCAFile: %w", err)
+	}
+	ca, err := dynamiccertificates.NewStaticCAContent("peer-ca", pem)
+	if err != nil {
+		return nil, fmt.Errorf("sharding.peerCAFile %s: %w", caFile, err)
+	}
+	none := headerrequest.StaticStringSlice(nil)
+	return headerrequest.NewDynamicVerifyOptionsSecure(ca.VerifyOptions, none,
+		headerrequest.StaticStringSlice{server.PeerUserHeader}, none, headerrequest.StaticStringSlice{server.PeerGroupHeader}, none), nil
+}
+
 // Authorize authenticates r: no credentials, an invalid token or an untrusted certificate is
 // server.ErrUnauthenticated.
 func (d *Delegated) Authorize(r *http.Request) (server.Access, error) {
@@ -144,11 +164,20 @@ func (d *Delegated) Authorize(r *http.Request) (server.Access, error) {
 	return &access{d: d, user: resp.User}, nil
 }
 
+var _ server.UserAuthorizer = (*Delegated)(nil)
+
+// AccessFor is what u, authenticated by the replica a request reached first (and vouched for
+// by that replica's peer certificate), may read: the same reviews as for a caller of this one.
+func (d *Delegated) AccessFor(u user.Info) server.Access { return &access{d: d, user: u} }
+
 // access is one caller's: every question is a (cached) SubjectAccessReview.
 type access struct {
 	d    *Delegated
 	user user.Info
 }
+
+// User is the caller, as peers are told.
+func (a *access) User() user.Info { return a.user }
 
 func (a *access) All(ctx context.Context) (bool, error) {
 	return a.allowed(ctx, "list", "", "")

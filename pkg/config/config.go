@@ -97,7 +97,21 @@ type Sharding struct {
 	PeerCAFile string `json:"peerCAFile,omitempty"`
 	// PeerTimeout bounds a call to another replica (watches excepted). Default 10s.
 	PeerTimeout Duration `json:"peerTimeout,omitempty"`
+	// PeerCertFile and PeerKeyFile are this replica's peer client certificate, signed by the
+	// CA in PeerCAFile (which then also signs every replica's serving certificate). With
+	// them, replicas trust each other as aggregated API servers trust kube-apiserver: the
+	// replica a request reaches authenticates the caller and tells the owners it asks who the
+	// caller is, in request headers over mutual TLS; an owner believes those headers only
+	// from a client certificate the peer CA signed. Callers' credentials then never leave the
+	// replica they reached, and client-certificate callers fan out too. Without them, each
+	// call forwards the caller's bearer token, never over plain http to a host that is not
+	// loopback.
+	PeerCertFile string `json:"peerCertFile,omitempty"`
+	PeerKeyFile  string `json:"peerKeyFile,omitempty"`
 }
+
+// PeerTrust reports whether replicas vouch for their callers with peer certificates.
+func (s *Sharding) PeerTrust() bool { return s != nil && s.Enabled && s.PeerCertFile != "" }
 
 // ShardingEnabled reports whether replicas share the fleet.
 func (c *Config) ShardingEnabled() bool { return c.Sharding != nil && c.Sharding.Enabled }
@@ -384,6 +398,17 @@ func (c *Config) Validate() error {
 		}
 		if sh.PeerTimeout.Duration < 0 {
 			bad("sharding.peerTimeout", "%s: must not be negative", sh.PeerTimeout.Duration)
+		}
+		switch {
+		case (sh.PeerCertFile == "") != (sh.PeerKeyFile == ""):
+			bad("sharding.peerCertFile", "sharding.peerCertFile and sharding.peerKeyFile go together (--peer-cert-file, --peer-key-file)")
+		case sh.PeerCertFile == "":
+		case sh.PeerCAFile == "":
+			bad("sharding.peerCAFile", "required with sharding.peerCertFile: the CA that signs every replica's peer and serving certificates (--peer-ca-file)")
+		case c.Server.TLS == nil:
+			bad("sharding.peerCertFile", "needs server.tls: peers prove who they are with client certificates, over TLS")
+		case strings.HasPrefix(sh.AdvertiseURL, "http://"):
+			bad("sharding.advertiseURL", "%q: with sharding.peerCertFile, advertise an https URL", sh.AdvertiseURL)
 		}
 	}
 	if c.Management.Context != "" && c.Management.Kubeconfig == "" {

@@ -50,7 +50,7 @@ func (t Tokens) Authorize(r *http.Request) (Access, error) {
 	}
 	for _, tok := range t {
 		if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
-			return everything{}, nil
+			return tokenHolderAccess{}, nil
 		}
 	}
 	return nil, fmt.Errorf("%w: invalid bearer token", ErrUnauthenticated)

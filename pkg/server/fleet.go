@@ -196,10 +196,13 @@ func (t fleetToken) resumable(pl plan) error {
 
 // peers sends requests to other replicas, and to this one in process.
 type peers struct {
-	client  *http.Client
-	timeout time.Duration
-	local   http.Handler // this replica's API, answering its own clusters
-	latency *prometheus.HistogramVec
+	client *http.Client
+	// identity: calls carry the caller's user and groups (peertrust.go), not its credentials;
+	// client presents this replica's peer certificate.
+	identity bool
+	timeout  time.Duration
+	local    http.Handler // this replica's API, answering its own clusters
+	latency  *prometheus.HistogramVec
 }
 
 // call sends the caller's request, re-aimed at path with query q, to the replica of p. The
@@ -218,12 +221,23 @@ func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string,
 	if err != nil {
 		return nil, fmt.Errorf("replica %q: %w", p.peer, err)
 	}
-	for _, h := range []string{"Authorization", "Accept", "User-Agent"} {
+	for _, h := range []string{"Accept", "User-Agent"} {
 		if v := r.Header.Get(h); v != "" {
 			req.Header.Set(h, v)
 		}
 	}
 	req.Header.Set(peerHeader, "1")
+	switch auth := r.Header.Get("Authorization"); {
+	case p.self:
+		// In process, the caller's Access goes as it is: authenticated and authorized once.
+		req = req.WithContext(context.WithValue(req.Context(), inProcessKey{}, accessOf(r.Context())))
+	case pc.identity:
+		setIdentity(req.Header, r.Context()) // the peer certificate vouches for it
+	case auth != "" && plainRemote(target):
+		return nil, fmt.Errorf("replica %q: refusing to send the caller's credentials over plain http to %s: advertise an https URL, or set sharding.peerCertFile", p.peer, p.url)
+	case auth != "":
+		req.Header.Set("Authorization", auth)
+	}
 	var resp *http.Response
 	if p.self {
 		req.TLS, req.RemoteAddr = r.TLS, r.RemoteAddr

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -78,6 +79,16 @@ type Options struct {
 	// PeerTimeout bounds every call but watches. Default 10s.
 	PeerClient  *http.Client
 	PeerTimeout time.Duration
+	// PeerAuthenticator, when set, replaces credential forwarding between replicas with peer
+	// trust (peertrust.go): a replica tells the owners it asks who the caller is, in
+	// X-Remote-User and X-Remote-Group, instead of forwarding the caller's credentials, and
+	// believes such headers only on a request PeerAuthenticator authenticates: one whose
+	// client certificate the peers' CA signed, as k8s.io/apiserver's request-header
+	// authenticator checks (cmd/multicache builds it from sharding.peerCAFile). PeerClient
+	// must then present this replica's peer certificate, and the Authorizer must be a
+	// UserAuthorizer. Nil: each call carries the caller's own credentials, never over plain
+	// http to a host that is not loopback.
+	PeerAuthenticator authenticator.Request
 	// Tables supplies the Table columns of built-in kinds for the Kubernetes API (kubectl get).
 	// The daemon sets Kubernetes' own printers. Without it, built-in kinds get NAME and AGE.
 	Tables table.Provider
@@ -238,7 +249,7 @@ func (s *Server) Handler() http.Handler {
 		return compressLarge(mux)
 	}
 	s.local = mux
-	s.peers = &peers{client: s.opts.PeerClient, timeout: s.opts.PeerTimeout, local: mux, latency: s.metrics.peerLatency}
+	s.peers = &peers{client: s.opts.PeerClient, identity: s.opts.PeerAuthenticator != nil, timeout: s.opts.PeerTimeout, local: mux, latency: s.metrics.peerLatency}
 	return compressLarge(s.fanout(mux))
 }
 
@@ -261,6 +272,14 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.Context().Value(inProcessKey{}).(Access); ok {
+			h(w, r) // this replica's own part of a fan-out: its caller is authenticated already
+			return
+		}
+		if a, ok := s.peerAuthenticated(r, authz); ok {
+			h(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
+			return
+		}
 		a, err := authz.Authorize(r)
 		switch {
 		case errors.Is(err, ErrUnauthenticated):
