@@ -61,6 +61,18 @@ type scaleEnv struct {
 	// stable tells the keys (cluster|ns/name) of objects no writer deletes: a watcher told
 	// that one is gone was told a delete nobody made. nil: every object may be deleted.
 	stable func(key string) bool
+	// tls, when set, makes the replicas serve https and trust each other through peer
+	// certificates (sharding.peerCertFile); client then trusts their CA.
+	tls    *peerPKI
+	client *http.Client
+}
+
+// httpClient is how the test reaches the replicas.
+func (e *scaleEnv) httpClient() *http.Client {
+	if e.client != nil {
+		return e.client
+	}
+	return http.DefaultClient
 }
 
 func (e *scaleEnv) start(id string, extra ...string) replica {
@@ -72,11 +84,16 @@ func (e *scaleEnv) start(id string, extra ...string) replica {
 // Pod keeps its Service).
 func (e *scaleEnv) startAt(id, addr string, extra ...string) replica {
 	e.t.Helper()
+	scheme, client := "http", &http.Client{Timeout: 10 * time.Second}
+	if e.tls != nil {
+		scheme, client = "https", e.httpClient()
+		extra = append(extra, e.tls.args...)
+	}
 	args := append([]string{"--management-kubeconfig", e.f.Kubeconfig(), "--management-context", e.mgmtCtx,
 		"--cluster-secrets-namespace", secretsNS, "--token-file", e.token, "--resource", scaleResource,
-		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", "http://" + addr, "--replica-id", id,
+		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", scheme + "://" + addr, "--replica-id", id,
 		"--lease-duration", shardLease.String()}, extra...)
-	d := harness.StartDaemonAt(e.t, "http", &http.Client{Timeout: 10 * time.Second}, addr, args...)
+	d := harness.StartDaemonAt(e.t, scheme, client, addr, args...)
 	d.Token = scaleToken
 	// On failure, the replica's last log lines (its warnings and state changes) go into the
 	// test's output: a move that goes wrong is only diagnosable from them.
@@ -229,7 +246,7 @@ func (e *scaleEnv) getWarned(r replica, path string, out any) ([]string, error) 
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.d.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+scaleToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.httpClient().Do(req)
 	if err != nil {
 		return nil, err
 	}
