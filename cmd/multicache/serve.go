@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -285,7 +286,11 @@ func serve(ctx context.Context, cfg *config.Config) error {
 			return err
 		}
 		if cfg.Sharding.PeerTrust() {
-			if sopts.PeerAuthenticator, err = auth.PeerAuthenticator(cfg.Sharding.PeerCAFile); err != nil {
+			names, err := peerNames(cfg)
+			if err != nil {
+				return err
+			}
+			if sopts.PeerAuthenticator, err = auth.PeerAuthenticator(cfg.Sharding.PeerCAFile, names); err != nil {
 				return err
 			}
 		}
@@ -444,6 +449,33 @@ func peerClient(sh *config.Sharding) (*http.Client, error) {
 		tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
 	}
 	return &http.Client{Transport: tr}, nil
+}
+
+// peerNames are the common names a peer's client certificate may have: that of this replica's
+// own peer certificate (every replica runs with the same one, or with one of the same name).
+// The peer CA must not be the callers' client CA, or any caller with a client certificate
+// could claim to be any user.
+func peerNames(cfg *config.Config) ([]string, error) {
+	sh := cfg.Sharding
+	pair, err := tls.LoadX509KeyPair(sh.PeerCertFile, sh.PeerKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("sharding.peerCertFile %s: %w", sh.PeerCertFile, err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("sharding.peerCertFile %s: %w", sh.PeerCertFile, err)
+	}
+	if leaf.Subject.CommonName == "" {
+		return nil, fmt.Errorf("sharding.peerCertFile %s: the certificate has no common name: peers are trusted by it", sh.PeerCertFile)
+	}
+	if cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "" {
+		peerCA, err1 := os.ReadFile(sh.PeerCAFile)
+		clientCA, err2 := os.ReadFile(cfg.Server.TLS.ClientCAFile)
+		if err1 == nil && err2 == nil && bytes.Equal(bytes.TrimSpace(peerCA), bytes.TrimSpace(clientCA)) {
+			return nil, fmt.Errorf("sharding.peerCAFile %s: it is also server.tls.clientCAFile: a caller's client certificate could then vouch for any user; use a CA of the replicas' own", sh.PeerCAFile)
+		}
+	}
+	return []string{leaf.Subject.CommonName}, nil
 }
 
 // peerCAOf is sharding.peerCAFile when peers vouch for their callers, else "".

@@ -451,19 +451,25 @@ func TestHandoffIsNoDelete(t *testing.T) {
 	i2, _ := startInformer(t, s2)
 	_ = a.join("c2", i2)
 	a.WaitForSync(context.Background(), 5*time.Second)
-	moving, plain := &handoffRecorder{}, &recorder{}
+	// plain takes no handoffs; merged would, but a merged queue could fold a rejoin's add
+	// before the marker, so it is told deletes.
+	moving, plain, merged := &handoffRecorder{}, &recorder{}, &handoffRecorder{}
 	_, _ = a.AddEventHandlerWithOptions(moving, HandlerOptions{EveryEvent: true})
 	_, _ = a.AddEventHandler(plain)
+	_, _ = a.AddEventHandler(merged)
 	moving.waitFor(t, 3)
 	plain.waitFor(t, 3)
+	merged.waitFor(t, 3)
 
 	s1.w.Modify(cm("a", "x", "2", nil))
 	moving.waitFor(t, 4)
 	plain.waitFor(t, 4)
+	merged.waitFor(t, 4)
 	stop1()
 	a.leave("c1", true)
 	eq(t, "handoff handler", moving.waitFor(t, 5)[3:], []string{"update c1 a/x@2", "handoff c1"})
 	eq(t, "plain handler", sorted(plain.waitFor(t, 6)[3:]), []string{"delete c1 tombstone:a/x", "delete c1 tombstone:a/y", "update c1 a/x@2"})
+	eq(t, "merged HandoffHandler", sorted(merged.waitFor(t, 6)[3:]), []string{"delete c1 tombstone:a/x", "delete c1 tombstone:a/y", "update c1 a/x@2"})
 	eq(t, "queries after the handoff", a.ListKeys(), []string{"c2|a/z"})
 
 	s3 := &source{items: []corev1.ConfigMap{*cm("a", "x", "3", nil)}}

@@ -20,7 +20,8 @@ type Handler interface {
 }
 
 // HandoffHandler is a Handler that takes a cluster's move to another replica as one event.
-// When a cluster is handed off (Membership.Handoff), a handler that implements it gets
+// When a cluster is handed off (Membership.Handoff), a handler that implements it, added with
+// HandlerOptions.EveryEvent, gets
 // OnHandoff(cluster) in place of a delete for each object it was told of: the objects were not
 // deleted, another replica serves them now. Its events of the cluster before the handoff are
 // delivered first; if the cluster joins again later, it gets adds as for any joining cluster.
@@ -223,10 +224,12 @@ func (r *Registration) call(cluster string, f func()) {
 	f()
 }
 
-// handsOff reports whether the handler takes a handoff as one OnHandoff.
+// handsOff reports whether the handler takes a handoff as one OnHandoff: a HandoffHandler
+// added with EveryEvent. A merged queue could fold a rejoined member's add into an entry
+// queued before the handoff marker, so other handlers are told deletes.
 func (r *Registration) handsOff() bool {
 	_, ok := r.h.(HandoffHandler)
-	return ok
+	return ok && r.opts.EveryEvent
 }
 
 // deliver calls the handler for one event.
@@ -275,6 +278,15 @@ func (r *Registration) HasSyncedCluster(cluster string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.synced[cluster] == m
+}
+
+// HasListOf reports whether this handler holds a whole list of cluster: it has had the
+// initial list of the cluster's current member, or, while a restarted member syncs (queries
+// then still read the replaced store), of the member it replaces. False once the cluster left.
+func (r *Registration) HasListOf(cluster string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced[cluster] != nil
 }
 
 // Pending is the number of events queued for this handler and not yet delivered. By default

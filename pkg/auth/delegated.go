@@ -131,11 +131,15 @@ func New(opts Options) (*Delegated, error) {
 }
 
 // PeerAuthenticator reads who a peer replica says its caller is (server.PeerUserHeader,
-// server.PeerGroupHeader), believing it only from a request whose client certificate the CA in
-// caFile signed: k8s.io/apiserver's request-header authenticator, as aggregated API servers
-// use for kube-apiserver's requests. A request without such a certificate is not
-// authenticated by it (ok false); one with a certificate the CA did not sign is an error.
-func PeerAuthenticator(caFile string) (authenticator.Request, error) {
+// server.PeerGroupHeader), believing it only from a request whose client certificate the CA
+// in caFile signed for one of names (the replicas' peer certificate's common name): k8s.io/
+// apiserver's request-header authenticator, as aggregated API servers use for kube-apiserver's
+// requests. A request without such a certificate is not authenticated by it (ok false); one
+// with a certificate the CA did not sign, or for another name, is an error.
+func PeerAuthenticator(caFile string, names []string) (authenticator.Request, error) {
+	if len(names) == 0 {
+		return nil, errors.New("sharding.peerCertFile: the peer certificate has no common name to trust peers by")
+	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, fmt.Errorf("sharding.peerCAFile: %w", err)
@@ -145,7 +149,7 @@ func PeerAuthenticator(caFile string) (authenticator.Request, error) {
 		return nil, fmt.Errorf("sharding.peerCAFile %s: %w", caFile, err)
 	}
 	none := headerrequest.StaticStringSlice(nil)
-	return headerrequest.NewDynamicVerifyOptionsSecure(ca.VerifyOptions, none,
+	return headerrequest.NewDynamicVerifyOptionsSecure(ca.VerifyOptions, headerrequest.StaticStringSlice(names),
 		headerrequest.StaticStringSlice{server.PeerUserHeader}, none, headerrequest.StaticStringSlice{server.PeerGroupHeader}, none), nil
 }
 

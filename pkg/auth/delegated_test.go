@@ -91,7 +91,7 @@ func TestPeerAuthenticator(t *testing.T) {
 	if err := os.WriteFile(caFile, peers.pem, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pa, err := PeerAuthenticator(caFile)
+	pa, err := PeerAuthenticator(caFile, []string{"multicache-peer"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +108,16 @@ func TestPeerAuthenticator(t *testing.T) {
 	if _, ok, _ := pa.AuthenticateRequest(peerRequest(peers.client(t, "multicache-peer"), "")); ok {
 		t.Error("a peer's request naming nobody was authenticated")
 	}
-	if _, err := PeerAuthenticator(filepath.Join(t.TempDir(), "missing.pem")); err == nil {
+	// The peer CA may sign other certificates (a serving certificate without usages is valid
+	// for client auth too): only the peers' name is trusted.
+	if _, ok, _ := pa.AuthenticateRequest(peerRequest(peers.client(t, "someone-else"), "alice")); ok {
+		t.Error("headers with a certificate for another name were believed")
+	}
+	if _, err := PeerAuthenticator(filepath.Join(t.TempDir(), "missing.pem"), []string{"multicache-peer"}); err == nil {
 		t.Error("a missing peer CA file was accepted")
+	}
+	if _, err := PeerAuthenticator(caFile, nil); err == nil {
+		t.Error("no peer name was accepted: any certificate the CA signs would be believed")
 	}
 }
 

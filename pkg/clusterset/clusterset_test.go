@@ -388,7 +388,7 @@ func TestHandoffIsNotRemoval(t *testing.T) {
 	}
 	pods, _ := reg.Aggregate("pods")
 	rec := &moveRecorder{adds: map[string]int{}, deletes: map[string]int{}, handoffs: map[string]int{}}
-	if _, err := pods.AddEventHandler(rec); err != nil {
+	if _, err := pods.AddEventHandlerWithOptions(rec, aggregate.HandlerOptions{EveryEvent: true}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

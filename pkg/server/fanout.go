@@ -37,13 +37,6 @@ func (s *Server) fanout(next http.Handler) http.Handler {
 			return
 		}
 		switch {
-		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/debug/"):
-		case s.notCoordinated(w):
-			// Until it knows the fleet's owners, a replica cannot tell which clusters an
-			// answer spans: an empty answer would read as deletes to every client.
-			return
-		}
-		switch {
 		case r.URL.Path == api.ClustersPath:
 			native(w, r)
 		case strings.HasPrefix(r.URL.Path, api.ResourcesPath+"/"):
@@ -58,6 +51,9 @@ func (s *Server) fanout(next http.Handler) http.Handler {
 
 // fanoutNative routes the native API.
 func (s *Server) fanoutNative(w http.ResponseWriter, r *http.Request) {
+	if s.notCoordinated(w) {
+		return
+	}
 	if r.URL.Path == api.ClustersPath {
 		s.fanoutClusters(w, r)
 		return
@@ -191,7 +187,10 @@ func mustRetry[T any](w http.ResponseWriter, answers []answer[T], whole bool) bo
 		var pe *peerError
 		switch {
 		case a.err == nil:
-		case asPeerError(a.err, &pe) && pe.code == http.StatusTooManyRequests:
+		case asPeerError(a.err, &pe) && (pe.code == http.StatusTooManyRequests || pe.code == http.StatusGone || pe.code == http.StatusBadRequest):
+			// 429: a planned cluster is not complete there yet; 410: the part's position is
+			// gone (an exact list or continue page); 400: the request is bad everywhere. Any
+			// of them makes the whole answer so, never a partial one.
 			writePeerFailure(w, a.err)
 			return true
 		case !asPeerError(a.err, &pe) || pe.code >= 500:

@@ -21,6 +21,9 @@ import (
 // fanoutKube routes the Kubernetes API: a request in one cluster's view goes to its owner; a
 // fleet-view list, get or watch of a resource goes to every owner; discovery is answered here.
 func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
+	if s.notCoordinated(w) {
+		return
+	}
 	p, ok, err := parseKubePath(r.URL.Path)
 	if !ok || err != nil {
 		s.local.ServeHTTP(w, r)
@@ -51,6 +54,20 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 	}
 	watch, opts, ok := kubeOptions(w, p, vals)
 	if !ok {
+		return
+	}
+	if len(pl.down) > 0 && (!watch || initialEvents(opts)) {
+		// A cluster without a live owner is moving to another replica (its owner died, and
+		// the others take its clusters within a lease duration): a list without its objects
+		// would read as their deletes to every client that relists now, as clients do when
+		// their owner's watch ends. The native API answers with the cluster unsynced instead.
+		down := make([]string, 0, len(pl.down))
+		for c, why := range pl.down {
+			down = append(down, fmt.Sprintf("%s (%s)", c, why))
+		}
+		sort.Strings(down)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "no live replica answers for "+strings.Join(down, ", ")+" yet; retry")
 		return
 	}
 	switch {
@@ -283,7 +300,9 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 		body []byte
 		doc  kubeDoc
 	}
-	answers := gather(r.Context(), s, r, pl, r.URL.Path, func(part) url.Values { return r.URL.Query() }, "get", func(resp *http.Response) (got, error) {
+	// Each owner answers for its part's clusters only: one not started there yet is 429, and
+	// a cluster two replicas hold for a moment answers once.
+	answers := gather(r.Context(), s, r, pl, r.URL.Path, func(p part) url.Values { return restrictTo(r.URL.Query(), p.clusters) }, "get", func(resp *http.Response) (got, error) {
 		var b json.RawMessage
 		if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
 			return got{}, err

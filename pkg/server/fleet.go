@@ -344,14 +344,24 @@ func (w *pipeWriter) Flush() {}
 // it; it only narrows.
 const partParam = "x-multicache-part"
 
-// partOf is the part a request is narrowed to; nil when it is not.
-func partOf(q url.Values) []string {
+// partOf is the part a request is narrowed to, nil when it is not: the clusters it names that
+// the fleet has (the Fleet's owners, or without one the Registry's clusters). Any caller may
+// set the parameter, so names the fleet does not know never reach the access check.
+func (s *Server) partOf(q url.Values) []string {
 	if !q.Has(partParam) {
 		return nil
 	}
+	var known []string
+	if s.opts.Fleet != nil {
+		for _, o := range s.opts.Fleet.Owners() {
+			known = append(known, o.Cluster)
+		}
+	} else {
+		known = s.reg.Clusters()
+	}
 	out := []string{}
 	for _, c := range strings.Split(q.Get(partParam), ",") {
-		if c != "" {
+		if c != "" && slices.Contains(known, c) && !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}

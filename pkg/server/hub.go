@@ -73,7 +73,8 @@ type hub struct {
 	// replica then. A position before it cannot go on for a watch or snapshot that spans the
 	// cluster (its objects are no longer here, and were not deleted): 410, and the client
 	// relists from the fleet, which now reads the cluster at its new owner.
-	cut map[string]uint64
+	cut    map[string]uint64
+	cutMax uint64 // the newest seq in cut: a watch of every cluster compares with it alone
 }
 
 // handedOff is the type of the ring event that records a handoff. Watches never relay it.
@@ -126,7 +127,7 @@ func (h *hub) OnHandoff(cluster string) {
 		}
 	}
 	h.seq++
-	h.cut[cluster] = h.seq
+	h.cut[cluster], h.cutMax = h.seq, h.seq
 	h.pushLocked(event{seq: h.seq, cluster: cluster, typ: handedOff, size: 64})
 }
 
@@ -152,6 +153,7 @@ func (h *hub) overflow() {
 	h.start, h.n, h.bytes = 0, 0, 0
 	clear(h.evicted)
 	clear(h.cut) // every position before this is expired anyway
+	h.cutMax = 0
 	h.evictedAll = h.seq
 	h.resets++
 	h.wakeLocked()
@@ -272,6 +274,9 @@ func (h *hub) next(pos token, clusters []string, buf []event) ([]event, <-chan s
 // cutLocked returns a cluster of clusters (any, when empty) handed off after seq.
 func (h *hub) cutLocked(seq uint64, clusters []string) (string, bool) {
 	if len(clusters) == 0 {
+		if h.cutMax <= seq {
+			return "", false
+		}
 		for c, at := range h.cut {
 			if at > seq {
 				return c, true

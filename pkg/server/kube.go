@@ -33,7 +33,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cat, ok := s.catalog(p.cluster)
-	planned := p.cluster != "" && slices.Contains(partOf(r.URL.Query()), p.cluster)
+	planned := p.cluster != "" && slices.Contains(s.partOf(r.URL.Query()), p.cluster)
 	if !ok {
 		if planned {
 			// The fence moved here before the Registry started the cluster: it is in the
@@ -71,7 +71,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		if kr == nil {
 			// A resource a planned cluster has not resolved yet may still come: retry,
 			// rather than a 404 that a client takes for "no such resource".
-			if waiting := slices.DeleteFunc(slices.Clone(partOf(r.URL.Query())), func(c string) bool { return !s.resolving(c) }); len(waiting) > 0 {
+			if waiting := slices.DeleteFunc(slices.Clone(s.partOf(r.URL.Query())), func(c string) bool { return !s.resolving(c) }); len(waiting) > 0 {
 				w.Header().Set("Retry-After", "1")
 				writeError(w, http.StatusTooManyRequests, fmt.Sprintf("clusters %s are still resolving their resources on this replica; retry", strings.Join(waiting, ", ")))
 				return
@@ -201,7 +201,7 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 	// A cluster selector selects among the clusters the caller may read.
 	// A part's clusters are its plan's (only), whether or not this replica runs them yet: one
 	// not started yet is reported, never silently left out (planguard.go).
-	only := partOf(vals)
+	only := s.partOf(vals)
 	fleet := kr.clusters
 	scoped := s.reg.Clusters()
 	if only != nil {
@@ -511,7 +511,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 		}
 		// A part of a sharded fleet's plan answers for its planned clusters only, so that a
 		// cluster two replicas hold for a moment answers once.
-		only := partOf(vals)
+		only := s.partOf(vals)
 		scoped := s.reg.Clusters()
 		if only != nil {
 			scoped = s.plannedFor(kr.name, only)

@@ -110,7 +110,8 @@ func kubeFixtureWith(t *testing.T, opts Options) (*httptest.Server, *Server) {
 	waitUntil(t, "synced", 10*time.Second, func() bool {
 		ca, _ := reg.ClusterStatus("a")
 		cb, _ := reg.ClusterStatus("b")
-		return ca.State == clusterset.Synced && cb.State == clusterset.Synced
+		// The watch cache too: until it holds both initial lists, initial watches answer 429.
+		return ca.State == clusterset.Synced && cb.State == clusterset.Synced && len(s.unready("pods", nil)) == 0
 	})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)

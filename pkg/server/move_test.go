@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -178,6 +179,10 @@ func TestEveryWatchEndsWhenItsPlanChanges(t *testing.T) {
 		"native cluster": "/multicache/v1/resources/pods?watch=true&cluster=b",
 	}
 	fleetWide := []string{"fleet", "fleet native", "fleet rv=0"}
+	// While b has no live owner, a Kubernetes-API watch that starts with the current objects
+	// answers 503 (TestDownClusterIsNoPartialList): those watches start from now.
+	fromNow := []string{"fleet from now", "fleet native"}
+	watches["fleet from now"] = "/api/v1/pods?watch=true&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	down := shard.Owner{Cluster: "b", Holder: "p2", URL: "http://127.0.0.1:1", Live: false}
 	up := down
 	up.Live = true
@@ -195,7 +200,7 @@ func TestEveryWatchEndsWhenItsPlanChanges(t *testing.T) {
 		{"a cluster leaves", []shard.Owner{self("a"), self("b")}, []shard.Owner{self("a")},
 			append(fleetWide, "/clusters/b", "native cluster"), []string{"/clusters/a"}, `cluster "b" left the fleet`},
 		{"a down cluster comes back under its owner", []shard.Owner{self("a"), down}, []shard.Owner{self("a"), up},
-			fleetWide, []string{"/clusters/a"}, `cluster "b" is served again`},
+			fromNow, []string{"/clusters/a"}, `cluster "b" is served again`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,4 +315,97 @@ func TestProxiedWatchEndsWhenItsOwnerChanges(t *testing.T) {
 	}
 	fl.set(self("a"), shard.Owner{Cluster: "b", Holder: "p3", URL: "http://127.0.0.1:1", Live: true})
 	endsWithGone(t, "proxied /clusters/b", lines, `cluster "b" moved from replica "p2" to "p3"`)
+}
+
+// TestDownClusterIsNoPartialList: while a cluster has no live owner (its owner died, and the
+// others take it within a lease duration), a Kubernetes-API list or initial-events watch that
+// spans it answers 503 with Retry-After, never a list without its objects; one that does not
+// span it is answered; the native API answers, naming the cluster unsynced.
+func TestDownClusterIsNoPartialList(t *testing.T) {
+	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: "http://127.0.0.1:1", Live: false})
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	for _, path := range []string{"/api/v1/pods", "/api/v1/pods?watch=true", "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"} {
+		code, h, body := do(t, hs, "GET", path, "")
+		if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(string(body), `b (its owner, replica \"p2\", is down)`) {
+			t.Errorf("%s: %d Retry-After %q %s; want 503 naming b", path, code, h.Get("Retry-After"), body)
+		}
+	}
+	if code, _, body := do(t, hs, "GET", "/api/v1/pods?labelSelector=multicache.io/cluster%3Da", ""); code != http.StatusOK {
+		t.Errorf("a alone: %d %s", code, body)
+	}
+	var list api.List
+	code, _, body := do(t, hs, "GET", "/multicache/v1/resources/pods", "")
+	if err := json.Unmarshal(body, &list); err != nil || code != http.StatusOK || !slices.ContainsFunc(list.Clusters, func(c api.ClusterFreshness) bool { return c.Name == "b" && !c.Synced }) {
+		t.Errorf("native list: %d %s; want 200 with b unsynced", code, body)
+	}
+}
+
+// TestFanInNeverAnswersPartially: in the Kubernetes API, a part's 429 (a planned cluster not
+// complete there) or 410 is the whole answer's, and a part that cannot be reached makes the
+// answer 503 with Retry-After: never a list without that part's clusters.
+func TestFanInNeverAnswersPartially(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code int // the owner's answer; 0: it cannot be reached
+		want int
+	}{
+		{"the owner is not complete yet", http.StatusTooManyRequests, http.StatusTooManyRequests},
+		{"the owner's position is gone", http.StatusGone, http.StatusGone},
+		{"the owner cannot be reached", 0, http.StatusServiceUnavailable},
+		{"the owner fails", http.StatusInternalServerError, http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				writeError(w, tc.code, "the owner's own words")
+			}))
+			url := owner.URL
+			if tc.code == 0 {
+				owner.Close()
+			} else {
+				t.Cleanup(owner.Close)
+			}
+			fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: url, Live: true})
+			hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+			code, h, body := do(t, hs, "GET", "/api/v1/pods", "")
+			if code != tc.want || (code != http.StatusGone && h.Get("Retry-After") == "") {
+				t.Errorf("fleet list: %d Retry-After %q %s; want %d", code, h.Get("Retry-After"), body, tc.want)
+			}
+		})
+	}
+}
+
+// notReadyFleet is a Fleet whose replica is not coordinated yet.
+type notReadyFleet struct{ *movingFleet }
+
+func (notReadyFleet) Ready() error { return errors.New("sharding: not coordinated with the other replicas yet") }
+
+// TestNotCoordinatedAnswersNothing: a replica that is not coordinated (or self-fenced)
+// reports not ready and answers reads with 429, after authentication, never with an empty
+// answer.
+func TestNotCoordinatedAnswersNothing(t *testing.T) {
+	hs, _ := kubeFixtureWith(t, Options{Fleet: notReadyFleet{newMovingFleet(self("a"), self("b"))}, Tokens: []string{"secret"}})
+	ask := func(path, token string) (int, http.Header, string) {
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	for _, path := range []string{"/api/v1/pods", "/clusters/a/api/v1/pods", "/multicache/v1/resources/pods"} {
+		if code, h, body := ask(path, "secret"); code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(body, "not coordinated") {
+			t.Errorf("%s: %d %s; want 429 saying why", path, code, body)
+		}
+		if code, _, _ := ask(path, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without a token: %d, want 401 (authentication comes first)", path, code)
+		}
+	}
+	if code, _, _ := ask("/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz: %d, want 503", code)
+	}
 }

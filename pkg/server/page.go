@@ -57,7 +57,7 @@ func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (request, 
 	if q.Namespace != "" && q.Index != aggregate.IndexNamespace && !s.namespaced(res) {
 		q.Namespace = ""
 	}
-	only := partOf(r.URL.Query())
+	only := s.partOf(r.URL.Query())
 	named := q.Clusters
 	if named != nil {
 		if named = narrow(named, only); len(named) == 0 {

@@ -106,3 +106,13 @@ func kubeOptions(w http.ResponseWriter, p kubePath, vals url.Values) (watch bool
 	}
 	return watch, opts, true
 }
+
+// initialEvents reports whether a watch with opts starts with the current objects, as
+// kube-apiserver's does: sendInitialEvents=true, or no resourceVersion (or "0") unless
+// sendInitialEvents=false.
+func initialEvents(opts metav1.ListOptions) bool {
+	if opts.SendInitialEvents != nil {
+		return *opts.SendInitialEvents
+	}
+	return opts.ResourceVersion == "" || opts.ResourceVersion == "0"
+}

@@ -165,10 +165,12 @@ func TestCompressLargeSkipsEveryWatch(t *testing.T) {
 // timeoutSeconds of a list or a watch is 400 BadRequest naming it; a get does not read them.
 func TestWatchParamOverHTTP(t *testing.T) {
 	single, _ := kubeFixture(t)
-	// A fleet whose cluster b has no live owner: every list and watch fans out, a in process.
+	// A fleet whose cluster b another replica owns: every list and watch fans out, a in
+	// process, b to that replica.
+	owner, _ := kubeFixture(t)
 	fleet, _ := kubeFixtureWith(t, Options{Fleet: &staticFleet{owners: []shard.Owner{
 		{Cluster: "a", Holder: "me", Self: true, Live: true},
-		{Cluster: "b", Holder: "p2", URL: "http://p2", Live: false},
+		{Cluster: "b", Holder: "p2", URL: owner.URL, Live: true},
 	}}})
 	for name, hs := range map[string]*httptest.Server{"single": single, "fleet": fleet} {
 		t.Run(name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -153,11 +154,13 @@ func (g *planGuard) planned() []string {
 }
 
 // unready lists the clusters of clusters that a list or an initial-events watch cannot answer
-// completely here yet, in words: planned here but not started (the fence moved before the
-// Registry started the cluster), still in their first sync (initializing), or synced with the
-// watch cache not yet holding their initial list (the hub is fed asynchronously).
+// completely here, in words: planned here but not started (the fence moved before the
+// Registry started the cluster), or whose whole list the watch cache does not hold yet (a
+// first sync, or a synced informer whose initial list the hub, fed asynchronously, has not
+// taken yet). A cluster the hub holds a whole list of is complete, even while its informer
+// restarts (queries then read the replaced store). A cluster that failed before it ever
+// synced counts as unready for DeadClusterTimeout, as for readiness.
 func (s *Server) unready(resource string, clusters []string) []string {
-	out := s.initializing(resource, clusters)
 	reg := s.hubRegs[resource]
 	info := s.info(resource)
 	if len(clusters) == 0 { // every cluster this replica runs
@@ -165,17 +168,21 @@ func (s *Server) unready(resource string, clusters []string) []string {
 			clusters = append(clusters, c)
 		}
 	}
+	var out []string
+	now := time.Now()
 	for _, c := range clusters {
-		if slices.Contains(out, c) {
-			continue
-		}
 		rs, ok := info[c]
 		switch {
 		case !ok:
 			out = append(out, c+" (not started on this replica yet)")
-		case reg == nil:
+		case rs.State == clusterset.NotServed:
+		case reg != nil && reg.HasListOf(c):
+		case rs.State == clusterset.Pending || rs.State == clusterset.Syncing:
+			out = append(out, c+" (syncing)")
+		case rs.State == clusterset.Failed && now.Sub(rs.Since) < s.opts.DeadClusterTimeout:
+			out = append(out, c+" (failing since it started: "+rs.Error+")")
 		case rs.State == clusterset.Synced || rs.State == clusterset.Degraded:
-			if !reg.HasSyncedCluster(c) {
+			if reg != nil {
 				out = append(out, c+" (the watch cache is still taking its initial list)")
 			}
 		}
@@ -224,7 +231,27 @@ func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, pl plan) {
 // the ERROR event: a metav1.Status, or the native API's error.
 func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube bool) {
 	fl, _ := w.(http.Flusher)
-	guard := &planGuard{s: s, keep: pl.keep, was: pl}
+	flush := func() {
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	end := func(why string) {
+		msg := "the fleet changed since this watch started: " + why + "; list again"
+		if kube {
+			b, _ := json.Marshal(statusOf(http.StatusGone, msg))
+			_ = json.NewEncoder(w).Encode(rawKubeEvent{Type: api.ErrorEvent, Object: b})
+		} else {
+			b, _ := json.Marshal(errorObject(http.StatusGone, msg))
+			_ = json.NewEncoder(w).Encode(api.WatchEvent{Type: api.ErrorEvent, Object: b})
+		}
+		flush()
+	}
+	replanned := (&planGuard{s: s, keep: pl.keep, was: pl}).track()
+	if why := replanned.check(); why != "" {
+		end(why) // it changed while the owner was being asked
+		return
+	}
 	lines := make(chan []byte)
 	done := make(chan struct{})
 	defer close(done)
@@ -245,7 +272,6 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 			}
 		}
 	}()
-	replanned := guard.track()
 	for {
 		select {
 		case line, ok := <-lines:
@@ -255,26 +281,12 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 			if _, err := w.Write(line); err != nil {
 				return
 			}
-			if fl != nil {
-				fl.Flush()
-			}
+			flush()
 		case <-replanned.C:
-			why := replanned.check()
-			if why == "" {
-				continue
+			if why := replanned.check(); why != "" {
+				end(why)
+				return
 			}
-			msg := "the fleet changed since this watch started: " + why + "; list again"
-			if kube {
-				b, _ := json.Marshal(statusOf(http.StatusGone, msg))
-				_ = json.NewEncoder(w).Encode(rawKubeEvent{Type: api.ErrorEvent, Object: b})
-			} else {
-				b, _ := json.Marshal(errorObject(http.StatusGone, msg))
-				_ = json.NewEncoder(w).Encode(api.WatchEvent{Type: api.ErrorEvent, Object: b})
-			}
-			if fl != nil {
-				fl.Flush()
-			}
-			return
 		}
 	}
 }
@@ -300,8 +312,10 @@ func (s *Server) resolving(cluster string) bool {
 }
 
 // notCoordinated answers 429 when the Fleet says this replica cannot answer for its share yet
-// (not coordinated with its peers, or self-fenced), and reports whether it did. kube-apiserver
-// answers the same way while its watch cache initializes; clients retry.
+// (not coordinated with its peers, or self-fenced), and reports whether it did: until it knows
+// the fleet's owners, a replica cannot tell which clusters an answer spans, and an empty answer
+// would read as deletes to every client. kube-apiserver answers the same way while its watch
+// cache initializes; clients retry. It runs after authentication.
 func (s *Server) notCoordinated(w http.ResponseWriter) bool {
 	f, ok := s.opts.Fleet.(interface{ Ready() error })
 	if !ok {

@@ -85,7 +85,7 @@ func TestPeerTrust(t *testing.T) {
 	e.client = e.tls.clientWith(nil)
 	rs := []replica{e.start("r1"), e.start("r2")}
 	// r2 takes its share once it has been live a lease duration.
-	var holders map[string]string
+	holders := e.settled("every member owned and synced", rs, nil, 2*time.Minute)
 	deadline := time.Now().Add(6 * shardLease)
 	for {
 		holders = e.settled("every member owned and synced", rs, nil, 2*time.Minute)
