@@ -377,7 +377,9 @@ func TestFanInNeverAnswersPartially(t *testing.T) {
 // notReadyFleet is a Fleet whose replica is not coordinated yet.
 type notReadyFleet struct{ *movingFleet }
 
-func (notReadyFleet) Ready() error { return errors.New("sharding: not coordinated with the other replicas yet") }
+func (notReadyFleet) Ready() error {
+	return errors.New("sharding: not coordinated with the other replicas yet")
+}
 
 // TestNotCoordinatedAnswersNothing: a replica that is not coordinated (or self-fenced)
 // reports not ready and answers reads with 429, after authentication, never with an empty
