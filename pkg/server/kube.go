@@ -335,7 +335,7 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 		return
 	}
 	warnLeftOut(w, sel.leftOut)
-	if sel.planned && !sel.none && retryUnready(w, kr, s.unready(kr.name, sel.query.Clusters)) {
+	if sel.planned && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, sel.query.Clusters)) {
 		return
 	}
 	lp, code, err := parseListPosition(h, vals)
@@ -362,6 +362,11 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	}
 	if ctx.Err() != nil {
 		writeError(w, http.StatusGatewayTimeout, "request timed out")
+		return
+	}
+	// A planned cluster can leave between the check above and the read (a handoff that
+	// completed meanwhile): asked again after the read, it is never missing from a 200.
+	if sel.planned && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, sel.query.Clusters)) {
 		return
 	}
 	if !lp.exact {
@@ -534,7 +539,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 			req.leftOut = leftOut
 			warnLeftOut(w, leftOut)
 		}
-		if only != nil && retryUnready(w, kr, s.unready(kr.name, clusters)) {
+		if only != nil && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, clusters)) {
 			return
 		}
 		for _, c := range clusters {
@@ -550,6 +555,9 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 			if exists {
 				found = append(found, item{key: k, cluster: c, obj: obj})
 			}
+		}
+		if only != nil && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, clusters)) {
+			return // a cluster left between the check and the read
 		}
 		h := s.hubs[kr.name]
 		h.sequence(found)

@@ -105,7 +105,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 			expired = err
 		}
 	}
-	if initial && !sel.none && retryUnready(w, kr, s.unready(kr.name, q.Clusters)) {
+	if initial && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, q.Clusters)) {
 		return // an initial list without a cluster's objects would read as their deletes
 	}
 	var items []item

@@ -262,6 +262,13 @@ func TestPlannedNotStarted(t *testing.T) {
 			t.Errorf("%s: %d Retry-After %q %s; want 429 naming c", path, code, h.Get("Retry-After"), body)
 		}
 	}
+	// The native API: a get in c, and a watch that starts with the current objects.
+	for _, path := range []string{"/multicache/v1/resources/pods/c/ns/x", "/multicache/v1/resources/pods?watch=true"} {
+		code, h, body := do(t, hs, "GET", path, "")
+		if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), "c (not started") {
+			t.Errorf("%s: %d Retry-After %q %s; want 429 naming c", path, code, h.Get("Retry-After"), body)
+		}
+	}
 	// The clusters that are started answer as before.
 	if code, _, body := do(t, hs, "GET", "/api/v1/pods?labelSelector=multicache.io/cluster+in+(a,b)", ""); code != 200 {
 		t.Errorf("a and b alone: %d %s", code, body)

@@ -253,6 +253,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	// Planned here and not complete yet (a move under way): not a 404.
+	if !exists && slices.Contains(s.partOf(r.URL.Query()), k.Cluster) && retryUnready(w, res, s.unready(res, []string{k.Cluster})) {
+		return
+	}
 	if !exists {
 		msg := fmt.Sprintf("%s %q not found in cluster %q", res, k.ObjectKey(), k.Cluster)
 		if !slices.Contains(agg.Clusters(), k.Cluster) {

@@ -203,12 +203,12 @@ func (s *Server) plannedFor(resource string, planned []string) []string {
 
 // retryUnready answers 429 with Retry-After when some clusters are unready, and reports
 // whether it did. client-go and kubectl retry such an answer by themselves.
-func retryUnready(w http.ResponseWriter, kr *kubeResource, waiting []string) bool {
+func retryUnready(w http.ResponseWriter, resource string, waiting []string) bool {
 	if len(waiting) == 0 {
 		return false
 	}
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is not complete yet in %s; retry", kr.groupResource(), strings.Join(waiting, ", ")))
+	writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is not complete yet in %s; retry", resource, strings.Join(waiting, ", ")))
 	return true
 }
 

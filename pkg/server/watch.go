@@ -40,6 +40,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 			return
 		}
 	} else {
+		// It starts with the current objects: a planned cluster whose whole list this replica
+		// does not hold yet (a move under way) would be missing from them, and a client
+		// rebuilding its state from them would lose its objects. As in the Kubernetes API: 429.
+		if s.partOf(q) != nil && retryUnready(w, req.resource, s.unready(req.resource, req.query.Clusters)) {
+			return
+		}
 		pos = h.position() // before the stores are read
 	}
 	s.metrics.watches.Inc()
