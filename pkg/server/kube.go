@@ -33,7 +33,8 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cat, ok := s.catalog(p.cluster)
-	planned := p.cluster != "" && slices.Contains(s.partOf(r.URL.Query()), p.cluster)
+	part := s.partOf(r.URL.Query())
+	planned := p.cluster != "" && slices.Contains(part, p.cluster)
 	if !ok {
 		if planned {
 			// The fence moved here before the Registry started the cluster: it is in the
@@ -71,7 +72,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		if kr == nil {
 			// A resource a planned cluster has not resolved yet may still come: retry,
 			// rather than a 404 that a client takes for "no such resource".
-			if waiting := slices.DeleteFunc(slices.Clone(s.partOf(r.URL.Query())), func(c string) bool { return !s.resolving(c) }); len(waiting) > 0 {
+			if waiting := slices.DeleteFunc(slices.Clone(part), func(c string) bool { return !s.resolving(c) }); len(waiting) > 0 {
 				w.Header().Set("Retry-After", "1")
 				writeError(w, http.StatusTooManyRequests, fmt.Sprintf("clusters %s are still resolving their resources on this replica; retry", strings.Join(waiting, ", ")))
 				return

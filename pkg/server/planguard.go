@@ -86,16 +86,15 @@ func hasKey[V any](m map[string]V, k string) bool {
 // planGuard tells a watch that its plan changed. The zero of *planGuard (nil) never fires:
 // without a Fleet, one replica answers for everything and plans do not change.
 type planGuard struct {
-	s    *Server
-	keep func(cluster string) bool
-	was  plan
+	s   *Server
+	was plan // made with was.keep, which the guard makes again to compare
 }
 
 type planGuardKey struct{}
 
 // guardPlan returns r with a guard of pl in its context, for the local answer to read.
-func (s *Server) guardPlan(r *http.Request, pl plan, keep func(string) bool) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), planGuardKey{}, &planGuard{s: s, keep: keep, was: pl}))
+func (s *Server) guardPlan(r *http.Request, pl plan) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), planGuardKey{}, &planGuard{s: s, was: pl}))
 }
 
 // guardOf is the guard of a request's plan, nil when it has none.
@@ -118,7 +117,7 @@ func (g *planGuard) why() string {
 	if g == nil {
 		return ""
 	}
-	return changeFrom(g.was, g.s.plan(g.keep))
+	return changeFrom(g.was, g.s.plan(g.was.keep))
 }
 
 // replan is what a watch loop holds of its guard: C to select on, and check once it fires.
@@ -140,12 +139,9 @@ func (rp *replan) check() string {
 	return why
 }
 
-// planned lists the clusters of this replica's own part of the plan, nil for a nil guard.
-func (g *planGuard) planned() []string {
-	if g == nil {
-		return nil
-	}
-	for _, p := range g.was.parts {
+// selfClusters lists the clusters of this replica's own part of pl (none when it has none).
+func (pl plan) selfClusters() []string {
+	for _, p := range pl.parts {
 		if p.self {
 			return p.clusters
 		}
@@ -216,10 +212,10 @@ func retryUnready(w http.ResponseWriter, resource string, waiting []string) bool
 // clusters (partParam, as a peer's request is) and guarded, so that a watch ends with 410 when
 // the plan changes and a planned cluster not started yet is reported, not left out.
 func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, pl plan) {
-	r = s.guardPlan(r, pl, pl.keep)
+	r = s.guardPlan(r, pl)
 	u := *r.URL
 	q := u.Query()
-	q.Set(partParam, strings.Join(guardOf(r.Context()).planned(), ","))
+	q.Set(partParam, strings.Join(pl.selfClusters(), ","))
 	u.RawQuery = q.Encode()
 	r.URL = &u
 	s.local.ServeHTTP(w, r)
@@ -247,7 +243,7 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 		}
 		flush()
 	}
-	replanned := (&planGuard{s: s, keep: pl.keep, was: pl}).track()
+	replanned := (&planGuard{s: s, was: pl}).track()
 	if why := replanned.check(); why != "" {
 		end(why) // it changed while the owner was being asked
 		return
