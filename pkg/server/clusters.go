@@ -59,7 +59,7 @@ func (s *Server) clusterItems(only string) []item {
 			"metadata": map[string]any{"name": cs.Name, "creationTimestamp": nil},
 			"status":   status,
 		}}
-		out = append(out, item{key: aggregate.Key{Cluster: cs.Name, Name: cs.Name}, cluster: cs.Name, obj: obj})
+		out = append(out, item{Key: aggregate.Key{Cluster: cs.Name, Name: cs.Name}, Object: obj})
 	}
 	return out
 }

@@ -103,10 +103,10 @@ func (s *Server) encodeItems(buf *bytes.Buffer, page []item, info map[string]clu
 	return encodeEach(buf, len(page), func(buf *bytes.Buffer, i int) error {
 		it := page[i]
 		buf.WriteString(`{"cluster":`)
-		writeName(buf, it.cluster)
+		writeName(buf, it.Key.Cluster)
 		buf.WriteString(`,"object":`)
-		if err := s.appendEncoded(buf, it.obj, info[it.cluster]); err != nil {
-			return fmt.Errorf("cluster %q: encode %s: %w", it.cluster, it.key, err)
+		if err := s.appendEncoded(buf, it.Object, info[it.Key.Cluster]); err != nil {
+			return fmt.Errorf("cluster %q: encode %s: %w", it.Key.Cluster, it.Key, err)
 		}
 		buf.WriteByte('}')
 		return nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // fanout answers, for the whole fleet, the requests that name clusters this replica may not
@@ -239,19 +240,19 @@ func writePeerFailure(w http.ResponseWriter, err error) {
 // watchFrom reads a fan-in watch's resourceVersion: where each part resumes (resume false:
 // from now, or as "0" asks). A position of one replica's answer, or one from before a
 // cluster moved, is 410, answered here (ok false).
-func watchFrom(w http.ResponseWriter, q url.Values, pl plan) (from fleetToken, resume, ok bool) {
+func watchFrom(w http.ResponseWriter, q url.Values, pl plan) (from watchcache.Position, resume, ok bool) {
 	rv := q.Get("resourceVersion")
 	if rv == "" || rv == "0" {
-		return fleetToken{}, false, true
+		return watchcache.Position{}, false, true
 	}
-	t, isFleet := parseFleetToken(rv)
+	t, isFleet := parseMerged(rv)
 	if !isFleet {
 		writeError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
-		return fleetToken{}, false, false
+		return watchcache.Position{}, false, false
 	}
-	if err := t.resumable(pl); err != nil {
+	if err := resumable(t, pl); err != nil {
 		writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error()+"; list again")
-		return fleetToken{}, false, false
+		return watchcache.Position{}, false, false
 	}
 	return t, true, true
 }
@@ -294,26 +295,21 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	var cont fleetContinue
+	var cont *watchcache.Continue
 	if tok := q.Get("continue"); tok != "" {
-		c, ok := parseFleetContinue(tok)
-		if !ok {
-			k, _, err := parseContinue(tok)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, err.Error())
-				return
-			}
-			c = fleetContinue{Last: k.String()}
+		c, err := watchcache.ParseContinue(tok)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
 		}
-		cont = c
+		cont = &c
 	}
 	query := func(p part) url.Values {
 		pq := restrictTo(q, p.clusters)
 		pq.Set("limit", strconv.Itoa(limit))
 		pq.Del("continue")
-		if cont.Last != "" {
-			rv, _ := fleetToken{Peers: cont.Peers}.position(p)
-			pq.Set("continue", continueToken{Last: cont.Last, RV: rv}.encode())
+		if cont != nil {
+			pq.Set("continue", partContinue(*cont, p))
 		}
 		return pq
 	}
@@ -332,7 +328,7 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 	var all []keyed
 	more := false
 	failed := map[string]error{}
-	rvs := map[string]peerPos{}
+	rvs := map[string]watchcache.PartPosition{}
 	var fresh []api.ClusterFreshness
 	for _, a := range answers {
 		if a.err != nil {
@@ -341,7 +337,7 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 			}
 			continue
 		}
-		rvs[a.part.peer] = peerPos{RV: a.val.ResourceVersion, Set: a.part.set()}
+		rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.ResourceVersion, Set: a.part.set()}
 		fresh = append(fresh, a.val.Clusters...)
 		more = more || a.val.Continue != ""
 		for _, it := range a.val.Items {
@@ -354,20 +350,18 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 	if len(all) > limit {
 		more, all = true, all[:limit]
 	}
-	list := api.List{Items: make([]api.Item, len(all)), ResourceVersion: fleetToken{Peers: rvs}.encodeToken()}
+	list := api.List{Items: make([]api.Item, len(all)), ResourceVersion: watchcache.Position{Parts: rvs}.String()}
 	for i, k := range all {
 		list.Items[i] = k.item
 	}
 	if more && len(all) > 0 {
-		list.Continue = encodeJSON(fleetContinue{Last: all[len(all)-1].key.String(), Peers: rvs})
+		list.Continue = watchcache.Continue{Last: all[len(all)-1].key.String(), Position: watchcache.Position{Parts: rvs}}.String()
 	}
 	fresh = append(fresh, s.downFreshness(r.Context(), resource, pl.down, failed)...)
 	sort.Slice(fresh, func(i, j int) bool { return fresh[i].Name < fresh[j].Name })
 	list.Clusters = fresh
 	writeJSON(w, list)
 }
-
-func (t fleetToken) encodeToken() string { return encodeJSON(t) }
 
 // stream is one replica's watch, read line by line.
 type stream struct {
@@ -499,7 +493,7 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 		pq.Set("allowWatchBookmarks", "true")
 		pq.Del("resourceVersion")
 		if resume {
-			rv, _ := from.position(p)
+			rv, _ := partPosition(from, p)
 			pq.Set("resourceVersion", rv)
 		}
 		return pq
@@ -510,10 +504,10 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 	}
 	s.metrics.watches.Inc()
 	defer s.metrics.watches.Dec()
-	pos := map[string]peerPos{}
+	pos := map[string]watchcache.PartPosition{}
 	for _, p := range pl.parts {
-		rv, _ := from.position(p)
-		pos[p.peer] = peerPos{RV: rv, Set: p.set()}
+		rv, _ := partPosition(from, p)
+		pos[p.peer] = watchcache.PartPosition{RV: rv, Set: p.set()}
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	if len(pl.down) > 0 {
@@ -558,14 +552,14 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 			case api.Bookmark:
 				var b api.BookmarkObject
 				if json.Unmarshal(ev.Object, &b) == nil {
-					pos[m.st.part.peer] = peerPos{RV: b.Metadata.ResourceVersion, Set: m.st.part.set()}
+					pos[m.st.part.peer] = watchcache.PartPosition{RV: b.Metadata.ResourceVersion, Set: m.st.part.set()}
 				}
 				if !bookmarks || !allPositions(pos) {
 					continue
 				}
 				var out api.BookmarkObject
 				out.Kind = "Bookmark"
-				out.Metadata.ResourceVersion = fleetToken{Peers: pos}.encodeToken()
+				out.Metadata.ResourceVersion = watchcache.Position{Parts: pos}.String()
 				b2, _ := json.Marshal(out)
 				if json.NewEncoder(w).Encode(api.WatchEvent{Type: api.Bookmark, Object: b2}) != nil {
 					return
@@ -587,7 +581,7 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 }
 
 // allPositions reports whether every part has told its position.
-func allPositions(pos map[string]peerPos) bool {
+func allPositions(pos map[string]watchcache.PartPosition) bool {
 	for _, p := range pos {
 		if p.RV == "" {
 			return false

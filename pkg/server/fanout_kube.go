@@ -16,6 +16,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // fanoutKube routes the Kubernetes API: a request in one cluster's view goes to its owner; a
@@ -175,22 +176,24 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	}
 	limit := int(min(opts.Limit, int64(s.opts.KubeMaxPageSize))) // 0, no limit, answers everything
 	exact := q.Get("resourceVersionMatch") == string(metav1.ResourceVersionMatchExact)
-	var from fleetToken
-	var cont *fleetContinue
+	var from watchcache.Position
+	var cont *watchcache.Continue
 	if c := q.Get("continue"); c != "" {
-		fc, ok := parseFleetContinue(c)
-		if !ok {
-			writeError(w, http.StatusGone, "continue expired: the token comes from one replica's answer and the fleet's clusters are now spread over several; list again")
+		fc, err := watchcache.ParseContinue(c)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		cont, from, exact = &fc, fleetToken{Peers: fc.Peers}, fc.Exact
-		if err := from.resumable(pl); err != nil {
+		cont, from, exact = &fc, fc.Position, fc.Exact
+		// A page of an exact list reads every part at its position; any other page of any
+		// list continues after its key, each part at its position or from now (partContinue).
+		if err := resumable(from, pl); exact && err != nil {
 			writeError(w, http.StatusGone, "continue expired: "+err.Error()+"; list again")
 			return
 		}
 	} else if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
-		t, ok := parseFleetToken(rv)
-		if exact && (!ok || t.resumable(pl) != nil) {
+		t, ok := parseMerged(rv)
+		if exact && (!ok || resumable(t, pl) != nil) {
 			writeError(w, http.StatusGone, "resourceVersion expired: the clusters moved between replicas since; list again")
 			return
 		}
@@ -201,10 +204,10 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		pq.Del("continue")
 		pq.Del("resourceVersion")
 		pq.Del("resourceVersionMatch")
-		rv, ok := from.position(p)
+		rv, ok := partPosition(from, p)
 		switch {
 		case cont != nil:
-			pq.Set("continue", continueToken{Last: cont.Last, RV: rv, Exact: exact}.encode())
+			pq.Set("continue", partContinue(*cont, p))
 		case ok && rv != "":
 			pq.Set("resourceVersion", rv)
 			if m := q.Get("resourceVersionMatch"); m != "" {
@@ -233,7 +236,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	var first *kubeDoc
 	more := false
 	failed := map[string]error{}
-	rvs := map[string]peerPos{}
+	rvs := map[string]watchcache.PartPosition{}
 	for i, a := range answers {
 		if a.err != nil {
 			for _, c := range a.part.clusters {
@@ -246,7 +249,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		}
 		var md metav1.ListMeta
 		_ = json.Unmarshal(a.val.fields["metadata"], &md)
-		rvs[a.part.peer] = peerPos{RV: md.ResourceVersion, Set: a.part.set()}
+		rvs[a.part.peer] = watchcache.PartPosition{RV: md.ResourceVersion, Set: a.part.set()}
 		more = more || md.Continue != ""
 		for _, el := range a.val.elements {
 			all = append(all, keyed{keyOfElement(el), el})
@@ -266,9 +269,9 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	for i, k := range all {
 		elements[i] = k.raw
 	}
-	md := metav1.ListMeta{ResourceVersion: fleetToken{Peers: rvs}.encodeToken()}
+	md := metav1.ListMeta{ResourceVersion: watchcache.Position{Parts: rvs}.String()}
 	if more && len(all) > 0 {
-		md.Continue = encodeJSON(fleetContinue{Last: all[len(all)-1].key.String(), Peers: rvs, Exact: exact})
+		md.Continue = watchcache.Continue{Last: all[len(all)-1].key.String(), Position: watchcache.Position{Parts: rvs}, Exact: exact}.String()
 	}
 	out := map[string]json.RawMessage{}
 	for k, v := range first.fields {
@@ -428,7 +431,7 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 		pq := restrictTo(pq0, p.clusters)
 		pq.Del("resourceVersion")
 		if resume {
-			rv, _ := from.position(p)
+			rv, _ := partPosition(from, p)
 			pq.Set("resourceVersion", rv)
 		} else if rv := q.Get("resourceVersion"); rv != "" {
 			pq.Set("resourceVersion", rv)
@@ -441,10 +444,10 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	}
 	s.metrics.watches.Inc()
 	defer s.metrics.watches.Dec()
-	pos := map[string]peerPos{}
+	pos := map[string]watchcache.PartPosition{}
 	for _, p := range pl.parts {
-		rv, _ := from.position(p)
-		pos[p.peer] = peerPos{RV: rv, Set: p.set()}
+		rv, _ := partPosition(from, p)
+		pos[p.peer] = watchcache.PartPosition{RV: rv, Set: p.set()}
 	}
 	s.warnDown(w, r.Context(), pl.down, nil)
 	w.Header().Set("Content-Type", "application/json")
@@ -498,7 +501,7 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 			var rv string
 			_ = json.Unmarshal(meta["resourceVersion"], &rv)
 			if rv != "" {
-				pos[m.st.part.peer] = peerPos{RV: rv, Set: m.st.part.set()}
+				pos[m.st.part.peer] = watchcache.PartPosition{RV: rv, Set: m.st.part.set()}
 			}
 			if ev.Type == api.Bookmark {
 				var ann map[string]string
@@ -518,7 +521,7 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 				}
 				columnsSent = true
 			}
-			meta["resourceVersion"], _ = json.Marshal(fleetToken{Peers: pos}.encodeToken())
+			meta["resourceVersion"], _ = json.Marshal(watchcache.Position{Parts: pos}.String())
 			obj["metadata"], _ = json.Marshal(meta)
 			ev.Object, _ = json.Marshal(obj)
 			if enc.Encode(ev) != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net/http"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // Fleet says which replica owns each cluster when replicas share the fleet (a
@@ -47,14 +47,7 @@ type part struct {
 
 // set identifies the clusters of a part: a watch position of the peer is valid for the same
 // set only.
-func (p part) set() string {
-	h := fnv.New64a()
-	for _, c := range p.clusters {
-		_, _ = h.Write([]byte(c))
-		_, _ = h.Write([]byte{0})
-	}
-	return strconv.FormatUint(h.Sum64(), 36)
-}
+func (p part) set() string { return watchcache.ClusterSet(p.clusters) }
 
 // plan splits the fleet's clusters that keep accepts among their owners. A cluster whose
 // owner is not live (or that no replica holds) is down: the answer reports it unsynced.
@@ -133,62 +126,44 @@ func (s *Server) moved(pl plan) string {
 	return changeFrom(pl, s.plan(pl.keep))
 }
 
-// fleetToken is a resourceVersion of a fan-out answer: one position per replica that answered,
-// valid while that replica owns the same clusters.
-type fleetToken struct {
-	Peers map[string]peerPos `json:"p"`
-}
-
-type peerPos struct {
-	RV  string `json:"r,omitempty"`
-	Set string `json:"h"`
-}
-
-// fleetContinue resumes a paged fan-out list after the key Last. Keys order the whole fleet, so
-// it stays valid when clusters move: a replica whose clusters changed since answers from now.
-type fleetContinue struct {
-	Last  string             `json:"k"`
-	Peers map[string]peerPos `json:"p"`
-	Exact bool               `json:"x,omitempty"`
-}
-
-// parseFleetToken returns the positions of a fan-out resourceVersion; ok is false for anything
-// else (a single replica's token, "0", "").
-func parseFleetToken(s string) (fleetToken, bool) {
-	var t fleetToken
-	if s == "" || s == "0" || decodeJSON(s, &t) != nil || t.Peers == nil {
-		return fleetToken{}, false
+// parseMerged returns a merged answer's position (watchcache.Position with Parts); ok is false
+// for anything else (one replica's position, "0", "").
+func parseMerged(s string) (watchcache.Position, bool) {
+	if s == "" || s == "0" {
+		return watchcache.Position{}, false
 	}
-	return t, true
+	t, err := watchcache.ParsePosition(s)
+	return t, err == nil && t.Merged()
 }
 
-func parseFleetContinue(s string) (fleetContinue, bool) {
-	var c fleetContinue
-	if decodeJSON(s, &c) != nil || c.Peers == nil {
-		return fleetContinue{}, false
-	}
-	return c, true
+// partPosition is p's own position in the merged position t: "" when t holds none for it, or
+// one for another set of clusters (the part then answers from now).
+func partPosition(t watchcache.Position, p part) (string, bool) {
+	return t.Part(p.peer, p.set())
 }
 
-// position is the part's own position in t: "" when t holds none for it, or one for another
-// set of clusters (the part then answers from now).
-func (t fleetToken) position(p part) (string, bool) {
-	pos, ok := t.Peers[p.peer]
-	if !ok || pos.Set != p.set() {
-		return "", false
+// partContinue is the continue token of part p's own page of the merged list c continues:
+// after the same key, at p's position in c when c holds one for p's clusters, and from now
+// otherwise (the order of keys is the fleet's, so the walk stays whole when clusters move).
+func partContinue(c watchcache.Continue, p part) string {
+	pc := watchcache.Continue{Last: c.Last, Exact: c.Exact}
+	if rv, ok := partPosition(c.Position, p); ok && rv != "" {
+		if pos, err := watchcache.ParsePosition(rv); err == nil {
+			pc.Position = pos
+		}
 	}
-	return pos.RV, true
+	return pc.String()
 }
 
 // resumable reports why t cannot resume a watch of plan pl: every part must have its position,
 // for the same clusters.
-func (t fleetToken) resumable(pl plan) error {
+func resumable(t watchcache.Position, pl plan) error {
 	for _, p := range pl.parts {
-		if _, ok := t.position(p); !ok {
+		if _, ok := partPosition(t, p); !ok {
 			return fmt.Errorf("the clusters of replica %q changed since this resourceVersion", p.peer)
 		}
 	}
-	if len(t.Peers) != len(pl.parts) {
+	if len(t.Parts) != len(pl.parts) {
 		return errors.New("the fleet's owners changed since this resourceVersion")
 	}
 	return nil

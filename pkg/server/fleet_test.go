@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // staticFleet is a Fleet whose owners a test sets.
@@ -43,25 +44,25 @@ func TestPlanAndFleetTokens(t *testing.T) {
 	}
 
 	// A token resumes the same plan; once a cluster moves, it does not.
-	tok := fleetToken{Peers: map[string]peerPos{}}
+	tok := watchcache.Position{Parts: map[string]watchcache.PartPosition{}}
 	for _, p := range pl.parts {
-		tok.Peers[p.peer] = peerPos{RV: "rv-" + p.peer, Set: p.set()}
+		tok.Parts[p.peer] = watchcache.PartPosition{RV: "rv-" + p.peer, Set: p.set()}
 	}
-	parsed, ok := parseFleetToken(tok.encodeToken())
-	if !ok || parsed.resumable(pl) != nil {
-		t.Fatalf("a token of the plan does not resume it: %v %v", ok, parsed.resumable(pl))
+	parsed, ok := parseMerged(tok.String())
+	if !ok || resumable(parsed, pl) != nil {
+		t.Fatalf("a token of the plan does not resume it: %v %v", ok, resumable(parsed, pl))
 	}
-	if rv, ok := parsed.position(pl.parts[1]); !ok || rv != "rv-p2" {
+	if rv, ok := partPosition(parsed, pl.parts[1]); !ok || rv != "rv-p2" {
 		t.Fatalf("position of p2: %q %v", rv, ok)
 	}
 	fl.owners[2] = shard.Owner{Cluster: "c", Holder: "me", Self: true, Live: true}
 	if why := s.moved(pl); why == "" {
 		t.Fatal("c moved from p2 to me: moved says nothing")
 	}
-	if err := parsed.resumable(s.plan(nil)); err == nil {
+	if err := resumable(parsed, s.plan(nil)); err == nil {
 		t.Fatal("a token from before c moved resumes the new plan")
 	}
-	if _, ok := parseFleetToken(token{Epoch: "x", Seq: 3}.encode()); ok {
+	if _, ok := parseMerged(watchcache.Position{Epoch: "x", Seq: 3}.String()); ok {
 		t.Fatal("a single replica's token parsed as a fleet token")
 	}
 }

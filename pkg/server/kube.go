@@ -17,6 +17,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // handleKube answers the Kubernetes API: discovery, and get, list and watch of every cached
@@ -252,19 +253,22 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 	return kubeSelection{query: q, leftOut: leftOut, planned: only != nil}, nil
 }
 
-// listPosition is how a list reads: at the hub's position now (from the stores, which may be
-// ahead of it), or exactly at an earlier one (from the hub's snapshot).
+// listPosition is how a list reads: at the watch cache's position now (from the stores, which
+// may be ahead of it), or exactly at an earlier one (from the watch cache's snapshot).
 type listPosition struct {
-	pos   token
+	pos   watchcache.Position
 	exact bool
 	after *aggregate.Key // continue after this key
 }
 
-// parseListPosition reads resourceVersion, resourceVersionMatch and continue, as
-// kube-apiserver validates them. A resourceVersion of another run is 410.
-func parseListPosition(h *hub, vals url.Values) (listPosition, int, error) {
-	rv, rvm, cont := vals.Get("resourceVersion"), vals.Get("resourceVersionMatch"), vals.Get("continue")
-	switch metav1.ResourceVersionMatch(rvm) {
+// parseListPosition reads resourceVersion, resourceVersionMatch and continue of opts (the
+// query as listOptions decodes it), as kube-apiserver validates them. A resourceVersion of
+// another run is 410. A continue token of any list continues after its key: at its own
+// position when it is this replica's, from now when it is a merged answer's, which an exact
+// list cannot do (410).
+func parseListPosition(h *watchcache.Cache, opts metav1.ListOptions) (listPosition, int, error) {
+	rv, rvm, cont := opts.ResourceVersion, opts.ResourceVersionMatch, opts.Continue
+	switch rvm {
 	case "", metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact:
 	default:
 		return listPosition{}, http.StatusBadRequest, fmt.Errorf("resourceVersionMatch %q: want NotOlderThan or Exact", rvm)
@@ -276,38 +280,50 @@ func parseListPosition(h *hub, vals url.Values) (listPosition, int, error) {
 		if rv != "" && rv != "0" {
 			return listPosition{}, http.StatusBadRequest, fmt.Errorf("specifying resourceVersion is not allowed when using continue")
 		}
-		k, listRV, exact, err := parseContinueExact(cont)
+		c, err := watchcache.ParseContinue(cont)
 		if err != nil {
 			return listPosition{}, http.StatusBadRequest, err
 		}
-		t, err := parseToken(listRV)
-		if err != nil {
-			return listPosition{}, http.StatusBadRequest, fmt.Errorf("continue: %w", err)
+		after := c.After()
+		if c.Merged() || c.Epoch == "" {
+			if c.Exact {
+				return listPosition{}, http.StatusGone, fmt.Errorf("continue expired: the list was answered by other replicas, and this one answers it alone now; list again")
+			}
+			return listPosition{pos: h.Position(), after: &after}, 0, nil
 		}
-		return listPosition{pos: t, exact: exact, after: &k}, 0, nil
+		return listPosition{pos: c.Position, exact: c.Exact, after: &after}, 0, nil
 	}
-	if metav1.ResourceVersionMatch(rvm) == metav1.ResourceVersionMatchExact {
+	if rvm == metav1.ResourceVersionMatchExact {
 		if rv == "0" {
 			return listPosition{}, http.StatusBadRequest, fmt.Errorf("resourceVersionMatch Exact is forbidden for resourceVersion 0")
 		}
-		t, err := parseToken(rv)
+		t, err := watchcache.ParseSingle(rv)
 		if err != nil {
-			return listPosition{}, http.StatusBadRequest, err
+			return listPosition{}, codeOf(err), err
 		}
 		return listPosition{pos: t, exact: true}, 0, nil
 	}
 	if rv != "" && rv != "0" {
 		// NotOlderThan (or the legacy unset match): the cache now is at least as new as any
 		// position of this run. A position of another run cannot be compared: 410, relist.
-		t, err := parseToken(rv)
+		t, err := watchcache.ParseSingle(rv)
 		if err != nil {
-			return listPosition{}, http.StatusBadRequest, err
+			return listPosition{}, codeOf(err), err
 		}
-		if t.Epoch != h.position().Epoch {
+		if t.Epoch != h.Position().Epoch {
 			return listPosition{}, http.StatusGone, fmt.Errorf("resourceVersion %s comes from an earlier run of the daemon, or the watch cache was reset since; list again", rv)
 		}
 	}
-	return listPosition{pos: h.position()}, 0, nil
+	return listPosition{pos: h.Position()}, 0, nil
+}
+
+// codeOf is the HTTP code of a position that cannot be read: 410 when it is gone, 400 when it
+// is malformed.
+func codeOf(err error) int {
+	if watchcache.IsGone(err) {
+		return http.StatusGone
+	}
+	return http.StatusBadRequest
 }
 
 // kubeList answers a list: from the stores, or, for an exact resourceVersion, from the hub's
@@ -329,7 +345,7 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 		return
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
-	h := s.hubs[kr.name]
+	h := s.caches[kr.name]
 	sel, err := s.kubeSelect(ctx, p, kr, agg, vals)
 	if err != nil {
 		writeSelectError(w, err)
@@ -339,7 +355,7 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	if sel.planned && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, sel.query.Clusters)) {
 		return
 	}
-	lp, code, err := parseListPosition(h, vals)
+	lp, code, err := parseListPosition(h, opts)
 	if err != nil {
 		writeError(w, code, err.Error())
 		return
@@ -349,12 +365,12 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	switch {
 	case sel.none:
 	case lp.exact:
-		items, err := h.snapshot(lp.pos, sel.query.Clusters)
+		items, err := h.Snapshot(lp.pos, sel.query.Clusters)
 		if err != nil {
 			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
 			return
 		}
-		pg = pageOf(items, func(it item) bool { return agg.Matches(sel.query, it.cluster, it.obj) }, lp.after, limit)
+		pg = pageOf(items, func(it item) bool { return agg.Matches(sel.query, it.Key.Cluster, it.Object) }, lp.after, limit)
 	default:
 		if pg, err = s.selectPage(req, lp.after, limit); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
@@ -371,11 +387,11 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 		return
 	}
 	if !lp.exact {
-		h.sequence(pg.items) // a snapshot's items have theirs
+		h.Sequence(pg.items) // a snapshot's items have theirs
 	}
-	l := kubeList{kr: kr, items: pg.items, rv: lp.pos.encode(), epoch: lp.pos.Epoch, includeObject: vals.Get("includeObject")}
+	l := kubeList{kr: kr, items: pg.items, rv: lp.pos.String(), epoch: lp.pos.Epoch, includeObject: vals.Get("includeObject")}
 	if pg.more {
-		l.cont = continueToken{Last: pg.items[len(pg.items)-1].key.String(), RV: l.rv, Exact: lp.exact}.encode()
+		l.cont = watchcache.Continue{Last: pg.items[len(pg.items)-1].Key.String(), Position: lp.pos, Exact: lp.exact}.String()
 	}
 	if !sel.none {
 		s.warnUnfresh(w, req, pg.fresh)
@@ -389,11 +405,11 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 func pageOf(items []item, keep func(item) bool, after *aggregate.Key, limit int) page {
 	pg := page{}
 	for _, it := range items {
-		if (after == nil || less(*after, it.key)) && keep(it) {
+		if (after == nil || less(*after, it.Key)) && keep(it) {
 			pg.items = append(pg.items, it)
 		}
 	}
-	sort.Slice(pg.items, func(i, j int) bool { return less(pg.items[i].key, pg.items[j].key) })
+	sort.Slice(pg.items, func(i, j int) bool { return less(pg.items[i].Key, pg.items[j].Key) })
 	if len(pg.items) > limit {
 		pg.more, pg.items = true, pg.items[:limit]
 	}
@@ -445,7 +461,7 @@ func (s *Server) readableClusterItems(ctx context.Context, only string) ([]item,
 	all := s.clusterItems(only)
 	names := make([]string, len(all))
 	for i, it := range all {
-		names[i] = it.cluster
+		names[i] = it.Key.Cluster
 	}
 	if only != "" {
 		_, _, err := s.scope(ctx, "", names, nil)
@@ -455,7 +471,7 @@ func (s *Server) readableClusterItems(ctx context.Context, only string) ([]item,
 	if err != nil {
 		return nil, nil, err
 	}
-	return slices.DeleteFunc(all, func(it item) bool { return slices.Contains(leftOut, it.cluster) }), leftOut, nil
+	return slices.DeleteFunc(all, func(it item) bool { return slices.Contains(leftOut, it.Key.Cluster) }), leftOut, nil
 }
 
 // listClusters answers clusters.multicache.io: the label selector's cluster requirements and
@@ -482,7 +498,7 @@ func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kube
 	warnLeftOut(w, leftOut)
 	var items []item
 	for _, it := range readable {
-		if len(selectClusters([]string{it.cluster}, reqs)) == 1 && (name == "" || it.cluster == name) {
+		if len(selectClusters([]string{it.Key.Cluster}, reqs)) == 1 && (name == "" || it.Key.Cluster == name) {
 			items = append(items, it)
 		}
 	}
@@ -500,8 +516,8 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 	epoch := ""
 	if kr == clustersResource {
 		for _, it := range s.clusterItems(p.cluster) {
-			if it.cluster == p.name {
-				if _, _, err := s.scope(ctx, "", []string{it.cluster}, nil); err != nil {
+			if it.Key.Cluster == p.name {
+				if _, _, err := s.scope(ctx, "", []string{it.Key.Cluster}, nil); err != nil {
 					writeScopeError(w, err)
 					return
 				}
@@ -554,15 +570,15 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 				return
 			}
 			if exists {
-				found = append(found, item{key: k, cluster: c, obj: obj})
+				found = append(found, item{Key: k, Object: obj})
 			}
 		}
 		if only != nil && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, clusters)) {
 			return // a cluster left between the check and the read
 		}
-		h := s.hubs[kr.name]
-		h.sequence(found)
-		epoch = h.position().Epoch
+		h := s.caches[kr.name]
+		h.Sequence(found)
+		epoch = h.Position().Epoch
 		s.warnUnfresh(w, req, nil)
 	}
 	switch {
@@ -582,8 +598,8 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 	case len(found) > 1:
 		var names, paths []string
 		for _, it := range found {
-			names = append(names, it.cluster)
-			paths = append(paths, "/clusters/"+it.cluster+p.objectPath())
+			names = append(names, it.Key.Cluster)
+			paths = append(paths, "/clusters/"+it.Key.Cluster+p.objectPath())
 		}
 		st := statusOf(http.StatusConflict, fmt.Sprintf("%s %q exists in %d clusters (%s): read it from one of them, at %s", gr, p.name, len(found), strings.Join(names, ", "), strings.Join(paths, " or ")))
 		st.Details = &metav1.StatusDetails{Name: p.name, Group: gr.Group, Kind: gr.Resource}

@@ -22,6 +22,7 @@ import (
 	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 func TestParseKubePath(t *testing.T) {
@@ -149,14 +150,14 @@ func TestKubeReads(t *testing.T) {
 	if err := json.Unmarshal(body, &list); err != nil || code != 200 || list.Kind != "PodList" || len(list.Items) != 3 {
 		t.Fatalf("list: %d %s", code, body)
 	}
-	if _, err := parseToken(list.Metadata.ResourceVersion); err != nil {
+	if _, err := watchcache.ParsePosition(list.Metadata.ResourceVersion); err != nil {
 		t.Errorf("list resourceVersion %q: %v", list.Metadata.ResourceVersion, err)
 	}
 	for _, p := range list.Items {
 		if p.Annotations[api.ClusterAnnotation] == "" || p.Annotations[api.ResourceVersionAnnotation] != "7" || p.Kind != "" {
 			t.Errorf("item %s: annotations %v, kind %q", p.Name, p.Annotations, p.Kind)
 		}
-		if _, err := parseToken(p.ResourceVersion); err != nil {
+		if _, err := watchcache.ParsePosition(p.ResourceVersion); err != nil {
 			t.Errorf("item %s: resourceVersion %q is not a position", p.Name, p.ResourceVersion)
 		}
 	}
@@ -197,7 +198,7 @@ func TestKubeReads(t *testing.T) {
 		{"GET", "/api/v1/pods?labelSelector=a+in+(", "", 400, metav1.StatusReasonBadRequest},
 		{"GET", "/api/v1/pods?fieldSelector=spec.restartPolicy%3DNever", "", 400, metav1.StatusReasonBadRequest},
 		{"GET", "/api/v1/pods?resourceVersion=5&resourceVersionMatch=Exact", "", 400, metav1.StatusReasonBadRequest},
-		{"GET", "/api/v1/pods?resourceVersion=" + token{Epoch: "gone", Seq: 1}.encode() + "&resourceVersionMatch=Exact", "", 410, metav1.StatusReasonExpired},
+		{"GET", "/api/v1/pods?resourceVersion=" + watchcache.Position{Epoch: "gone", Seq: 1}.String() + "&resourceVersionMatch=Exact", "", 410, metav1.StatusReasonExpired},
 		{"GET", "/api/v1/pods", "application/vnd.kubernetes.protobuf", 406, metav1.StatusReasonNotAcceptable},
 		{"GET", "/api/v1/pods?watch=true&sendInitialEvents=true", "", 400, metav1.StatusReasonBadRequest},
 	} {
@@ -209,15 +210,15 @@ func TestKubeReads(t *testing.T) {
 	}
 
 	// An exact list at a position reads the state then, whatever came after.
-	at := s.hubs["pods"].position()
+	at := s.caches["pods"].Position()
 	late := pod("late")
-	s.hubs["pods"].OnAdd("a", &late, false)
-	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+at.encode(), "")
+	s.caches["pods"].OnAdd("a", &late, false)
+	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+at.String(), "")
 	list.Items = nil
-	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 3 || list.Metadata.ResourceVersion != at.encode() {
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 3 || list.Metadata.ResourceVersion != at.String() {
 		t.Errorf("exact list at %v: %s", at, body)
 	}
-	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+s.hubs["pods"].position().encode(), "")
+	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+s.caches["pods"].Position().String(), "")
 	list.Items = nil
 	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 4 {
 		t.Errorf("exact list now: %d items, want 4", len(list.Items))
@@ -270,10 +271,10 @@ func TestKubeWatch(t *testing.T) {
 		}
 	}
 	var bm metav1.PartialObjectMetadata
-	if evs[3].Type != "BOOKMARK" || json.Unmarshal(evs[3].Object, &bm) != nil || bm.Annotations[metav1.InitialEventsAnnotationKey] != "true" || bm.Kind != "Pod" || bm.ResourceVersion != s.hubs["pods"].position().encode() {
+	if evs[3].Type != "BOOKMARK" || json.Unmarshal(evs[3].Object, &bm) != nil || bm.Annotations[metav1.InitialEventsAnnotationKey] != "true" || bm.Kind != "Pod" || bm.ResourceVersion != s.caches["pods"].Position().String() {
 		t.Errorf("after the initial events: %s %s", evs[3].Type, evs[3].Object)
 	}
-	evs = watchLines(t, hs, "/api/v1/pods?watch=true&resourceVersion="+token{Epoch: "gone", Seq: 3}.encode(), "", 1)
+	evs = watchLines(t, hs, "/api/v1/pods?watch=true&resourceVersion="+watchcache.Position{Epoch: "gone", Seq: 3}.String(), "", 1)
 	var st metav1.Status
 	if evs[0].Type != "ERROR" || json.Unmarshal(evs[0].Object, &st) != nil || st.Code != 410 || st.Reason != metav1.StatusReasonExpired {
 		t.Errorf("watch from another run's position: %s %s", evs[0].Type, evs[0].Object)
@@ -284,7 +285,7 @@ func TestKubeWatch(t *testing.T) {
 		t.Errorf("table watch: %s / %s", evs[0].Object, evs[1].Object)
 	}
 	start := time.Now()
-	watchLines(t, hs, "/api/v1/pods?watch=true&timeoutSeconds=1&resourceVersion="+s.hubs["pods"].position().encode(), "", 100)
+	watchLines(t, hs, "/api/v1/pods?watch=true&timeoutSeconds=1&resourceVersion="+s.caches["pods"].Position().String(), "", 100)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("timeoutSeconds=1: the watch lasted %s", d)
 	}

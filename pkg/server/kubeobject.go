@@ -22,6 +22,7 @@ import (
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/table"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // form is what a Kubernetes API client asked an answer to be, from its Accept header.
@@ -59,16 +60,16 @@ func negotiate(r *http.Request) (form, error) {
 
 // kubeObject returns what the Kubernetes API serves of it: a copy of its object that carries
 // the cluster annotation (and apiVersion and kind when typeMeta), with Secrets redacted unless
-// allowed. Its resourceVersion is a position of the watch hub (epoch, it.seq) that a watch
+// allowed. Its resourceVersion is a position of the watch cache (epoch, it.Seq) that a watch
 // resumes from, as client-go's reflectors do with the last object they received; the
 // cluster's own resourceVersion moves to an annotation. Without an epoch (clusters) it is
 // left alone. The cache's object is never modified: the copy is shallow, with its own metadata
 // and annotations.
 func (s *Server) kubeObject(it item, epoch string, kr *kubeResource, typeMeta bool) (runtime.Object, error) {
-	cluster, obj := it.cluster, it.obj
+	cluster, obj := it.Key.Cluster, it.Object
 	rv := ""
 	if epoch != "" {
-		rv = token{Epoch: epoch, Seq: it.seq}.encode()
+		rv = watchcache.Position{Epoch: epoch, Seq: it.Seq}.String()
 	}
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -249,7 +250,7 @@ func (s *Server) appendKubeObject(buf *bytes.Buffer, f form, kr *kubeResource, i
 	if f.as == "PartialObjectMetadata" {
 		m, err := meta.Accessor(obj)
 		if err != nil {
-			return fmt.Errorf("cluster %q: %w", it.cluster, err)
+			return fmt.Errorf("cluster %q: %w", it.Key.Cluster, err)
 		}
 		p := meta.AsPartialObjectMetadata(m)
 		p.Kind, p.APIVersion = "PartialObjectMetadata", metav1.SchemeGroupVersion.String()
@@ -257,7 +258,7 @@ func (s *Server) appendKubeObject(buf *bytes.Buffer, f form, kr *kubeResource, i
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("cluster %q: encode %s: %w", it.cluster, it.key, err)
+		return fmt.Errorf("cluster %q: encode %s: %w", it.Key.Cluster, it.Key, err)
 	}
 	buf.Write(b)
 	return nil
@@ -276,7 +277,7 @@ func (s *Server) kubeTable(ctx context.Context, kr *kubeResource, items []item, 
 		if err != nil {
 			return nil, err
 		}
-		rows[i] = table.Row{Cluster: it.cluster, Object: obj}
+		rows[i] = table.Row{Cluster: it.Key.Cluster, Object: obj}
 	}
 	t, err := table.Build(ctx, conv, rows, noHeaders)
 	if err != nil {

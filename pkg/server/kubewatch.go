@@ -1,16 +1,19 @@
 package server
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // initialEventsEnd is the annotation of the BOOKMARK that ends a watch's initial events.
@@ -41,7 +44,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 		return
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
-	h := s.hubs[kr.name]
+	h := s.caches[kr.name]
 	sel, err := s.kubeSelect(r.Context(), p, kr, agg, vals)
 	if err != nil {
 		writeSelectError(w, err)
@@ -80,218 +83,148 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 		writeError(w, http.StatusBadRequest, "sendInitialEvents requires allowWatchBookmarks=true")
 		return
 	}
-	var pos token
-	initial, endBookmark := false, sie
-	var expired error
+	wo := watchcache.WatchOptions{Clusters: q.Clusters, Matches: func(c string, obj any) bool { return agg.Matches(q, c, obj) }}
 	switch {
 	case sie:
 		if rv != "" && rv != "0" {
-			if _, err := parseToken(rv); err != nil {
+			if _, err := watchcache.ParsePosition(rv); err != nil {
 				writeError(w, http.StatusBadRequest, err.Error())
 				return
 			}
 		}
-		pos, initial = h.position(), true // not older than any position given
+		wo.From, wo.Initial = h.Position(), true // not older than any position given
 	case rv == "" || rv == "0":
-		pos, initial = h.position(), !sieSet || sie
+		wo.From, wo.Initial = h.Position(), !sieSet || sie
 	default:
-		t, err := parseToken(rv)
+		t, err := watchcache.ParsePosition(rv)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		pos = t
-		if _, _, err := h.next(pos, q.Clusters, make([]event, 0, 1)); err != nil {
-			expired = err
-		}
+		wo.From = t // one of another replica's, or merged: Watch says it is gone, in the stream
 	}
-	if initial && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, q.Clusters)) {
+	if wo.Initial && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, q.Clusters)) {
 		return // an initial list without a cluster's objects would read as their deletes
 	}
-	var items []item
-	if initial && !sel.none {
-		all, err := h.snapshot(pos, q.Clusters)
-		if err != nil {
-			expired = err
-		}
-		for _, it := range all {
-			if agg.Matches(q, it.cluster, it.obj) {
-				items = append(items, it)
-			}
-		}
-		sort.Slice(items, func(i, j int) bool { return less(items[i].key, items[j].key) })
-	}
+	var wch *watchcache.Watcher
+	var expired error
 	if !sel.none {
+		wch, expired = h.Watch(wo)
 		s.warnUnfresh(w, request{resource: kr.name, agg: agg, query: q}, nil)
+	} else if !wo.Initial {
+		expired = h.Check(wo.From, q.Clusters)
 	}
 	s.metrics.watches.Inc()
 	defer s.metrics.watches.Dec()
 	w.Header().Set("Content-Type", "application/json;stream=watch")
 	w.WriteHeader(http.StatusOK)
+	sink := &kubeSink{s: s, r: r, w: w, fl: fl, kr: kr, f: f, epoch: wo.From.Epoch, includeObject: vals.Get("includeObject"), line: getBuffer()}
+	defer putBuffer(sink.line)
+	if expired != nil {
+		sink.gone(expired)
+		return
+	}
+	ctx := r.Context()
+	if deadline != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-deadline:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if sel.none {
+		// No cluster selected: nothing will ever match. The end bookmark, then wait for the end.
+		if sie && sink.Bookmark(wo.From, true) == nil {
+			sink.Flush()
+			<-ctx.Done()
+		}
+		return
+	}
+	ro := watchcache.RunOptions{FirstBookmark: sie, Guard: guardOf(r.Context()).orNil()}
+	if bookmarks {
+		tick := time.NewTicker(s.opts.BookmarkInterval)
+		defer tick.Stop()
+		ro.Bookmarks = tick.C
+	}
+	if err := wch.Run(ctx, sink, ro); watchcache.IsGone(err) {
+		sink.gone(err)
+	}
+}
 
-	line := getBuffer()
-	defer putBuffer(line)
-	headers := true // a Table watch's first object event carries the columns
-	emit := func(typ string, it item) error {
-		line.Reset()
-		line.WriteString(`{"type":`)
-		writeName(line, typ)
-		line.WriteString(`,"object":`)
-		if f.as == "Table" {
-			t, err := s.kubeTable(r.Context(), kr, []item{it}, pos.Epoch, !headers, vals.Get("includeObject"), f.tableVersion)
-			if err != nil {
-				return err
-			}
-			headers = false
-			b, err := json.Marshal(t)
-			if err != nil {
-				return err
-			}
-			line.Write(b)
-		} else if err := s.appendKubeObject(line, f, kr, it, pos.Epoch, true); err != nil {
+// kubeSink writes a Kubernetes watch: {"type":…,"object":…} events, objects in the form asked
+// for (a Table watch's first object event carries the columns).
+type kubeSink struct {
+	s             *Server
+	r             *http.Request
+	w             http.ResponseWriter
+	fl            http.Flusher
+	kr            *kubeResource
+	f             form
+	epoch         string
+	includeObject string
+	columnsSent   bool
+	line          *bytes.Buffer
+}
+
+func (k *kubeSink) Event(typ string, it watchcache.Item) error {
+	line := k.line
+	line.Reset()
+	line.WriteString(`{"type":`)
+	writeName(line, typ)
+	line.WriteString(`,"object":`)
+	if k.f.as == "Table" {
+		t, err := k.s.kubeTable(k.r.Context(), k.kr, []item{it}, k.epoch, k.columnsSent, k.includeObject, k.f.tableVersion)
+		if err != nil {
 			return err
 		}
-		line.WriteString("}\n")
-		_, err := w.Write(line.Bytes())
-		return err
-	}
-	control := func(typ string, obj any) error {
-		b, _ := json.Marshal(obj)
-		_, err := fmt.Fprintf(w, `{"type":%q,"object":%s}`+"\n", typ, b)
-		return err
-	}
-	fail := func(err error) {
-		_ = control(api.ErrorEvent, statusOf(http.StatusGone, "resourceVersion expired: "+err.Error()))
-		fl.Flush()
-	}
-	bookmark := func(end bool) error {
-		md := metav1.ObjectMeta{ResourceVersion: pos.encode()}
-		if end {
-			md.Annotations = map[string]string{initialEventsEnd: "true"}
-		}
-		kind, apiVersion := kr.gvk.Kind, kr.gvk.GroupVersion().String()
-		switch f.as {
-		case "Table":
-			kind, apiVersion = "Table", "meta.k8s.io/"+f.tableVersion
-		case "PartialObjectMetadata":
-			kind, apiVersion = "PartialObjectMetadata", metav1.SchemeGroupVersion.String()
-		}
-		return control(api.Bookmark, map[string]any{"kind": kind, "apiVersion": apiVersion, "metadata": md})
-	}
-	if expired != nil {
-		fail(expired)
-		return
-	}
-	for i, it := range items {
-		if emit(api.Added, it) != nil {
-			return
-		}
-		if i%watchBatch == 0 {
-			fl.Flush()
-		}
-	}
-	items = nil
-	if endBookmark && bookmark(true) != nil {
-		return
-	}
-	fl.Flush()
-	if sel.none {
-		// No cluster selected: nothing will ever match; wait for the end.
-		select {
-		case <-r.Context().Done():
-		case <-deadline:
-		}
-		return
-	}
-	// send relays one hub event through the query: an object that starts matching is ADDED,
-	// one that stops is DELETED.
-	send := func(ev event) error {
-		if ev.typ == handedOff {
-			return nil // of a cluster this watch does not span: next ends the others with 410
-		}
-		now := agg.Matches(q, ev.cluster, ev.obj)
-		it := item{key: ev.key, cluster: ev.cluster, obj: ev.obj, seq: ev.seq}
-		if ev.typ == api.Modified {
-			was := ev.prev != nil && agg.Matches(q, ev.cluster, ev.prev)
-			switch {
-			case now && !was:
-				return emit(api.Added, it)
-			case !now && was:
-				return emit(api.Deleted, it)
-			case !now:
-				return nil
-			}
-		} else if !now {
-			return nil
-		}
-		return emit(ev.typ, it)
-	}
-	tick := time.NewTicker(s.opts.BookmarkInterval)
-	defer tick.Stop()
-	// In a sharded fleet the watch ends with 410 once its plan changes (planguard.go).
-	replanned := guardOf(r.Context()).track()
-	moved := func() bool {
-		why := replanned.check()
-		if why != "" {
-			_ = control(api.ErrorEvent, statusOf(http.StatusGone, "the fleet changed since this watch started: "+why+"; list again"))
-			fl.Flush()
-		}
-		return why != ""
-	}
-	if moved() {
-		return
-	}
-	buf := make([]event, 0, watchBatch)
-	flushed := time.Now()
-	for {
-		select {
-		case <-replanned.C:
-			if moved() {
-				return
-			}
-		default:
-		}
-		evs, wake, err := h.next(pos, q.Clusters, buf[:0])
+		k.columnsSent = true
+		b, err := json.Marshal(t)
 		if err != nil {
-			fail(err)
-			return
+			return err
 		}
-		for _, ev := range evs {
-			pos.Seq = ev.seq
-			if send(ev) != nil {
-				return
-			}
-		}
-		clear(evs)
-		if wake == nil {
-			if r.Context().Err() != nil {
-				return
-			}
-			if time.Since(flushed) > 100*time.Millisecond {
-				fl.Flush()
-				flushed = time.Now()
-			}
-			continue
-		}
-		fl.Flush()
-		flushed = time.Now()
-		select {
-		case <-r.Context().Done():
-			return
-		case <-deadline:
-			return
-		case <-wake:
-		case <-replanned.C:
-			if moved() {
-				return
-			}
-		case <-tick.C:
-			if bookmarks {
-				if bookmark(false) != nil {
-					return
-				}
-				fl.Flush()
-			}
-		}
+		line.Write(b)
+	} else if err := k.s.appendKubeObject(line, k.f, k.kr, it, k.epoch, true); err != nil {
+		return err
 	}
+	line.WriteString("}\n")
+	_, err := k.w.Write(line.Bytes())
+	return err
+}
+
+func (k *kubeSink) Bookmark(pos watchcache.Position, initialEnd bool) error {
+	md := metav1.ObjectMeta{ResourceVersion: pos.String()}
+	if initialEnd {
+		md.Annotations = map[string]string{initialEventsEnd: "true"}
+	}
+	kind, apiVersion := k.kr.gvk.Kind, k.kr.gvk.GroupVersion().String()
+	switch k.f.as {
+	case "Table":
+		kind, apiVersion = "Table", "meta.k8s.io/"+k.f.tableVersion
+	case "PartialObjectMetadata":
+		kind, apiVersion = "PartialObjectMetadata", metav1.SchemeGroupVersion.String()
+	}
+	return k.control(api.Bookmark, map[string]any{"kind": kind, "apiVersion": apiVersion, "metadata": md})
+}
+
+func (k *kubeSink) Flush() { k.fl.Flush() }
+
+func (k *kubeSink) control(typ string, obj any) error {
+	b, _ := json.Marshal(obj)
+	_, err := fmt.Fprintf(k.w, `{"type":%q,"object":%s}`+"\n", typ, b)
+	return err
+}
+
+// gone ends the stream with an ERROR event: 410, list again.
+func (k *kubeSink) gone(err error) {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "the fleet changed") {
+		msg = "resourceVersion expired: " + msg
+	}
+	_ = k.control(api.ErrorEvent, statusOf(http.StatusGone, msg))
+	k.fl.Flush()
 }

@@ -70,17 +70,15 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	for res, h := range c.s.hubs {
-		h.mu.Lock()
-		seq, expired, resets, n, bytes := h.seq, h.expired, h.resets, h.n, h.bytes
-		h.mu.Unlock()
-		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(seq), res)
-		ch <- prometheus.MustNewConstMetric(c.watchOverflows, prometheus.CounterValue, float64(expired), res)
-		ch <- prometheus.MustNewConstMetric(c.hubResets, prometheus.CounterValue, float64(resets), res)
-		ch <- prometheus.MustNewConstMetric(c.ringEvents, prometheus.GaugeValue, float64(n), res)
-		ch <- prometheus.MustNewConstMetric(c.ringBytes, prometheus.GaugeValue, float64(bytes), res)
+	for res, h := range c.s.caches {
+		st := h.Stats()
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(st.Events), res)
+		ch <- prometheus.MustNewConstMetric(c.watchOverflows, prometheus.CounterValue, float64(st.Expired), res)
+		ch <- prometheus.MustNewConstMetric(c.hubResets, prometheus.CounterValue, float64(st.Resets), res)
+		ch <- prometheus.MustNewConstMetric(c.ringEvents, prometheus.GaugeValue, float64(st.Held), res)
+		ch <- prometheus.MustNewConstMetric(c.ringBytes, prometheus.GaugeValue, float64(st.Bytes), res)
 	}
-	for res, r := range c.s.hubRegs {
+	for res, r := range c.s.cacheRegs {
 		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(r.Pending()), res, "watch-hub")
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, r.Lag().Seconds(), res, "watch-hub")
 	}

@@ -10,27 +10,15 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
-// item is one object of an answer.
-type item struct {
-	key     aggregate.Key
-	cluster string
-	obj     any
-	// seq is the watch hub's sequence of the event that made obj, when known (see
-	// hub.sequence): the Kubernetes API serves it as the object's resourceVersion.
-	seq uint64
-}
+// item is one object of an answer, with the watch cache's sequence of the event that made
+// it when known (watchcache.Cache.Sequence).
+type item = watchcache.Item
 
-func less(a, b aggregate.Key) bool {
-	if a.Cluster != b.Cluster {
-		return a.Cluster < b.Cluster
-	}
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
-	}
-	return a.Name < b.Name
-}
+// less orders keys as every answer does: cluster, namespace, name.
+func less(a, b aggregate.Key) bool { return watchcache.CompareKeys(a, b) < 0 }
 
 // request is a parsed list or watch request on one resource.
 type request struct {
@@ -116,16 +104,20 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var after *aggregate.Key
-	var rv string
+	var listed *watchcache.Position // the position of the list a continue token resumes
 	if tok := q.Get("continue"); tok != "" {
-		k, listRV, err := parseContinue(tok)
+		c, err := watchcache.ParseContinue(tok)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		after, rv = &k, listRV
+		k := c.After()
+		after = &k
+		if !c.Merged() {
+			listed = &c.Position
+		} // a merged list's page, now answered here alone: its position is this one's
 	}
-	pos := s.hubs[req.resource].position() // before the stores are read: the list reflects every event up to it
+	pos := s.caches[req.resource].Position() // before the stores are read: the list reflects every event up to it
 	pg, err := s.selectPage(req, after, limit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -135,12 +127,12 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGatewayTimeout, "request timed out")
 		return
 	}
-	if rv == "" {
-		rv = pos.encode()
+	if listed != nil {
+		pos = *listed
 	}
-	list := api.List{ResourceVersion: rv}
+	list := api.List{ResourceVersion: pos.String()}
 	if pg.more {
-		list.Continue = continueToken{Last: pg.items[len(pg.items)-1].key.String(), RV: rv}.encode()
+		list.Continue = watchcache.Continue{Last: pg.items[len(pg.items)-1].Key.String(), Position: pos}.String()
 	}
 	list.Clusters, pg.info = s.freshness(req, pg.fresh)
 	if err := s.writeList(w, pg.items, pg.info, list); err != nil {
@@ -180,19 +172,19 @@ func (s *Server) selectPage(req request, after *aggregate.Key, limit int) (page,
 		}
 		pg.fresh[c] = len(result.Unsynced) == 0
 		for it := range keyed(result) {
-			if after != nil && !less(*after, it.key) {
+			if after != nil && !less(*after, it.Key) {
 				continue
 			}
 			if len(*h) <= limit {
 				heap.Push(h, it)
-			} else if less(it.key, (*h)[0].key) {
+			} else if less(it.Key, (*h)[0].Key) {
 				(*h)[0] = it
 				heap.Fix(h, 0)
 			}
 		}
 	}
 	items := []item(*h)
-	sort.Slice(items, func(i, j int) bool { return less(items[i].key, items[j].key) })
+	sort.Slice(items, func(i, j int) bool { return less(items[i].Key, items[j].Key) })
 	if len(items) > limit {
 		pg.more, items = true, items[:limit]
 	}
@@ -208,7 +200,7 @@ func keyed(result aggregate.Result) func(yield func(item) bool) {
 			if err != nil {
 				continue
 			}
-			if !yield(item{key: k, cluster: it.Cluster, obj: it.Object}) {
+			if !yield(item{Key: k, Object: it.Object}) {
 				return
 			}
 		}
@@ -219,7 +211,7 @@ func keyed(result aggregate.Result) func(yield func(item) bool) {
 type keyHeap []item
 
 func (h keyHeap) Len() int           { return len(h) }
-func (h keyHeap) Less(i, j int) bool { return less(h[j].key, h[i].key) }
+func (h keyHeap) Less(i, j int) bool { return less(h[j].Key, h[i].Key) }
 func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *keyHeap) Push(x any)        { *h = append(*h, x.(item)) }
 func (h *keyHeap) Pop() any {

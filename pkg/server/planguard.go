@@ -13,6 +13,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // A request's plan is fixed when it starts: the clusters it spans, each with its owner and
@@ -103,21 +104,29 @@ func guardOf(ctx context.Context) *planGuard {
 	return g
 }
 
-// changed returns a channel closed when the plan may have changed; nil (never) for a nil guard.
-func (g *planGuard) changed() <-chan struct{} {
+// Changed returns a channel closed when the plan may have changed; nil (never) for a nil guard.
+func (g *planGuard) Changed() <-chan struct{} {
 	if g == nil {
 		return nil
 	}
 	return g.s.opts.Fleet.WaitChange()
 }
 
-// why says how the plan changed, "" while it has not. Call it before waiting on changed, and
-// again once changed fires.
-func (g *planGuard) why() string {
+// Why says how the plan changed, "" while it has not. Call it before waiting on Changed, and
+// again once Changed fires.
+func (g *planGuard) Why() string {
 	if g == nil {
 		return ""
 	}
 	return changeFrom(g.was, g.s.plan(g.was.keep))
+}
+
+// orNil is g as a watchcache.Guard: none at all for a nil guard.
+func (g *planGuard) orNil() watchcache.Guard {
+	if g == nil {
+		return nil
+	}
+	return g
 }
 
 // replan is what a watch loop holds of its guard: C to select on, and check once it fires.
@@ -127,12 +136,12 @@ type replan struct {
 }
 
 // track starts following the plan; for a nil guard, C never fires.
-func (g *planGuard) track() *replan { return &replan{g: g, C: g.changed()} }
+func (g *planGuard) track() *replan { return &replan{g: g, C: g.Changed()} }
 
 // check says how the plan changed, "" while it has not; then C waits for the next change.
 func (rp *replan) check() string {
-	next := rp.g.changed() // before why: a change in between is not missed
-	why := rp.g.why()
+	next := rp.g.Changed() // before Why: a change in between is not missed
+	why := rp.g.Why()
 	if why == "" {
 		rp.C = next
 	}
@@ -157,7 +166,7 @@ func (pl plan) selfClusters() []string {
 // restarts (queries then read the replaced store). A cluster that failed before it ever
 // synced counts as unready for DeadClusterTimeout, as for readiness.
 func (s *Server) unready(resource string, clusters []string) []string {
-	reg := s.hubRegs[resource]
+	reg := s.cacheRegs[resource]
 	info := s.info(resource)
 	if len(clusters) == 0 { // every cluster this replica runs
 		for c := range info {

@@ -18,6 +18,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/table"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // Options configures a Server.
@@ -158,10 +159,11 @@ type Server struct {
 	reg     *clusterset.Registry
 	log     *zap.Logger
 	started time.Time
-	hubs    map[string]*hub
-	hubRegs map[string]*aggregate.Registration
-	metrics *metrics
-	limits  *limits
+	// caches holds each resource's watch cache, cacheRegs its registration as a handler.
+	caches    map[string]*watchcache.Cache
+	cacheRegs map[string]*aggregate.Registration
+	metrics   *metrics
+	limits    *limits
 
 	aliasMu sync.Mutex
 	aliases map[string]string // lower-cased alias → configured resource name
@@ -185,19 +187,19 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, started: time.Now(),
-		hubs: map[string]*hub{}, hubRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{},
+		caches: map[string]*watchcache.Cache{}, cacheRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{},
 		limits: newLimits(opts.MaxWatches, opts.MaxRequestsInFlight), tables: table.NewSet(opts.Tables)}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
-		h := newHub(res, opts.WatchBuffer, opts.WatchBufferBytes, func() []item { return cachedItems(agg) })
+		h := watchcache.New(watchcache.Options{MaxEvents: opts.WatchBuffer, MaxBytes: opts.WatchBufferBytes, Current: func() []item { return cachedItems(agg) }})
 		// Every event, in order: a watch relays the change stream, so an add and delete of the
 		// same object while the hub is behind must both reach it. Past HubMaxPending the hub
 		// resets (every watch 410) rather than grow without bound.
-		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true, MaxPending: opts.HubMaxPending, OnOverflow: h.overflow})
+		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true, MaxPending: opts.HubMaxPending, OnOverflow: h.Overflow})
 		if err != nil {
 			return nil, err
 		}
-		s.hubs[res], s.hubRegs[res] = h, hr
+		s.caches[res], s.cacheRegs[res] = h, hr
 	}
 	m, err := newMetrics(s, opts.Metrics)
 	if err != nil {
@@ -350,8 +352,9 @@ func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *agg
 // RingHeld reports how many events the watch ring of resource holds, and about how many bytes
 // of objects, for reports and tests.
 func (s *Server) RingHeld(resource string) (events, bytes int) {
-	if h, ok := s.hubs[resource]; ok {
-		return h.held()
+	if h, ok := s.caches[resource]; ok {
+		st := h.Stats()
+		return st.Held, st.Bytes
 	}
 	return 0, 0
 }
@@ -359,10 +362,10 @@ func (s *Server) RingHeld(resource string) (events, bytes int) {
 // Close removes the server's watch hubs from the aggregates and empties their rings; open
 // watches end with 410. Serving after Close is not supported.
 func (s *Server) Close() {
-	for res, r := range s.hubRegs {
+	for res, r := range s.cacheRegs {
 		r.Remove()
 		<-r.Done()
-		s.hubs[res].overflow()
+		s.caches[res].Overflow()
 	}
 }
 

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
-	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,125 +54,6 @@ func TestEncodeAddsTypeAndRedactsSecrets(t *testing.T) {
 }
 
 var appsDeployment = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
-
-func TestTokenRoundTrip(t *testing.T) {
-	tok := token{Epoch: "abc", Seq: 10}
-	got, err := parseToken(tok.encode())
-	if err != nil || got != tok {
-		t.Errorf("round trip: %+v %v", got, err)
-	}
-	for _, bad := range []string{"", "!!", "e30", "eyJlIjoiIn0"} {
-		if _, err := parseToken(bad); err == nil {
-			t.Errorf("parseToken(%q) accepted", bad)
-		}
-	}
-}
-
-func cmAt(name, rv string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: rv}}
-}
-
-func newTestHub(maxEvents, maxBytes int) *hub {
-	return newHub("cm", maxEvents, maxBytes, nil)
-}
-
-// TestHubSnapshot: a snapshot at a position is what the events up to it built, whatever came
-// after, as long as the events after it are kept.
-func TestHubSnapshot(t *testing.T) {
-	h := newTestHub(100, 1<<30)
-	h.OnAdd("c1", cmAt("a", "1"), false)
-	h.OnAdd("c2", cmAt("b", "1"), false)
-	at := h.position()
-	h.OnUpdate("c1", nil, cmAt("a", "2"))
-	h.OnUpdate("c1", nil, cmAt("a", "3"))
-	h.OnDelete("c2", cmAt("b", "1"))
-	h.OnAdd("c2", cmAt("c", "1"), false)
-	state := func(items []item) map[string]string {
-		out := map[string]string{}
-		for _, it := range items {
-			out[it.key.String()] = it.obj.(*corev1.ConfigMap).ResourceVersion
-		}
-		return out
-	}
-	got, err := h.snapshot(at, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := map[string]string{"c1|ns/a": "1", "c2|ns/b": "1"}; !reflect.DeepEqual(state(got), want) {
-		t.Errorf("snapshot at 2: %v, want %v", state(got), want)
-	}
-	got, _ = h.snapshot(h.position(), []string{"c2"})
-	if want := map[string]string{"c2|ns/c": "1"}; !reflect.DeepEqual(state(got), want) {
-		t.Errorf("snapshot now, c2 only: %v, want %v", state(got), want)
-	}
-	small := newTestHub(2, 1<<30)
-	small.OnAdd("c1", cmAt("a", "1"), false)
-	old := small.position()
-	for i := 2; i <= 4; i++ {
-		small.OnUpdate("c1", nil, cmAt("a", strconv.Itoa(i)))
-	}
-	if _, err := small.snapshot(old, nil); err == nil {
-		t.Error("snapshot at a position whose later events were evicted: no error")
-	}
-	if _, err := small.snapshot(token{Epoch: "other", Seq: 1}, nil); err == nil {
-		t.Error("snapshot at another epoch's position: no error")
-	}
-}
-
-// TestHubResumeAndExpiry: positions are the hub's sequence; a position whose later events were
-// evicted expires, unless none of them concern the clusters watched; another epoch expires.
-func TestHubResumeAndExpiry(t *testing.T) {
-	h := newTestHub(3, 1<<30)
-	for i := 1; i <= 5; i++ {
-		h.OnAdd("c1", cmAt("x"+strconv.Itoa(i), strconv.Itoa(i)), false)
-	}
-	if _, _, err := h.next(token{Epoch: h.epoch, Seq: 1}, nil, make([]event, 0, 10)); err == nil {
-		t.Error("resume from an evicted position: no error")
-	}
-	evs, wake, err := h.next(token{Epoch: h.epoch, Seq: 3}, nil, make([]event, 0, 10))
-	if err != nil || len(evs) != 2 || evs[0].seq != 4 || wake != nil {
-		t.Errorf("resume from 3: %+v %v", evs, err)
-	}
-	// Only c1's events were evicted: a watch of c2 alone keeps its position.
-	if _, _, err := h.next(token{Epoch: h.epoch, Seq: 1}, []string{"c2"}, make([]event, 0, 10)); err != nil {
-		t.Errorf("a watch of c2 from an old position, only c1's events evicted: %v", err)
-	}
-	// Caught up: nothing, and a channel that closes on the next event.
-	evs, wake, err = h.next(h.position(), nil, make([]event, 0, 10))
-	if err != nil || len(evs) != 0 || wake == nil {
-		t.Fatalf("caught up: %v %v %v", evs, wake, err)
-	}
-	h.OnDelete("c1", cache.DeletedFinalStateUnknown{Key: "ns/x5", Obj: cmAt("x5", "5")})
-	select {
-	case <-wake:
-	case <-time.After(time.Second):
-		t.Fatal("an appended event did not wake the watch")
-	}
-	if _, _, err := h.next(token{Epoch: "other", Seq: 5}, nil, make([]event, 0, 10)); err == nil {
-		t.Error("a position of another epoch: no error")
-	}
-	// An overflow of the hub's own backlog expires every position.
-	pos := h.position()
-	h.overflow()
-	if _, _, err := h.next(pos, nil, make([]event, 0, 10)); err == nil {
-		t.Error("a position from before an overflow: no error")
-	}
-}
-
-func FuzzParseToken(f *testing.F) {
-	f.Add(token{Epoch: "e", Seq: 1}.encode())
-	f.Add("eyJlIjoib2xkIiwidiI6e319")
-	f.Fuzz(func(t *testing.T, s string) {
-		tok, err := parseToken(s)
-		if err != nil {
-			return
-		}
-		again, err := parseToken(tok.encode())
-		if err != nil || again != tok {
-			t.Fatalf("accepted token does not round-trip: %q", s)
-		}
-	})
-}
 
 // FuzzParseFilter: no query string panics the parser, and every query it accepts matches an
 // object (aggregate.Matches) exactly when an independent evaluation of the same parameters does

@@ -1,0 +1,215 @@
+package watchcache
+
+import (
+	"errors"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"weak"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+func TestPositionRoundTrip(t *testing.T) {
+	tok := Position{Epoch: "abc", Seq: 10}
+	got, err := ParsePosition(tok.String())
+	if err != nil || !reflect.DeepEqual(got, tok) {
+		t.Errorf("round trip: %+v %v", got, err)
+	}
+	for _, bad := range []string{"", "!!", "e30", "eyJlIjoiIn0"} {
+		if _, err := ParsePosition(bad); err == nil {
+			t.Errorf("ParsePosition(%q) accepted", bad)
+		}
+	}
+}
+
+func cmAt(name, rv string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: rv}}
+}
+
+func newTestCache(maxEvents, maxBytes int) *Cache {
+	return New(Options{MaxEvents: maxEvents, MaxBytes: maxBytes})
+}
+
+// TestCacheSnapshot: a snapshot at a position is what the events up to it built, whatever came
+// after, as long as the events after it are kept.
+func TestCacheSnapshot(t *testing.T) {
+	h := newTestCache(100, 1<<30)
+	h.OnAdd("c1", cmAt("a", "1"), false)
+	h.OnAdd("c2", cmAt("b", "1"), false)
+	at := h.Position()
+	h.OnUpdate("c1", nil, cmAt("a", "2"))
+	h.OnUpdate("c1", nil, cmAt("a", "3"))
+	h.OnDelete("c2", cmAt("b", "1"))
+	h.OnAdd("c2", cmAt("c", "1"), false)
+	state := func(items []Item) map[string]string {
+		out := map[string]string{}
+		for _, it := range items {
+			out[it.Key.String()] = it.Object.(*corev1.ConfigMap).ResourceVersion
+		}
+		return out
+	}
+	got, err := h.Snapshot(at, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"c1|ns/a": "1", "c2|ns/b": "1"}; !reflect.DeepEqual(state(got), want) {
+		t.Errorf("snapshot at 2: %v, want %v", state(got), want)
+	}
+	got, _ = h.Snapshot(h.Position(), []string{"c2"})
+	if want := map[string]string{"c2|ns/c": "1"}; !reflect.DeepEqual(state(got), want) {
+		t.Errorf("snapshot now, c2 only: %v, want %v", state(got), want)
+	}
+	small := newTestCache(2, 1<<30)
+	small.OnAdd("c1", cmAt("a", "1"), false)
+	old := small.Position()
+	for i := 2; i <= 4; i++ {
+		small.OnUpdate("c1", nil, cmAt("a", strconv.Itoa(i)))
+	}
+	if _, err := small.Snapshot(old, nil); err == nil {
+		t.Error("snapshot at a position whose later events were evicted: no error")
+	}
+	if _, err := small.Snapshot(Position{Epoch: "other", Seq: 1}, nil); err == nil {
+		t.Error("snapshot at another epoch's position: no error")
+	}
+}
+
+// TestCacheResumeAndExpiry: positions are the cache's sequence; a position whose later events were
+// evicted expires, unless none of them concern the clusters watched; another epoch expires.
+func TestCacheResumeAndExpiry(t *testing.T) {
+	h := newTestCache(3, 1<<30)
+	for i := 1; i <= 5; i++ {
+		h.OnAdd("c1", cmAt("x"+strconv.Itoa(i), strconv.Itoa(i)), false)
+	}
+	if _, _, err := h.Next(Position{Epoch: h.Position().Epoch, Seq: 1}, nil, make([]Event, 0, 10)); err == nil {
+		t.Error("resume from an evicted position: no error")
+	}
+	evs, wake, err := h.Next(Position{Epoch: h.Position().Epoch, Seq: 3}, nil, make([]Event, 0, 10))
+	if err != nil || len(evs) != 2 || evs[0].Seq != 4 || wake != nil {
+		t.Errorf("resume from 3: %+v %v", evs, err)
+	}
+	// Only c1's events were evicted: a watch of c2 alone keeps its position.
+	if _, _, err := h.Next(Position{Epoch: h.Position().Epoch, Seq: 1}, []string{"c2"}, make([]Event, 0, 10)); err != nil {
+		t.Errorf("a watch of c2 from an old position, only c1's events evicted: %v", err)
+	}
+	// Caught up: nothing, and a channel that closes on the next event.
+	evs, wake, err = h.Next(h.Position(), nil, make([]Event, 0, 10))
+	if err != nil || len(evs) != 0 || wake == nil {
+		t.Fatalf("caught up: %v %v %v", evs, wake, err)
+	}
+	h.OnDelete("c1", cache.DeletedFinalStateUnknown{Key: "ns/x5", Obj: cmAt("x5", "5")})
+	select {
+	case <-wake:
+	case <-time.After(time.Second):
+		t.Fatal("an appended event did not wake the watch")
+	}
+	if _, _, err := h.Next(Position{Epoch: "other", Seq: 5}, nil, make([]Event, 0, 10)); err == nil {
+		t.Error("a position of another epoch: no error")
+	}
+	// An overflow of the cache's own backlog expires every position.
+	pos := h.Position()
+	h.Overflow()
+	if _, _, err := h.Next(pos, nil, make([]Event, 0, 10)); err == nil {
+		t.Error("a position from before an overflow: no error")
+	}
+}
+
+func FuzzParsePosition(f *testing.F) {
+	f.Add(Position{Epoch: "e", Seq: 1}.String())
+	f.Add(Position{Parts: map[string]PartPosition{"r": {RV: "x", Set: "y"}}}.String())
+	f.Add("eyJlIjoib2xkIiwidiI6e319")
+	f.Fuzz(func(t *testing.T, s string) {
+		tok, err := ParsePosition(s)
+		if err != nil {
+			return
+		}
+		again, err := ParsePosition(tok.String())
+		if err != nil || !reflect.DeepEqual(again, tok) {
+			t.Fatalf("accepted position does not round-trip: %q", s)
+		}
+	})
+}
+
+// TestCacheRingIsBoundedByMemory: under churn the watch ring holds replaced objects for resuming
+// watches and snapshots. It keeps them within a memory bound, not a count alone: with 64 MiB,
+// 2,000 updates of 20 objects of 64 KiB (estimated at 3× that in memory) must keep at most
+// about 340 states reachable besides the 20 current ones, not 2,000.
+func TestCacheRingIsBoundedByMemory(t *testing.T) {
+	h := newTestCache(100000, 64<<20)
+	var refs []weak.Pointer[corev1.ConfigMap]
+	big := strings.Repeat("x", 64<<10)
+	for i := range 2000 {
+		name := "o" + strconv.Itoa(i%20)
+		cur := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: strconv.Itoa(i)}, Data: map[string]string{"v": big + strconv.Itoa(i)}}
+		h.OnUpdate("c1", nil, cur)
+		refs = append(refs, weak.Make(cur))
+	}
+	runtime.GC()
+	runtime.GC()
+	reachable := 0
+	for _, w := range refs {
+		if w.Value() != nil {
+			reachable++
+		}
+	}
+	runtime.KeepAlive(h)
+	if reachable > 420 {
+		t.Errorf("%d states of 64 KiB (%d MiB) are reachable through the watch cache after 2,000 updates of 20 objects", reachable, reachable*64>>10)
+	}
+	if reachable < 20 {
+		t.Errorf("only %d states reachable: the cache lost current objects", reachable)
+	}
+}
+
+// TestCacheHandoffIsNoDelete: a cluster handed to another replica leaves the cache without a DELETE
+// event. A watch or exact snapshot that spans it from before the handoff ends with 410; one
+// that does not span it reads on; positions after the handoff go on; a rejoin is adds.
+func TestCacheHandoffIsNoDelete(t *testing.T) {
+	h := newTestCache(100, 1<<30)
+	h.OnAdd("c1", cmAt("a", "1"), false)
+	h.OnAdd("c2", cmAt("b", "1"), false)
+	before := h.Position()
+	h.OnUpdate("c1", nil, cmAt("a", "2"))
+	h.OnHandoff("c1")
+	after := h.Position()
+
+	var expired *GoneError
+	if _, _, err := h.Next(before, []string{"c1", "c2"}, make([]Event, 0, 10)); !errors.As(err, &expired) {
+		t.Errorf("watch of c1 and c2 from before the handoff: err = %v, want 410", err)
+	}
+	if _, _, err := h.Next(before, nil, make([]Event, 0, 10)); !errors.As(err, &expired) {
+		t.Errorf("watch of every cluster from before the handoff: err = %v, want 410", err)
+	}
+	if _, err := h.Snapshot(before, []string{"c1"}); !errors.As(err, &expired) {
+		t.Errorf("snapshot of c1 from before the handoff: err = %v, want 410", err)
+	}
+	evs, _, err := h.Next(before, []string{"c2"}, make([]Event, 0, 10))
+	if err != nil {
+		t.Fatalf("watch of c2 only: %v", err)
+	}
+	for _, ev := range evs {
+		if ev.Type == Deleted {
+			t.Errorf("the cache made a DELETE of %s", ev.Key)
+		}
+	}
+	snap, err := h.Snapshot(after, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap) != 1 || snap[0].Key.Cluster != "c2" {
+		t.Errorf("snapshot after the handoff = %v, want c2's object only", snap)
+	}
+	if _, _, err := h.Next(after, []string{"c1", "c2"}, make([]Event, 0, 10)); err != nil {
+		t.Errorf("watch from after the handoff: %v", err)
+	}
+	h.OnAdd("c1", cmAt("a", "3"), true)
+	evs, _, err = h.Next(after, []string{"c1"}, make([]Event, 0, 10))
+	if err != nil || len(evs) != 1 || evs[0].Type != Added {
+		t.Errorf("rejoin after the handoff: %v, %v; want one ADDED", evs, err)
+	}
+}
