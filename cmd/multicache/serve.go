@@ -310,7 +310,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		}
 		authMode = config.AuthDelegated
 	case cfg.Server.Auth != nil:
-		if sopts.Tokens, err = server.ReadTokenFile(cfg.Server.Auth.TokenFile); err != nil {
+		if sopts.Tokens, err = auth.ReadTokenFile(cfg.Server.Auth.TokenFile); err != nil {
 			return fmt.Errorf("server.auth.tokenFile: %w", err)
 		}
 		authMode = config.AuthToken

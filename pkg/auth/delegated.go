@@ -30,8 +30,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
-
-	"github.com/multicache/multicache/pkg/server"
 )
 
 // The resource a caller's access is checked on, in the management cluster's authorizer
@@ -74,7 +72,7 @@ func (o *Options) Default() {
 	}
 }
 
-// Delegated is a server.Authorizer that asks the management cluster.
+// Delegated is a Authorizer that asks the management cluster.
 type Delegated struct {
 	authn authenticator.Request
 	authz authorizer.Authorizer
@@ -83,7 +81,7 @@ type Delegated struct {
 	timeout time.Duration
 }
 
-var _ server.Authorizer = (*Delegated)(nil)
+var _ Authorizer = (*Delegated)(nil)
 
 // New builds the authenticator (TokenReview, and client certificates when ClientCAFile is
 // set) and the authorizer (SubjectAccessReview), each behind k8s.io/apiserver's cache.
@@ -130,8 +128,8 @@ func New(opts Options) (*Delegated, error) {
 	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m, timeout: opts.Timeout}, nil
 }
 
-// PeerAuthenticator reads who a peer replica says its caller is (server.PeerUserHeader,
-// server.PeerGroupHeader), believing it only from a request whose client certificate the CA
+// PeerAuthenticator reads who a peer replica says its caller is (PeerUserHeader,
+// PeerGroupHeader), believing it only from a request whose client certificate the CA
 // in caFile signed for one of names (the replicas' peer certificate's common name): k8s.io/
 // apiserver's request-header authenticator, as aggregated API servers use for kube-apiserver's
 // requests. A request without such a certificate is not authenticated by it (ok false); one
@@ -150,29 +148,29 @@ func PeerAuthenticator(caFile string, names []string) (authenticator.Request, er
 	}
 	none := headerrequest.StaticStringSlice(nil)
 	return headerrequest.NewDynamicVerifyOptionsSecure(ca.VerifyOptions, headerrequest.StaticStringSlice(names),
-		headerrequest.StaticStringSlice{server.PeerUserHeader}, none, headerrequest.StaticStringSlice{server.PeerGroupHeader}, none), nil
+		headerrequest.StaticStringSlice{PeerUserHeader}, none, headerrequest.StaticStringSlice{PeerGroupHeader}, none), nil
 }
 
 // Authorize authenticates r: no credentials, an invalid token or an untrusted certificate is
-// server.ErrUnauthenticated.
-func (d *Delegated) Authorize(r *http.Request) (server.Access, error) {
+// ErrUnauthenticated.
+func (d *Delegated) Authorize(r *http.Request) (Access, error) {
 	resp, ok, err := d.authn.AuthenticateRequest(r)
 	switch {
 	case err != nil:
 		// The cause (an unknown CA, an unreachable management cluster) is not the caller's to
 		// read: it may name the management cluster's address.
-		return nil, fmt.Errorf("%w: the credentials could not be verified", server.ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: the credentials could not be verified", ErrUnauthenticated)
 	case !ok:
-		return nil, fmt.Errorf("%w: no valid bearer token or client certificate", server.ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: no valid bearer token or client certificate", ErrUnauthenticated)
 	}
 	return &access{d: d, user: resp.User}, nil
 }
 
-var _ server.UserAuthorizer = (*Delegated)(nil)
+var _ UserAuthorizer = (*Delegated)(nil)
 
 // AccessFor is what u, authenticated by the replica a request reached first (and vouched for
 // by that replica's peer certificate), may read: the same reviews as for a caller of this one.
-func (d *Delegated) AccessFor(u user.Info) server.Access { return &access{d: d, user: u} }
+func (d *Delegated) AccessFor(u user.Info) Access { return &access{d: d, user: u} }
 
 // access is one caller's: every question is a (cached) SubjectAccessReview.
 type access struct {

@@ -24,8 +24,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-
-	"github.com/multicache/multicache/pkg/server"
 )
 
 // testCA is a CA that signs client certificates, for tests.
@@ -75,10 +73,10 @@ func peerRequest(cert *x509.Certificate, name string, groups ...string) *http.Re
 		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
 	}
 	if name != "" {
-		r.Header.Set(server.PeerUserHeader, name)
+		r.Header.Set(PeerUserHeader, name)
 	}
 	for _, g := range groups {
-		r.Header.Add(server.PeerGroupHeader, g)
+		r.Header.Add(PeerGroupHeader, g)
 	}
 	return r
 }
@@ -151,7 +149,7 @@ func TestAccessForAsksAboutTheUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ua server.UserAuthorizer = d
+	var ua UserAuthorizer = d
 	a := ua.AccessFor(&user.DefaultInfo{Name: "alice", Groups: []string{"dev"}})
 	ok, err := a.Cluster(context.Background(), "fleet-1", false)
 	if err != nil || !ok {

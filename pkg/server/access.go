@@ -2,69 +2,14 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/multicache/multicache/pkg/filters"
 )
-
-// Authorizer identifies the caller of a request and what it may read. The daemon's are a
-// static token list (every caller reads everything) and delegated auth against a management
-// cluster (package auth).
-type Authorizer interface {
-	// Authorize authenticates r. An error wrapping ErrUnauthenticated is answered 401; any other
-	// error 503.
-	Authorize(r *http.Request) (Access, error)
-}
-
-// Access is what one authenticated caller may read. Answers may be cached by the
-// implementation; a request asks once per cluster at most.
-type Access interface {
-	// All reports whether the caller may read every cluster, present and future (not their
-	// Secrets: Cluster decides those).
-	All(ctx context.Context) (bool, error)
-	// Cluster reports whether the caller may read the cluster; with secrets, its Secrets.
-	Cluster(ctx context.Context, cluster string, secrets bool) (bool, error)
-}
-
-// ErrUnauthenticated marks a request without valid credentials.
-var ErrUnauthenticated = errors.New("unauthenticated")
-
-// everything is the Access of a caller who reads the whole fleet.
-type everything struct{}
-
-func (everything) All(context.Context) (bool, error)                   { return true, nil }
-func (everything) Cluster(context.Context, string, bool) (bool, error) { return true, nil }
-
-// Tokens is an Authorizer over a static token list: a caller presenting any of them reads
-// everything.
-type Tokens []string
-
-// Authorize compares the bearer token with each in constant time.
-func (t Tokens) Authorize(r *http.Request) (Access, error) {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || got == "" {
-		return nil, fmt.Errorf("%w: missing bearer token", ErrUnauthenticated)
-	}
-	for _, tok := range t {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
-			return tokenHolderAccess{}, nil
-		}
-	}
-	return nil, fmt.Errorf("%w: invalid bearer token", ErrUnauthenticated)
-}
-
-type accessKey struct{}
-
-// accessOf is the Access the auth filter put in ctx: everything when no auth is configured.
-func accessOf(ctx context.Context) Access {
-	if a, ok := ctx.Value(accessKey{}).(Access); ok {
-		return a
-	}
-	return everything{}
-}
 
 // noCluster is a cluster name no cluster has (names start with a letter or digit): a query
 // limited to it selects nothing, in stores, snapshots and watches alike.
@@ -81,10 +26,10 @@ func (e *scopeError) Error() string { return e.msg }
 func writeScopeError(w http.ResponseWriter, err error) {
 	var se *scopeError
 	if errors.As(err, &se) {
-		writeError(w, se.code, se.msg)
+		filters.WriteError(w, se.code, se.msg)
 		return
 	}
-	writeError(w, http.StatusServiceUnavailable, err.Error())
+	filters.WriteError(w, http.StatusServiceUnavailable, err.Error())
 }
 
 // scope limits a request on resource to what the caller may read. named are the clusters the
@@ -96,7 +41,7 @@ func writeScopeError(w http.ResponseWriter, err error) {
 // them all (All), and never for Secrets: anyone else gets the explicit list ([noCluster] when
 // empty), so that a cluster that joins later is not read on the strength of an earlier answer.
 func (s *Server) scope(ctx context.Context, resource string, named, candidates []string) (clusters, leftOut []string, err error) {
-	a := accessOf(ctx)
+	a := filters.AccessOf(ctx)
 	secrets := resource != "" && s.isSecrets(resource)
 	check := func(c string) (bool, error) {
 		ok, err := a.Cluster(ctx, c, secrets)

@@ -16,20 +16,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/multicache/multicache/internal/fakeapi"
+	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 )
 
 // tokenAccess grants, per bearer token, a set of clusters ("*": all).
 type tokenAccess map[string][]string
 
-func (t tokenAccess) Authorize(r *http.Request) (Access, error) {
+func (t tokenAccess) Authorize(r *http.Request) (auth.Access, error) {
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if tok == "broken" {
 		return nil, errors.New("management cluster unreachable")
 	}
 	c, ok := t[tok]
 	if !ok {
-		return nil, ErrUnauthenticated
+		return nil, auth.ErrUnauthenticated
 	}
 	return clusterList(c), nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/filters"
 )
 
 // ClustersGroupVersion is the group and version of the read-only resource clusters.multicache.io.
@@ -215,7 +216,7 @@ func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request, p kubeP
 				return
 			}
 		}
-		writeError(w, http.StatusNotFound, "the server could not find the requested resource: group "+p.group+" is not served")
+		filters.WriteError(w, http.StatusNotFound, "the server could not find the requested resource: group "+p.group+" is not served")
 	case "resources":
 		gv := p.version
 		if p.group != "" {
@@ -223,7 +224,7 @@ func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request, p kubeP
 		}
 		res := cat.resourcesOf(p.group, p.version)
 		if len(res) == 0 && !(p.group == "" && p.version == "v1") {
-			writeError(w, http.StatusNotFound, "the server could not find the requested resource: "+gv+" is not served")
+			filters.WriteError(w, http.StatusNotFound, "the server could not find the requested resource: "+gv+" is not served")
 			return
 		}
 		writeJSON(w, metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv, APIResources: res})

@@ -10,21 +10,24 @@
 // and health, readiness and Prometheus metrics. Everything is served from memory; no request
 // reaches a member cluster.
 //
-// One file per concern: filter.go turns parameters into an aggregate.Query; page.go answers
-// native lists and gets; watch.go streams native watches from the hub (hub.go, which also
-// answers snapshots at a position); token.go holds both tokens; encode.go and redact.go write
-// objects (Secrets without their data); status.go answers the clusters, freshness and
+// The change stream, its positions and the watcher every watch runs are package watchcache's;
+// authentication, limits, timeouts, compression, Status errors and request metrics are package
+// filters'; who may read what is package auth's. Here, one file per concern: filter.go turns
+// parameters into an aggregate.Query, params.go decodes list options as kube-apiserver does;
+// page.go answers native lists and gets, watch.go native watches; encode.go and redact.go
+// write objects (Secrets without their data); status.go answers the clusters, freshness and
 // readiness. The Kubernetes API: kubepath.go parses its paths, catalog.go builds discovery,
 // kube.go answers lists and gets, kubeobject.go negotiates and encodes objects and Tables,
-// kubewatch.go streams its watches, clusters.go serves clusters.multicache.io. errors.go
-// writes Status errors for both; compress.go gzips large answers; server.go holds the
-// options, routes, auth and limits.
+// kubewatch.go streams its watches, clusters.go serves clusters.multicache.io. With a Fleet,
+// fleet.go plans which replica answers which clusters, fanout.go and fanout_kube.go merge
+// their answers, planguard.go keeps every answer to its plan, peertrust.go tells owners who
+// the caller is. server.go holds the options and routes.
 //
 // Paging order is cluster, namespace, name. A continue token is the last key served, so a walk
 // visits every object that exists throughout it exactly once, whatever writes happen meanwhile.
 //
 // A resourceVersion (a native token, or an object's or list's resourceVersion in the
-// Kubernetes API) is {epoch, sequence} of the resource's watch hub, never a cluster's
+// Kubernetes API) is {epoch, sequence} of the resource's watch cache, never a cluster's
 // resourceVersion: clusters' sequences come from different etcds and restart with a cluster.
 // A list's position is read before the stores are, so a watch from it may repeat a change the
 // list showed and never misses one. A position older than the events kept, or from another

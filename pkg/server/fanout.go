@@ -19,6 +19,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -30,8 +31,8 @@ import (
 // Invariant: each cluster is asked of exactly one replica, its owner as this replica sees the
 // fence Leases; a cluster without a live owner is reported unsynced, never silently dropped.
 func (s *Server) fanout(next http.Handler) http.Handler {
-	native := s.auth(s.fanoutNative)
-	kube := s.auth(s.fanoutKube)
+	native := s.authn.Wrap(s.fanoutNative)
+	kube := s.authn.Wrap(s.fanoutKube)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(peerHeader) != "" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 			next.ServeHTTP(w, r)
@@ -71,7 +72,7 @@ func (s *Server) fanoutNative(w http.ResponseWriter, r *http.Request) {
 		}
 		opts, err := listOptions(q)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			filters.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		if opts.Watch {
@@ -95,14 +96,14 @@ func (s *Server) routeToOwner(w http.ResponseWriter, r *http.Request, cluster st
 		return
 	}
 	if why, ok := pl.down[cluster]; ok {
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cluster %q cannot be read now: %s", cluster, why))
+		filters.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("cluster %q cannot be read now: %s", cluster, why))
 		return
 	}
 	p := pl.parts[0]
 	// The owner answers for its plan's cluster, started there yet or not (planguard.go).
 	resp, err := s.peers.call(r.Context(), r, p, r.URL.Path, restrictTo(r.URL.Query(), p.clusters), "proxy")
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cluster %q: %v", cluster, err))
+		filters.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("cluster %q: %v", cluster, err))
 		return
 	}
 	defer resp.Body.Close()
@@ -200,7 +201,7 @@ func mustRetry[T any](w http.ResponseWriter, answers []answer[T], whole bool) bo
 	}
 	if whole && unreachable != nil {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "a replica that owns clusters of this answer did not answer: "+unreachable.Error()+"; retry")
+		filters.WriteError(w, http.StatusServiceUnavailable, "a replica that owns clusters of this answer did not answer: "+unreachable.Error()+"; retry")
 		return true
 	}
 	return false
@@ -234,7 +235,7 @@ func writePeerFailure(w http.ResponseWriter, err error) {
 		_, _ = w.Write(pe.status)
 		return
 	}
-	writeError(w, http.StatusServiceUnavailable, err.Error())
+	filters.WriteError(w, http.StatusServiceUnavailable, err.Error())
 }
 
 // watchFrom reads a fan-in watch's resourceVersion: where each part resumes (resume false:
@@ -247,11 +248,11 @@ func watchFrom(w http.ResponseWriter, q url.Values, pl plan) (from watchcache.Po
 	}
 	t, isFleet := parseMerged(rv)
 	if !isFleet {
-		writeError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
+		filters.WriteError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
 		return watchcache.Position{}, false, false
 	}
 	if err := resumable(t, pl); err != nil {
-		writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error()+"; list again")
+		filters.WriteError(w, http.StatusGone, "resourceVersion expired: "+err.Error()+"; list again")
 		return watchcache.Position{}, false, false
 	}
 	return t, true, true
@@ -292,14 +293,14 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 	q := r.URL.Query()
 	limit, err := nativeLimit(opts, q, s.opts.MaxPageSize)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		filters.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var cont *watchcache.Continue
 	if tok := q.Get("continue"); tok != "" {
 		c, err := watchcache.ParseContinue(tok)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			filters.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		cont = &c
@@ -467,10 +468,10 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 	pl = pl.withSelf(s.opts.Fleet.Identity())
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
-	release, ok := s.limits.acquireWatch(w)
+	release, ok := s.limits.AcquireWatch(w)
 	if !ok {
 		return
 	}
@@ -485,7 +486,7 @@ func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl pl
 	defer cancel()
 	changed := s.opts.Fleet.WaitChange()
 	if why := s.moved(pl); why != "" {
-		writeError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
+		filters.WriteError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
 		return
 	}
 	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {

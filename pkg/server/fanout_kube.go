@@ -16,6 +16,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -68,7 +69,7 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.Strings(down)
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "no live replica answers for "+strings.Join(down, ", ")+" yet; retry")
+		filters.WriteError(w, http.StatusServiceUnavailable, "no live replica answers for "+strings.Join(down, ", ")+" yet; retry")
 		return
 	}
 	switch {
@@ -171,7 +172,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	pl = pl.withSelf(s.opts.Fleet.Identity())
 	q := r.URL.Query()
 	if opts.Limit < 0 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
+		filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
 		return
 	}
 	limit := int(min(opts.Limit, int64(s.opts.KubeMaxPageSize))) // 0, no limit, answers everything
@@ -181,20 +182,20 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	if c := q.Get("continue"); c != "" {
 		fc, err := watchcache.ParseContinue(c)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			filters.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		cont, from, exact = &fc, fc.Position, fc.Exact
 		// A page of an exact list reads every part at its position; any other page of any
 		// list continues after its key, each part at its position or from now (partContinue).
 		if err := resumable(from, pl); exact && err != nil {
-			writeError(w, http.StatusGone, "continue expired: "+err.Error()+"; list again")
+			filters.WriteError(w, http.StatusGone, "continue expired: "+err.Error()+"; list again")
 			return
 		}
 	} else if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
 		t, ok := parseMerged(rv)
 		if exact && (!ok || resumable(t, pl) != nil) {
-			writeError(w, http.StatusGone, "resourceVersion expired: the clusters moved between replicas since; list again")
+			filters.WriteError(w, http.StatusGone, "resourceVersion expired: the clusters moved between replicas since; list again")
 			return
 		}
 		from = t
@@ -225,7 +226,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		for _, a := range answers {
 			errs = append(errs, a.err.Error())
 		}
-		writeError(w, http.StatusServiceUnavailable, "no replica could answer: "+strings.Join(errs, "; "))
+		filters.WriteError(w, http.StatusServiceUnavailable, "no replica could answer: "+strings.Join(errs, "; "))
 		return
 	}
 	type keyed struct {
@@ -348,13 +349,13 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 	switch {
 	case len(found) == 0 && (len(failed) > 0 || len(pl.down) > 0):
 		// Not found where replicas answered; the others may hold it.
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("not found in the clusters that answered; %d clusters could not be read now (see the Warning headers)", len(failed)+len(pl.down)))
+		filters.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("not found in the clusters that answered; %d clusters could not be read now (see the Warning headers)", len(failed)+len(pl.down)))
 	case len(found) == 0 && notFound != nil:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = w.Write(notFound.status)
 	case len(found) == 0:
-		writeError(w, http.StatusNotFound, "not found in any cluster")
+		filters.WriteError(w, http.StatusNotFound, "not found in any cluster")
 	case len(found) == 1:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(found[0].body)
@@ -378,7 +379,7 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 		for _, c := range names {
 			paths = append(paths, "/clusters/"+c+p.objectPath())
 		}
-		writeError(w, http.StatusConflict, fmt.Sprintf("%q exists in %d clusters (%s): read it from one of them, at %s", p.name, len(names), strings.Join(names, ", "), strings.Join(paths, " or ")))
+		filters.WriteError(w, http.StatusConflict, fmt.Sprintf("%q exists in %d clusters (%s): read it from one of them, at %s", p.name, len(names), strings.Join(names, ", "), strings.Join(paths, " or ")))
 	}
 }
 
@@ -404,10 +405,10 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	pl = pl.withSelf(s.opts.Fleet.Identity())
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
-	release, ok := s.limits.acquireWatch(w)
+	release, ok := s.limits.AcquireWatch(w)
 	if !ok {
 		return
 	}
@@ -423,7 +424,7 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	defer cancel()
 	changed := s.opts.Fleet.WaitChange()
 	if why := s.moved(pl); why != "" {
-		writeError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
+		filters.WriteError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
 		return
 	}
 	timeout, pq0 := watchTimeout(q, opts.TimeoutSeconds)
@@ -455,7 +456,7 @@ func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan
 	fl.Flush()
 	enc := json.NewEncoder(w)
 	end := func(msg string) {
-		st, _ := json.Marshal(statusOf(http.StatusGone, msg))
+		st, _ := json.Marshal(filters.StatusOf(http.StatusGone, msg))
 		_ = enc.Encode(rawKubeEvent{Type: string(api.ErrorEvent), Object: st})
 		fl.Flush()
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
@@ -205,7 +206,7 @@ func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string,
 	switch auth := r.Header.Get("Authorization"); {
 	case p.self:
 		// In process, the caller's Access goes as it is: authenticated and authorized once.
-		req = req.WithContext(context.WithValue(req.Context(), inProcessKey{}, accessOf(r.Context())))
+		req = req.WithContext(filters.InProcess(req.Context()))
 	case pc.identity:
 		setIdentity(req.Header, r.Context()) // the peer certificate vouches for it
 	case auth != "" && plainRemote(target):

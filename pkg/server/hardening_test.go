@@ -196,7 +196,7 @@ func TestLimits(t *testing.T) {
 		r.Body.Close()
 	}
 
-	release, ok := s.limits.acquireRequest(httptest.NewRecorder()) // one request in flight
+	release, ok := s.limits.AcquireRequest(httptest.NewRecorder()) // one request in flight
 	if !ok {
 		t.Fatal("the only request slot is taken")
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -26,11 +27,11 @@ import (
 func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 	p, ok, err := parseKubePath(r.URL.Path)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusNotFound, "the server could not find the requested resource: "+err.Error())
+		filters.WriteError(w, http.StatusNotFound, "the server could not find the requested resource: "+err.Error())
 		return
 	}
 	cat, ok := s.catalog(p.cluster)
@@ -41,10 +42,10 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			// The fence moved here before the Registry started the cluster: it is in the
 			// fleet, and answers once started.
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("cluster %q is starting on this replica (it moved here); retry", p.cluster))
+			filters.WriteError(w, http.StatusTooManyRequests, fmt.Sprintf("cluster %q is starting on this replica (it moved here); retry", p.cluster))
 			return
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", p.cluster))
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", p.cluster))
 		return
 	}
 	if p.cluster != "" {
@@ -58,7 +59,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		if p.resource != "" {
 			what = p.resource
 		}
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not supported on %s: multicache serves reads only (get, list, watch)", strings.ToLower(r.Method), what))
+		filters.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not supported on %s: multicache serves reads only (get, list, watch)", strings.ToLower(r.Method), what))
 		return
 	}
 	var kr *kubeResource
@@ -75,7 +76,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			// rather than a 404 that a client takes for "no such resource".
 			if waiting := slices.DeleteFunc(slices.Clone(part), func(c string) bool { return !s.resolving(c) }); len(waiting) > 0 {
 				w.Header().Set("Retry-After", "1")
-				writeError(w, http.StatusTooManyRequests, fmt.Sprintf("clusters %s are still resolving their resources on this replica; retry", strings.Join(waiting, ", ")))
+				filters.WriteError(w, http.StatusTooManyRequests, fmt.Sprintf("clusters %s are still resolving their resources on this replica; retry", strings.Join(waiting, ", ")))
 				return
 			}
 		}
@@ -84,12 +85,12 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			if p.group != "" {
 				gv = p.group + "/" + p.version
 			}
-			writeError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s %s is not cached (see the discovery at /api and /apis)", gv, p.resource))
+			filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s %s is not cached (see the discovery at /api and /apis)", gv, p.resource))
 			return
 		}
 	}
 	if p.what != "object" {
-		release, ok := s.limits.acquireRequest(w)
+		release, ok := s.limits.AcquireRequest(w)
 		if !ok {
 			return
 		}
@@ -99,15 +100,15 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case p.subresource != "":
-		writeError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: subresource %q of %s is not served (multicache serves the objects themselves)", p.subresource, kr.groupResource()))
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: subresource %q of %s is not served (multicache serves the objects themselves)", p.subresource, kr.groupResource()))
 		return
 	case p.namespacedPath && !kr.api.Namespaced:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s is cluster-scoped", kr.groupResource()))
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s is cluster-scoped", kr.groupResource()))
 		return
 	}
 	f, err := negotiate(r)
 	if err != nil {
-		writeError(w, http.StatusNotAcceptable, err.Error())
+		filters.WriteError(w, http.StatusNotAcceptable, err.Error())
 		return
 	}
 	vals := r.URL.Query()
@@ -124,7 +125,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			}
 			vals.Set("fieldSelector", fs)
 		}
-		release, ok := s.limits.acquireWatch(w)
+		release, ok := s.limits.AcquireWatch(w)
 		if !ok {
 			return
 		}
@@ -132,7 +133,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		s.kubeWatch(w, r, p, kr, f, vals, opts)
 		return
 	}
-	release, ok := s.limits.acquireRequest(w)
+	release, ok := s.limits.AcquireRequest(w)
 	if !ok {
 		return
 	}
@@ -335,7 +336,7 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	limit := math.MaxInt32
 	switch n := opts.Limit; {
 	case n < 0:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", vals.Get("limit")))
+		filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", vals.Get("limit")))
 		return
 	case n > 0:
 		limit = int(min(n, int64(s.opts.KubeMaxPageSize)))
@@ -357,7 +358,7 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	}
 	lp, code, err := parseListPosition(h, opts)
 	if err != nil {
-		writeError(w, code, err.Error())
+		filters.WriteError(w, code, err.Error())
 		return
 	}
 	req := request{resource: kr.name, agg: agg, query: sel.query}
@@ -367,18 +368,18 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	case lp.exact:
 		items, err := h.Snapshot(lp.pos, sel.query.Clusters)
 		if err != nil {
-			writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
+			filters.WriteError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
 			return
 		}
 		pg = pageOf(items, func(it item) bool { return agg.Matches(sel.query, it.Key.Cluster, it.Object) }, lp.after, limit)
 	default:
 		if pg, err = s.selectPage(req, lp.after, limit); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			filters.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 	}
 	if ctx.Err() != nil {
-		writeError(w, http.StatusGatewayTimeout, "request timed out")
+		filters.WriteError(w, http.StatusGatewayTimeout, "request timed out")
 		return
 	}
 	// A planned cluster can leave between the check above and the read (a handoff that
@@ -397,7 +398,7 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 		s.warnUnfresh(w, req, pg.fresh)
 	}
 	if err := s.writeKubeList(ctx, w, f, l); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		filters.WriteError(w, http.StatusInternalServerError, err.Error())
 	}
 }
 
@@ -438,10 +439,10 @@ func (s *Server) warnUnfresh(w http.ResponseWriter, req request, fresh map[strin
 func writeSelectError(w http.ResponseWriter, err error) {
 	var se *scopeError
 	if errors.As(err, &se) {
-		writeError(w, se.code, se.msg)
+		filters.WriteError(w, se.code, se.msg)
 		return
 	}
-	writeError(w, http.StatusBadRequest, err.Error())
+	filters.WriteError(w, http.StatusBadRequest, err.Error())
 }
 
 // warnLeftOut adds a Warning header naming the clusters a fleet-wide answer leaves out because
@@ -479,14 +480,14 @@ func (s *Server) readableClusterItems(ctx context.Context, only string) ([]item,
 func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
 	reqs, _, err := clusterRequirements(vals.Get("labelSelector"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		filters.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var name string
 	if fs := vals.Get("fieldSelector"); fs != "" {
 		var ok bool
 		if name, ok = strings.CutPrefix(fs, "metadata.name="); !ok || strings.ContainsAny(name, ",=!") {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("fieldSelector %q: clusters support metadata.name=NAME only", fs))
+			filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("fieldSelector %q: clusters support metadata.name=NAME only", fs))
 			return
 		}
 	}
@@ -503,7 +504,7 @@ func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kube
 		}
 	}
 	if err := s.writeKubeList(ctx, w, f, kubeList{kr: kr, items: items, includeObject: vals.Get("includeObject")}); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		filters.WriteError(w, http.StatusInternalServerError, err.Error())
 	}
 }
 
@@ -566,7 +567,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 			}
 			obj, exists, err := agg.Get(k)
 			if err != nil {
-				writeError(w, http.StatusInternalServerError, err.Error())
+				filters.WriteError(w, http.StatusInternalServerError, err.Error())
 				return
 			}
 			if exists {
@@ -583,14 +584,14 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 	}
 	switch {
 	case len(found) == 0:
-		st := statusOf(http.StatusNotFound, fmt.Sprintf("%s %q not found", gr, p.name))
+		st := filters.StatusOf(http.StatusNotFound, fmt.Sprintf("%s %q not found", gr, p.name))
 		st.Details = &metav1.StatusDetails{Name: p.name, Group: gr.Group, Kind: gr.Resource}
-		writeStatus(w, st)
+		filters.WriteStatus(w, st)
 		return
 	case f.as == "Table":
 		t, err := s.kubeTable(ctx, kr, found, epoch, false, vals.Get("includeObject"), f.tableVersion)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			filters.WriteError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 		writeJSON(w, t)
@@ -601,15 +602,15 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 			names = append(names, it.Key.Cluster)
 			paths = append(paths, "/clusters/"+it.Key.Cluster+p.objectPath())
 		}
-		st := statusOf(http.StatusConflict, fmt.Sprintf("%s %q exists in %d clusters (%s): read it from one of them, at %s", gr, p.name, len(found), strings.Join(names, ", "), strings.Join(paths, " or ")))
+		st := filters.StatusOf(http.StatusConflict, fmt.Sprintf("%s %q exists in %d clusters (%s): read it from one of them, at %s", gr, p.name, len(found), strings.Join(names, ", "), strings.Join(paths, " or ")))
 		st.Details = &metav1.StatusDetails{Name: p.name, Group: gr.Group, Kind: gr.Resource}
-		writeStatus(w, st)
+		filters.WriteStatus(w, st)
 		return
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)
 	if err := s.appendKubeObject(buf, f, kr, found[0], epoch, true); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		filters.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	buf.WriteByte('\n')

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -35,12 +36,12 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 // are vals decoded (listOptions).
 func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, kr *kubeResource, f form, vals url.Values, opts metav1.ListOptions) {
 	if kr == clustersResource {
-		writeError(w, http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`")
+		filters.WriteError(w, http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`")
 		return
 	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
@@ -62,7 +63,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	if opts.TimeoutSeconds != nil {
 		n := *opts.TimeoutSeconds
 		if n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("timeoutSeconds %q: want a non-negative integer", vals.Get("timeoutSeconds")))
+			filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("timeoutSeconds %q: want a non-negative integer", vals.Get("timeoutSeconds")))
 			return
 		}
 		if n > 0 {
@@ -74,13 +75,13 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	// As kube-apiserver validates them.
 	switch {
 	case sieSet && rvm != string(metav1.ResourceVersionMatchNotOlderThan):
-		writeError(w, http.StatusBadRequest, "sendInitialEvents requires resourceVersionMatch=NotOlderThan")
+		filters.WriteError(w, http.StatusBadRequest, "sendInitialEvents requires resourceVersionMatch=NotOlderThan")
 		return
 	case !sieSet && rvm != "":
-		writeError(w, http.StatusBadRequest, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
+		filters.WriteError(w, http.StatusBadRequest, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
 		return
 	case sie && !bookmarks:
-		writeError(w, http.StatusBadRequest, "sendInitialEvents requires allowWatchBookmarks=true")
+		filters.WriteError(w, http.StatusBadRequest, "sendInitialEvents requires allowWatchBookmarks=true")
 		return
 	}
 	wo := watchcache.WatchOptions{Clusters: q.Clusters, Matches: func(c string, obj any) bool { return agg.Matches(q, c, obj) }}
@@ -88,7 +89,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	case sie:
 		if rv != "" && rv != "0" {
 			if _, err := watchcache.ParsePosition(rv); err != nil {
-				writeError(w, http.StatusBadRequest, err.Error())
+				filters.WriteError(w, http.StatusBadRequest, err.Error())
 				return
 			}
 		}
@@ -98,7 +99,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	default:
 		t, err := watchcache.ParsePosition(rv)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			filters.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		wo.From = t // one of another replica's, or merged: Watch says it is gone, in the stream
@@ -225,6 +226,6 @@ func (k *kubeSink) gone(err error) {
 	if !strings.HasPrefix(msg, "the fleet changed") {
 		msg = "resourceVersion expired: " + msg
 	}
-	_ = k.control(api.ErrorEvent, statusOf(http.StatusGone, msg))
+	_ = k.control(api.ErrorEvent, filters.StatusOf(http.StatusGone, msg))
 	k.fl.Flush()
 }

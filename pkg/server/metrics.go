@@ -3,8 +3,6 @@ package server
 import (
 	"net/http"
 	"slices"
-	"strconv"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -120,31 +118,6 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	r.code = code
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-		h(rec, r)
-		m.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Observe(time.Since(start).Seconds())
-	})
 }
 
 // handleMetrics serves the registry's metrics; a series labelled with a cluster the caller may

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
 )
 
@@ -315,7 +316,7 @@ func TestFanInNeverAnswersPartially(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				writeError(w, tc.code, "the owner's own words")
+				filters.WriteError(w, tc.code, "the owner's own words")
 			}))
 			url := owner.URL
 			if tc.code == 0 {

@@ -11,6 +11,8 @@ import (
 
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/multicache/multicache/pkg/filters"
 )
 
 // paramCodec is the codec kube-apiserver's handlers decode query parameters with. (That of
@@ -100,7 +102,7 @@ func kubeOptions(w http.ResponseWriter, p kubePath, vals url.Values) (watch bool
 	if watch || p.name == "" {
 		var err error
 		if opts, err = listOptions(vals); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			filters.WriteError(w, http.StatusBadRequest, err.Error())
 			return false, opts, false
 		}
 	}

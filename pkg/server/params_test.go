@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
 )
 
@@ -144,10 +145,10 @@ func TestWatchTimeoutDecoded(t *testing.T) {
 
 // TestCompressLargeSkipsEveryWatch: a watch is never gzipped, whichever true value asks for it.
 func TestCompressLargeSkipsEveryWatch(t *testing.T) {
-	big := bytes.Repeat([]byte("x"), gzipThreshold)
+	big := bytes.Repeat([]byte("x"), 128<<10) // kube-apiserver's threshold
 	for query, watch := range map[string]bool{"watch=True": true, "watch=yes": true, "watch": true, "watch=false": false, "watch=0": false} {
 		for _, path := range []string{"/api/v1/pods", "/multicache/v1/resources/pods"} {
-			h := compressLarge(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(big) }))
+			h := filters.CompressLarge(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(big) }), streams)
 			req := httptest.NewRequest("GET", path+"?"+query, nil)
 			req.Header.Set("Accept-Encoding", "gzip")
 			rec := httptest.NewRecorder()

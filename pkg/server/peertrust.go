@@ -7,75 +7,16 @@ import (
 	"net/url"
 
 	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/multicache/multicache/pkg/auth"
+	"github.com/multicache/multicache/pkg/filters"
 )
 
-// Peer trust, after the model of aggregated API servers: the replica that receives a request
-// authenticates the caller once; when it asks other replicas for their share, it sends the
-// caller's user and groups in request headers (PeerUserHeader, PeerGroupHeader) over mutual
-// TLS, never the caller's credentials; an owner believes those headers only on a request whose
-// client certificate a peer CA signed (Options.PeerAuthenticator, k8s.io/apiserver's
-// request-header authenticator), and authorizes the user it names as it would the caller.
-const (
-	// PeerUserHeader names the caller a peer replica vouches for.
-	PeerUserHeader = "X-Remote-User"
-	// PeerGroupHeader names one of its groups; repeated for each.
-	PeerGroupHeader = "X-Remote-Group"
-)
-
-// tokenHolder is who a caller with a valid token (Tokens) is, for peers: token auth has no
-// users, and every token reads everything.
-var tokenHolder = &user.DefaultInfo{Name: "multicache:token-holder", Groups: []string{user.AllAuthenticated}}
-
-// UserAuthorizer is an Authorizer that can also say what a user authenticated elsewhere (by the
-// replica a request reached first) may read.
-type UserAuthorizer interface {
-	Authorizer
-	AccessFor(u user.Info) Access
-}
-
-// identified is an Access that knows its caller.
-type identified interface{ User() user.Info }
+// Peer trust (auth.PeerUserHeader): a replica vouches for its caller to the owners it asks,
+// with its peer certificate, instead of forwarding the caller's credentials.
 
 // userOf is the caller of ctx, as peers are told: nil when auth is off.
-func userOf(ctx context.Context) user.Info {
-	switch a := accessOf(ctx).(type) {
-	case identified:
-		return a.User()
-	case tokenHolderAccess:
-		return tokenHolder
-	}
-	return nil
-}
-
-// tokenHolderAccess is the Access of a caller with a valid token: everything.
-type tokenHolderAccess struct{ everything }
-
-// AccessFor is everything: in token mode every authenticated caller reads the whole fleet.
-func (Tokens) AccessFor(user.Info) Access { return tokenHolderAccess{} }
-
-// peerAuthenticated authenticates r as a peer's request that names its caller: ok is false
-// when r carries no peer client certificate or names nobody (then the identity headers are
-// dropped, and r is authenticated as any request is).
-func (s *Server) peerAuthenticated(r *http.Request, authz Authorizer) (Access, bool) {
-	pa := s.opts.PeerAuthenticator
-	ua, ok := authz.(UserAuthorizer)
-	if pa == nil || !ok {
-		dropIdentity(r.Header)
-		return nil, false
-	}
-	resp, ok, err := pa.AuthenticateRequest(r)
-	dropIdentity(r.Header)
-	if err != nil || !ok {
-		return nil, false
-	}
-	return ua.AccessFor(resp.User), true
-}
-
-// dropIdentity removes identity headers: only what a peer certificate vouches for is read.
-func dropIdentity(h http.Header) {
-	h.Del(PeerUserHeader)
-	h.Del(PeerGroupHeader)
-}
+func userOf(ctx context.Context) user.Info { return auth.UserOf(filters.AccessOf(ctx)) }
 
 // setIdentity puts the caller of ctx in the headers of a request to a peer.
 func setIdentity(h http.Header, ctx context.Context) {
@@ -83,9 +24,9 @@ func setIdentity(h http.Header, ctx context.Context) {
 	if u == nil {
 		return
 	}
-	h.Set(PeerUserHeader, u.GetName())
+	h.Set(auth.PeerUserHeader, u.GetName())
 	for _, g := range u.GetGroups() {
-		h.Add(PeerGroupHeader, g)
+		h.Add(auth.PeerGroupHeader, g)
 	}
 }
 
@@ -103,8 +44,3 @@ func plainRemote(target string) bool {
 	ip := net.ParseIP(host)
 	return ip == nil || !ip.IsLoopback()
 }
-
-// inProcessKey marks a request this replica sends its own API in process (the local part of a
-// fan-out): it carries the caller's Access, already authenticated once. Only this process can
-// set a context value, so no client can forge it.
-type inProcessKey struct{}

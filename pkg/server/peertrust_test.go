@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/shard"
 )
 
@@ -17,10 +18,10 @@ import (
 // that came over TLS (standing in for a verified peer client certificate), as k8s.io/apiserver's
 // request-header authenticator does for one whose certificate the peer CA signed.
 var certVouches = authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
-	if r.TLS == nil || r.Header.Get(PeerUserHeader) == "" {
+	if r.TLS == nil || r.Header.Get(auth.PeerUserHeader) == "" {
 		return nil, false, nil
 	}
-	return &authenticator.Response{User: &user.DefaultInfo{Name: r.Header.Get(PeerUserHeader), Groups: r.Header.Values(PeerGroupHeader)}}, true, nil
+	return &authenticator.Response{User: &user.DefaultInfo{Name: r.Header.Get(auth.PeerUserHeader), Groups: r.Header.Values(auth.PeerGroupHeader)}}, true, nil
 })
 
 // TestPeerCallsCarryIdentityNotCredentials: with peer trust, a fan-out asks the owner of
@@ -57,8 +58,8 @@ func TestPeerCallsCarryIdentityNotCredentials(t *testing.T) {
 		if h.Get("Authorization") != "" {
 			t.Errorf("the caller's credentials went to a peer: %q", h.Get("Authorization"))
 		}
-		if h.Get(PeerUserHeader) != tokenHolder.Name || !slices.Equal(h.Values(PeerGroupHeader), tokenHolder.Groups) {
-			t.Errorf("identity sent: user %q groups %v, want %q %v", h.Get(PeerUserHeader), h.Values(PeerGroupHeader), tokenHolder.Name, tokenHolder.Groups)
+		if h.Get(auth.PeerUserHeader) != auth.TokenHolder.GetName() || !slices.Equal(h.Values(auth.PeerGroupHeader), auth.TokenHolder.GetGroups()) {
+			t.Errorf("identity sent: user %q groups %v, want %q %v", h.Get(auth.PeerUserHeader), h.Values(auth.PeerGroupHeader), auth.TokenHolder.GetName(), auth.TokenHolder.GetGroups())
 		}
 	}
 }
@@ -85,13 +86,13 @@ func TestIdentityHeadersNeedAPeerCertificate(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := ask(tlsSrv.Client(), tlsSrv.URL, map[string]string{PeerUserHeader: "alice"}); code != http.StatusOK {
+	if code := ask(tlsSrv.Client(), tlsSrv.URL, map[string]string{auth.PeerUserHeader: "alice"}); code != http.StatusOK {
 		t.Errorf("a peer vouching for alice: %d, want 200", code)
 	}
-	if code := ask(http.DefaultClient, plain.URL, map[string]string{PeerUserHeader: "alice"}); code != http.StatusUnauthorized {
+	if code := ask(http.DefaultClient, plain.URL, map[string]string{auth.PeerUserHeader: "alice"}); code != http.StatusUnauthorized {
 		t.Errorf("identity headers from a non-peer: %d, want 401", code)
 	}
-	if code := ask(http.DefaultClient, plain.URL, map[string]string{PeerUserHeader: "alice", "Authorization": "Bearer secret"}); code != http.StatusOK {
+	if code := ask(http.DefaultClient, plain.URL, map[string]string{auth.PeerUserHeader: "alice", "Authorization": "Bearer secret"}); code != http.StatusOK {
 		t.Errorf("a caller with a token (and ignored headers): %d, want 200", code)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -213,7 +214,7 @@ func retryUnready(w http.ResponseWriter, resource string, waiting []string) bool
 		return false
 	}
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is not complete yet in %s; retry", resource, strings.Join(waiting, ", ")))
+	filters.WriteError(w, http.StatusTooManyRequests, fmt.Sprintf("the cache of %s is not complete yet in %s; retry", resource, strings.Join(waiting, ", ")))
 	return true
 }
 
@@ -244,7 +245,7 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 	end := func(why string) {
 		msg := "the fleet changed since this watch started: " + why + "; list again"
 		if kube {
-			b, _ := json.Marshal(statusOf(http.StatusGone, msg))
+			b, _ := json.Marshal(filters.StatusOf(http.StatusGone, msg))
 			_ = json.NewEncoder(w).Encode(rawKubeEvent{Type: api.ErrorEvent, Object: b})
 		} else {
 			b, _ := json.Marshal(errorObject(http.StatusGone, msg))
@@ -331,6 +332,6 @@ func (s *Server) notCoordinated(w http.ResponseWriter) bool {
 		return false
 	}
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusTooManyRequests, "this replica cannot answer yet: "+err.Error()+"; retry")
+	filters.WriteError(w, http.StatusTooManyRequests, "this replica cannot answer yet: "+err.Error()+"; retry")
 	return true
 }

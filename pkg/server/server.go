@@ -1,12 +1,10 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -16,7 +14,9 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 
 	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/table"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
@@ -31,7 +31,7 @@ type Options struct {
 	// Authorizer authenticates every request but /healthz and the terse /readyz, and decides
 	// which clusters each caller reads: in every list, get and watch of both APIs, the clusters
 	// endpoints, /readyz?verbose and /metrics.
-	Authorizer Authorizer
+	Authorizer auth.Authorizer
 	// MaxPageSize caps `limit` in the native API; it is also the page size when no limit is
 	// given. Default 1000.
 	MaxPageSize int
@@ -87,7 +87,7 @@ type Options struct {
 	// client certificate the peers' CA signed, as k8s.io/apiserver's request-header
 	// authenticator checks (cmd/multicache builds it from sharding.peerCAFile). PeerClient
 	// must then present this replica's peer certificate, and the Authorizer must be a
-	// UserAuthorizer. Nil: each call carries the caller's own credentials, never over plain
+	// auth.UserAuthorizer. Nil: each call carries the caller's own credentials, never over plain
 	// http to a host that is not loopback.
 	PeerAuthenticator authenticator.Request
 	// Tables supplies the Table columns of built-in kinds for the Kubernetes API (kubectl get).
@@ -163,7 +163,8 @@ type Server struct {
 	caches    map[string]*watchcache.Cache
 	cacheRegs map[string]*aggregate.Registration
 	metrics   *metrics
-	limits    *limits
+	limits    *filters.Limits
+	authn     filters.Authentication
 
 	aliasMu sync.Mutex
 	aliases map[string]string // lower-cased alias → configured resource name
@@ -188,7 +189,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, started: time.Now(),
 		caches: map[string]*watchcache.Cache{}, cacheRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{},
-		limits: newLimits(opts.MaxWatches, opts.MaxRequestsInFlight), tables: table.NewSet(opts.Tables)}
+		limits: filters.NewLimits(opts.MaxWatches, opts.MaxRequestsInFlight), tables: table.NewSet(opts.Tables)}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
 		h := watchcache.New(watchcache.Options{MaxEvents: opts.WatchBuffer, MaxBytes: opts.WatchBufferBytes, Current: func() []item { return cachedItems(agg) }})
@@ -200,6 +201,10 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.caches[res], s.cacheRegs[res] = h, hr
+	}
+	s.authn = filters.Authentication{Authorizer: opts.Authorizer, Peers: opts.PeerAuthenticator}
+	if s.authn.Authorizer == nil && len(opts.Tokens) > 0 {
+		s.authn.Authorizer = auth.Tokens(opts.Tokens)
 	}
 	m, err := newMetrics(s, opts.Metrics)
 	if err != nil {
@@ -213,23 +218,15 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	api := func(route string, h http.HandlerFunc) {
-		mux.Handle(route, s.metrics.instrument(route, s.auth(h)))
+		mux.Handle(route, filters.Instrument(s.metrics.requests, route, s.authn.Wrap(h)))
 	}
-	limited := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			release, ok := s.limits.acquireRequest(w)
-			if !ok {
-				return
-			}
-			defer release()
-			h(w, r)
-		}
-	}
-	api("GET /multicache/v1/clusters", limited(s.withTimeout(s.handleClusters)))
+	limited := s.limits.Limited
+	timed := func(h http.HandlerFunc) http.HandlerFunc { return filters.WithTimeout(h, s.opts.RequestTimeout) }
+	api("GET /multicache/v1/clusters", limited(timed(s.handleClusters)))
 	api("GET /multicache/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
-	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(s.withTimeout(s.handleGet)))
+	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(timed(s.handleGet)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	verbose := s.auth(s.handleReady)
+	verbose := s.authn.Wrap(s.handleReady)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Has("verbose") {
 			verbose(w, r) // names clusters: behind auth
@@ -237,82 +234,28 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.handleReady(w, r)
 	})
-	mux.Handle("GET /metrics", s.auth(limited(s.handleMetrics)))
+	mux.Handle("GET /metrics", s.authn.Wrap(limited(s.handleMetrics)))
 	if s.opts.Profiling {
-		mux.Handle("GET /debug/pprof/", s.auth(pprof.Index))
-		mux.Handle("GET /debug/pprof/profile", s.auth(pprof.Profile))
-		mux.Handle("GET /debug/pprof/trace", s.auth(pprof.Trace))
-		mux.Handle("GET /debug/pprof/symbol", s.auth(pprof.Symbol))
+		mux.Handle("GET /debug/pprof/", s.authn.Wrap(pprof.Index))
+		mux.Handle("GET /debug/pprof/profile", s.authn.Wrap(pprof.Profile))
+		mux.Handle("GET /debug/pprof/trace", s.authn.Wrap(pprof.Trace))
+		mux.Handle("GET /debug/pprof/symbol", s.authn.Wrap(pprof.Symbol))
 	}
 	// Everything else is the Kubernetes API (or no route at all): it limits its requests itself,
 	// and watches have no timeout.
-	mux.Handle("/", s.metrics.instrument("kube", s.auth(s.handleKube)))
+	mux.Handle("/", filters.Instrument(s.metrics.requests, "kube", s.authn.Wrap(s.handleKube)))
 	if s.opts.Fleet == nil {
-		return compressLarge(mux)
+		return filters.CompressLarge(mux, streams)
 	}
 	s.local = mux
 	s.peers = &peers{client: s.opts.PeerClient, identity: s.opts.PeerAuthenticator != nil, timeout: s.opts.PeerTimeout, local: mux, latency: s.metrics.peerLatency}
-	return compressLarge(s.fanout(mux))
+	return filters.CompressLarge(s.fanout(mux), streams)
 }
 
-func (s *Server) withTimeout(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
-		defer cancel()
-		h(w, r.WithContext(ctx))
-	}
-}
-
-// auth authenticates the request and puts the caller's Access in its context, when an
-// Authorizer (or tokens) is configured.
-func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
-	authz := s.opts.Authorizer
-	if authz == nil && len(s.opts.Tokens) > 0 {
-		authz = Tokens(s.opts.Tokens)
-	}
-	if authz == nil {
-		return h
-	}
-	return func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := r.Context().Value(inProcessKey{}).(Access); ok {
-			h(w, r) // this replica's own part of a fan-out: its caller is authenticated already
-			return
-		}
-		if a, ok := s.peerAuthenticated(r, authz); ok {
-			h(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
-			return
-		}
-		a, err := authz.Authorize(r)
-		switch {
-		case errors.Is(err, ErrUnauthenticated):
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, http.StatusUnauthorized, err.Error())
-			return
-		case err != nil:
-			writeError(w, http.StatusServiceUnavailable, "authentication failed: "+err.Error())
-			return
-		}
-		h(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
-	}
-}
-
-// ReadTokenFile reads one token per line, ignoring blank lines and # comments.
-func ReadTokenFile(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") {
-			out = append(out, line)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("token file %s: no token in it", path)
-	}
-	return out, nil
+// streams tells the requests whose answers stream (watches), as the handlers tell them: they
+// are never compressed.
+func streams(r *http.Request) bool {
+	return isWatch(r.URL.Query()) || strings.Contains(r.URL.Path, "/watch/")
 }
 
 // resolve maps a resource as the user wrote it (plural, singular, kind, short name,
@@ -342,7 +285,7 @@ func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *agg
 	name := r.PathValue("resource")
 	res, ok := s.resolve(name)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("resource %q is not cached (have %s)", name, strings.Join(s.reg.Resources(), ", ")))
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("resource %q is not cached (have %s)", name, strings.Join(s.reg.Resources(), ", ")))
 		return "", nil, false
 	}
 	agg, _ := s.reg.Aggregate(res)
@@ -366,33 +309,5 @@ func (s *Server) Close() {
 		r.Remove()
 		<-r.Done()
 		s.caches[res].Overflow()
-	}
-}
-
-// limits caps concurrent watches and other requests.
-type limits struct {
-	watches, requests chan struct{}
-}
-
-func newLimits(watches, requests int) *limits {
-	return &limits{watches: make(chan struct{}, watches), requests: make(chan struct{}, requests)}
-}
-
-func (l *limits) acquireWatch(w http.ResponseWriter) (func(), bool) {
-	return acquire(w, l.watches, "too many open watches (server.maxWatches is %d); retry later")
-}
-
-func (l *limits) acquireRequest(w http.ResponseWriter) (func(), bool) {
-	return acquire(w, l.requests, "too many requests in flight (server.maxRequestsInFlight is %d); retry later")
-}
-
-func acquire(w http.ResponseWriter, sem chan struct{}, msg string) (func(), bool) {
-	select {
-	case sem <- struct{}{}:
-		return func() { <-sem }, true
-	default:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf(msg, cap(sem)))
-		return nil, false
 	}
 }

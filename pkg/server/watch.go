@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -18,7 +19,7 @@ import (
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
 	h := s.caches[req.resource]
@@ -28,7 +29,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 	if tok := q.Get("resourceVersion"); tok != "" && tok != "0" {
 		t, err := watchcache.ParseSingle(tok)
 		if err != nil {
-			writeError(w, codeOf(err), err.Error())
+			filters.WriteError(w, codeOf(err), err.Error())
 			return
 		}
 		wo.From = t
@@ -44,7 +45,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 	// Fail before the stream starts when the position is gone already.
 	wch, err := h.Watch(wo)
 	if err != nil {
-		writeError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
+		filters.WriteError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
 		return
 	}
 	s.metrics.watches.Inc()
@@ -126,5 +127,5 @@ func (k *nativeSink) control(typ string, obj any) error {
 
 // errorObject is the object of an ERROR event: the error, as a Status.
 func errorObject(code int, msg string) api.Error {
-	return api.Error{Kind: "Status", Code: code, Reason: string(reasons[code]), Message: msg}
+	return api.Error{Kind: "Status", Code: code, Reason: string(filters.Reasons[code]), Message: msg}
 }

@@ -78,7 +78,7 @@ func BenchmarkAuthReviewCache(b *testing.B) {
 		b.Cleanup(s.Close)
 		return s.Handler()
 	}
-	delegated := func(ttl time.Duration) server.Authorizer {
+	delegated := func(ttl time.Duration) auth.Authorizer {
 		a, err := auth.New(auth.Options{Client: cs, AllowTTL: ttl, DenyTTL: ttl, Metrics: prometheus.NewRegistry()})
 		if err != nil {
 			b.Fatal(err)

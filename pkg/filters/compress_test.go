@@ -1,4 +1,4 @@
-package server
+package filters
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -45,7 +46,7 @@ func TestCompressLarge(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := compressLarge(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			h := CompressLarge(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				if tc.status != 0 {
 					w.WriteHeader(tc.status)
@@ -56,7 +57,7 @@ func TestCompressLarge(t *testing.T) {
 				}
 				_, _ = w.Write(tc.body)
 				_, _ = w.Write([]byte("\n"))
-			}))
+			}), watching)
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest("GET", tc.path, nil)
 			if tc.accept != "" {
@@ -91,4 +92,10 @@ func TestCompressLarge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// watching tells a watch by its path or its watch parameter (as the test's requests set it).
+func watching(r *http.Request) bool {
+	w := r.URL.Query().Get("watch")
+	return strings.Contains(r.URL.Path, "/watch/") || (w != "" && w != "false" && w != "0")
 }

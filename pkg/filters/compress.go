@@ -1,4 +1,4 @@
-package server
+package filters
 
 import (
 	"compress/gzip"
@@ -16,15 +16,15 @@ var gzipWriters = sync.Pool{New: func() any {
 	return w
 }}
 
-// compressLarge gzips a response whose first Write holds at least gzipThreshold bytes, when
+// CompressLarge gzips a response whose first Write holds at least gzipThreshold bytes, when
 // the request accepts gzip, as kube-apiserver does. A get writes its whole body in one Write
-// and a list its first chunk, so the choice follows the answer's size. Watches are never
-// compressed (kube-apiserver does not compress them either): their events stream as written. A
-// watch is told as the handlers tell it (isWatch), so that none is compressed by mistake.
-func compressLarge(h http.Handler) http.Handler {
+// and a list its first chunk, so the choice follows the answer's size. Streams (watches) are
+// never compressed (kube-apiserver does not compress them either): their events go out as
+// written. stream says which requests stream; it must tell them as the handlers do, so that
+// none is compressed by mistake.
+func CompressLarge(h http.Handler, stream func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isWatch(r.URL.Query()) || strings.Contains(r.URL.Path, "/watch/") ||
-			!acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		if stream(r) || !acceptsGzip(r.Header.Get("Accept-Encoding")) {
 			h.ServeHTTP(w, r)
 			return
 		}

@@ -1,4 +1,4 @@
-package server
+package filters
 
 import (
 	"encoding/json"
@@ -7,7 +7,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-var reasons = map[int]metav1.StatusReason{
+// Reasons is the metav1.StatusReason of each HTTP code the APIs answer, as kube-apiserver
+// gives them.
+var Reasons = map[int]metav1.StatusReason{
 	http.StatusBadRequest:          metav1.StatusReasonBadRequest,
 	http.StatusUnauthorized:        metav1.StatusReasonUnauthorized,
 	http.StatusForbidden:           metav1.StatusReasonForbidden,
@@ -22,20 +24,20 @@ var reasons = map[int]metav1.StatusReason{
 	http.StatusGatewayTimeout:      metav1.StatusReasonTimeout,
 }
 
-// statusOf is the metav1.Status of an error answer. Both APIs answer errors with one: the
+// StatusOf is the metav1.Status of an error answer. Both APIs answer errors with one: the
 // native API's api.Error reads its code, reason and message.
-func statusOf(code int, msg string) *metav1.Status {
+func StatusOf(code int, msg string) *metav1.Status {
 	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status: metav1.StatusFailure, Code: int32(code), Reason: reasons[code], Message: msg}
+		Status: metav1.StatusFailure, Code: int32(code), Reason: Reasons[code], Message: msg}
 }
 
-// writeError answers a metav1.Status with code and msg.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeStatus(w, statusOf(code, msg))
+// WriteError answers a metav1.Status with code and msg.
+func WriteError(w http.ResponseWriter, code int, msg string) {
+	WriteStatus(w, StatusOf(code, msg))
 }
 
-// writeStatus answers st, with its code.
-func writeStatus(w http.ResponseWriter, st *metav1.Status) {
+// WriteStatus answers st, with its code.
+func WriteStatus(w http.ResponseWriter, st *metav1.Status) {
 	if st.Kind == "" {
 		st.Kind, st.APIVersion = "Status", "v1"
 	}

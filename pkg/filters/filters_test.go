@@ -1,0 +1,142 @@
+package filters
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/multicache/multicache/pkg/auth"
+)
+
+// named is an Access that says who its caller is.
+type named struct {
+	auth.Everything
+	name string
+}
+
+func (n named) User() user.Info { return &user.DefaultInfo{Name: n.name} }
+
+// byHeader authenticates X-Test-User; "broken" cannot be checked.
+type byHeader struct{}
+
+func (byHeader) Authorize(r *http.Request) (auth.Access, error) {
+	switch u := r.Header.Get("X-Test-User"); u {
+	case "":
+		return nil, auth.ErrUnauthenticated
+	case "broken":
+		return nil, errors.New("review failed")
+	default:
+		return named{name: u}, nil
+	}
+}
+
+func (byHeader) AccessFor(u user.Info) auth.Access { return named{name: "peer:" + u.GetName()} }
+
+// vouching believes X-Remote-User on requests that carry X-Test-Peer-Cert.
+type vouching struct{}
+
+func (vouching) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
+	if r.Header.Get("X-Test-Peer-Cert") == "" || r.Header.Get(auth.PeerUserHeader) == "" {
+		return nil, false, nil
+	}
+	return &authenticator.Response{User: &user.DefaultInfo{Name: r.Header.Get(auth.PeerUserHeader)}}, true, nil
+}
+
+// TestAuthentication: every request is authenticated once: 401 without credentials, 503 when
+// they cannot be checked; identity headers count only under a peer certificate; a request this
+// process sends itself keeps its caller.
+func TestAuthentication(t *testing.T) {
+	var seen string
+	h := Authentication{Authorizer: byHeader{}, Peers: vouching{}}.Wrap(func(w http.ResponseWriter, r *http.Request) {
+		seen = auth.UserOf(AccessOf(r.Context())).GetName()
+		if r.Header.Get(auth.PeerUserHeader) != "" {
+			t.Error("identity headers reached the handler")
+		}
+	})
+	do := func(ctx context.Context, headers map[string]string) (int, http.Header) {
+		seen = ""
+		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+		for k, v := range headers {
+			r.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h(rec, r)
+		return rec.Code, rec.Header()
+	}
+	bg := context.Background()
+	if code, hdr := do(bg, nil); code != 401 || hdr.Get("WWW-Authenticate") != "Bearer" {
+		t.Errorf("no credentials: %d %v", code, hdr)
+	}
+	if code, _ := do(bg, map[string]string{"X-Test-User": "broken"}); code != 503 {
+		t.Errorf("credentials that cannot be checked: %d, want 503", code)
+	}
+	if code, _ := do(bg, map[string]string{"X-Test-User": "alice"}); code != 200 || seen != "alice" {
+		t.Errorf("alice: %d as %q", code, seen)
+	}
+	// A header naming someone else, without a peer certificate, is dropped: the caller is alice.
+	if code, _ := do(bg, map[string]string{"X-Test-User": "alice", auth.PeerUserHeader: "admin"}); code != 200 || seen != "alice" {
+		t.Errorf("a forged identity header: %d as %q", code, seen)
+	}
+	if code, _ := do(bg, map[string]string{auth.PeerUserHeader: "admin"}); code != 401 {
+		t.Errorf("an identity header alone: %d, want 401", code)
+	}
+	// Under a peer certificate the named user is the caller, as the Authorizer sees it.
+	if code, _ := do(bg, map[string]string{"X-Test-Peer-Cert": "1", auth.PeerUserHeader: "bob"}); code != 200 || seen != "peer:bob" {
+		t.Errorf("a peer vouching for bob: %d as %q", code, seen)
+	}
+	// In process: the caller of the context, without credentials.
+	if code, _ := do(InProcess(WithAccess(bg, named{name: "carol"})), nil); code != 200 || seen != "carol" {
+		t.Errorf("in process: %d as %q", code, seen)
+	}
+	// Without an Authorizer every caller reads everything.
+	open := Authentication{}.Wrap(func(w http.ResponseWriter, r *http.Request) {
+		if all, _ := AccessOf(r.Context()).All(r.Context()); !all {
+			t.Error("auth off: the caller does not read everything")
+		}
+	})
+	open(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+}
+
+// TestLimits: past its cap a request gets 429 with Retry-After and a message naming the setting;
+// a released slot is free again.
+func TestLimits(t *testing.T) {
+	l := NewLimits(1, 1)
+	release, ok := l.AcquireWatch(httptest.NewRecorder())
+	if !ok {
+		t.Fatal("the first watch was refused")
+	}
+	rec := httptest.NewRecorder()
+	if _, ok := l.AcquireWatch(rec); ok || rec.Code != 429 || rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("a second watch: ok %v, %d %v", ok, rec.Code, rec.Header())
+	}
+	if st := rec.Body.String(); !contains(st, "server.maxWatches is 1") || !contains(st, `"reason":"TooManyRequests"`) {
+		t.Errorf("429 body: %s", st)
+	}
+	release()
+	if release, ok := l.AcquireWatch(httptest.NewRecorder()); !ok {
+		t.Error("a released slot is not free")
+	} else {
+		release()
+	}
+	inner := 0
+	h := l.Limited(func(w http.ResponseWriter, r *http.Request) {
+		inner++
+		rec := httptest.NewRecorder()
+		l.Limited(func(http.ResponseWriter, *http.Request) { inner++ })(rec, r) // the one slot is taken
+		if rec.Code != 429 {
+			t.Errorf("a request past maxRequestsInFlight: %d", rec.Code)
+		}
+	})
+	h(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	if inner != 1 {
+		t.Errorf("%d handlers ran, want 1", inner)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
