@@ -17,6 +17,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
+	"github.com/multicache/multicache/pkg/shard"
 )
 
 // benchPods is n Pods like a ReplicaSet's: 2 containers, 4 labels, a node out of 200.
@@ -71,6 +72,77 @@ func BenchmarkHTTP(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatalf("%s: %d %s", tc.path, rec.Code, rec.Body.String())
+				}
+				b.SetBytes(int64(rec.Body.Len()))
+			}
+		})
+	}
+}
+
+// BenchmarkFanout measures a fleet-wide answer merged from two replicas in process: this one
+// owns c1 and c2, a peer (served by httptest on loopback) owns c3, each cluster 20,000 Pods
+// from fake API servers. Divide ns/op and allocs/op by the items of the answer for the cost
+// per item.
+//
+//	go test -run '^$' -bench Fanout -count 10 ./pkg/server/ | tee new.txt; benchstat old.txt new.txt
+func BenchmarkFanout(b *testing.B) {
+	var src clusterset.Static
+	for i := range 3 {
+		name := "c" + strconv.Itoa(i+1)
+		f := fakeapi.New(b)
+		f.SetPods(benchPods(name, 20000))
+		src = append(src, clusterset.ClusterConfig{Name: name, Config: f.Config(), Fingerprint: "1"})
+	}
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer, err := New(Options{Registry: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	peerSrv := httptest.NewServer(peer.Handler())
+	defer peerSrv.Close()
+	fleet := &staticFleet{owners: []shard.Owner{self("c1"), self("c2"), {Cluster: "c3", Holder: "p2", URL: peerSrv.URL, Live: true}}}
+	s, err := New(Options{Registry: reg, Fleet: fleet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = reg.Start(ctx) }()
+	if missing := reg.WaitForSync(ctx, 2*time.Minute); missing != nil {
+		b.Fatal(missing)
+	}
+	for len(s.unready("pods", nil)) > 0 || len(peer.unready("pods", nil)) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// fanned is this replica with the peer; single is one replica that runs all three clusters
+	// (the peer, asked directly), for the ratio.
+	fanned, single := s.Handler(), peer.Handler()
+	for _, tc := range []struct {
+		name, path, accept string
+		h                  http.Handler
+	}{
+		{"kube-page-500", "/api/v1/pods?limit=500", "", fanned},
+		{"kube-table-page-500", "/api/v1/pods?limit=500", "application/json;as=Table;v=v1;g=meta.k8s.io", fanned},
+		{"kube-all-60000", "/api/v1/pods", "", fanned},
+		{"native-page-500", "/multicache/v1/resources/pods?limit=500", "", fanned},
+		{"single/kube-page-500", "/api/v1/pods?limit=500", "", single},
+		{"single/kube-all-60000", "/api/v1/pods", "", single},
+		{"single/native-page-500", "/multicache/v1/resources/pods?limit=500", "", single},
+	} {
+		h := tc.h
+		b.Run(tc.name, func(b *testing.B) {
+			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+			if tc.accept != "" {
+				req.Header.Set("Accept", tc.accept)
+			}
 			for b.Loop() {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, req)

@@ -43,6 +43,41 @@ func (s *Server) writeList(w http.ResponseWriter, page []item, info map[string]c
 	if err := s.encodeItems(buf, page, info); err != nil {
 		return err
 	}
+	if err := endList(buf, list); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+	return nil
+}
+
+// writeRawList writes list, whose items' objects are encoded already (a merged answer's), as
+// writeList does: each object's bytes as they are, never encoded again.
+func writeRawList(w http.ResponseWriter, list api.List) error {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	buf.WriteString(`{"items":[`)
+	for i, it := range list.Items {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(`{"cluster":`)
+		writeString(buf, it.Cluster)
+		buf.WriteString(`,"object":`)
+		buf.Write(it.Object)
+		buf.WriteByte('}')
+	}
+	if err := endList(buf, list); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// endList closes the items of a list in buf and appends the rest of list, as encoding/json
+// orders an api.List's fields.
+func endList(buf *bytes.Buffer, list api.List) error {
 	buf.WriteString(`]`)
 	if list.Continue != "" {
 		buf.WriteString(`,"continue":`)
@@ -60,8 +95,6 @@ func (s *Server) writeList(w http.ResponseWriter, page []item, info map[string]c
 	}
 	buf.Write(cb)
 	buf.WriteString("}\n")
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(buf.Bytes())
 	return nil
 }
 

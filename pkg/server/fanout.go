@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -147,8 +148,9 @@ type answer[T any] struct {
 	err  error
 }
 
-// gather calls every part at once, with the peer timeout, and decodes each 200 answer.
-func gather[T any](ctx context.Context, s *Server, r *http.Request, pl plan, path string, query func(part) url.Values, kind string, decode func(*http.Response) (T, error)) []answer[T] {
+// gather calls every part at once, with the peer timeout, and decodes each 200 answer. local,
+// when set, answers this replica's own part in process instead: no HTTP, no encoding to decode.
+func gather[T any](ctx context.Context, s *Server, r *http.Request, pl plan, path string, query func(part) url.Values, kind string, decode func(*http.Response) (T, error), local func(context.Context, *http.Request, part, url.Values) (T, error)) []answer[T] {
 	ctx, cancel := context.WithTimeout(ctx, s.peers.timeout)
 	defer cancel()
 	out := make([]answer[T], len(pl.parts))
@@ -158,6 +160,10 @@ func gather[T any](ctx context.Context, s *Server, r *http.Request, pl plan, pat
 		go func() {
 			defer wg.Done()
 			out[i].part = p
+			if p.self && local != nil {
+				out[i].val, out[i].err = local(ctx, r, p, query(p))
+				return
+			}
 			resp, err := s.peers.call(ctx, r, p, path, query(p), kind)
 			if err == nil {
 				err = checkAnswer(p, resp)
@@ -314,11 +320,7 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 		}
 		return pq
 	}
-	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", func(resp *http.Response) (api.List, error) {
-		var l api.List
-		err := json.NewDecoder(resp.Body).Decode(&l)
-		return l, err
-	})
+	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeNativeDoc, s.localNativeList)
 	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
@@ -338,13 +340,11 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 			}
 			continue
 		}
-		rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.ResourceVersion, Set: a.part.set()}
-		fresh = append(fresh, a.val.Clusters...)
-		more = more || a.val.Continue != ""
-		for _, it := range a.val.Items {
-			var m api.ObjectMeta
-			_ = json.Unmarshal(it.Object, &m)
-			all = append(all, keyed{aggregate.Key{Cluster: it.Cluster, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name}, it})
+		rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.list.ResourceVersion, Set: a.part.set()}
+		fresh = append(fresh, a.val.list.Clusters...)
+		more = more || a.val.list.Continue != ""
+		for i, it := range a.val.list.Items {
+			all = append(all, keyed{a.val.keys[i], it})
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return less(all[i].key, all[j].key) })
@@ -361,7 +361,71 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 	fresh = append(fresh, s.downFreshness(r.Context(), resource, pl.down, failed)...)
 	sort.Slice(fresh, func(i, j int) bool { return fresh[i].Name < fresh[j].Name })
 	list.Clusters = fresh
-	writeJSON(w, list)
+	if err := writeRawList(w, list); err != nil {
+		filters.WriteError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// nativeDoc is one part's page of a native list: its items as their owner encoded them, and
+// their keys.
+type nativeDoc struct {
+	list api.List
+	keys []aggregate.Key
+}
+
+func decodeNativeDoc(resp *http.Response) (nativeDoc, error) {
+	var d nativeDoc
+	if err := json.NewDecoder(resp.Body).Decode(&d.list); err != nil {
+		return d, err
+	}
+	d.keys = make([]aggregate.Key, len(d.list.Items))
+	for i, it := range d.list.Items {
+		var m api.ObjectMeta
+		_ = json.Unmarshal(it.Object, &m)
+		d.keys[i] = aggregate.Key{Cluster: it.Cluster, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name}
+	}
+	return d, nil
+}
+
+// localNativeList answers this replica's part of a fan-out native list in process, as
+// localKubeList does the Kubernetes API's: read as any list request here is, each object
+// encoded once, nothing decoded.
+func (s *Server) localNativeList(ctx context.Context, r *http.Request, p part, q url.Values) (nativeDoc, error) {
+	req := r.Clone(filters.InProcess(ctx))
+	req.URL.RawQuery = q.Encode()
+	req.SetPathValue("resource", strings.TrimPrefix(r.URL.Path, api.ResourcesPath+"/"))
+	rec := newAnswerRecorder()
+	rq, ok := s.parseRequest(rec, req)
+	var pg page
+	var list api.List
+	if ok {
+		opts, err := listOptions(q)
+		if err != nil {
+			filters.WriteError(rec, http.StatusBadRequest, err.Error())
+			ok = false
+		} else {
+			pg, list, ok = s.nativeListAnswer(ctx, rec, rq, q, opts)
+		}
+	}
+	if !ok {
+		return nativeDoc{}, rec.failure(p)
+	}
+	var buf bytes.Buffer
+	ends := make([]int, len(pg.items))
+	d := nativeDoc{list: list, keys: make([]aggregate.Key, len(pg.items))}
+	for i, it := range pg.items {
+		if err := s.appendEncoded(&buf, it.Object, pg.info[it.Key.Cluster]); err != nil {
+			return nativeDoc{}, fmt.Errorf("replica %q: cluster %q: encode %s: %w", p.peer, it.Key.Cluster, it.Key, err)
+		}
+		ends[i], d.keys[i] = buf.Len(), it.Key
+	}
+	d.list.Items = make([]api.Item, len(pg.items))
+	all, start := buf.Bytes(), 0
+	for i, end := range ends {
+		d.list.Items[i] = api.Item{Cluster: pg.items[i].Key.Cluster, Object: all[start:end:end]}
+		start = end
+	}
+	return d, nil
 }
 
 // stream is one replica's watch, read line by line.
@@ -599,7 +663,7 @@ func (s *Server) fanoutClusters(w http.ResponseWriter, r *http.Request) {
 		var c api.Clusters
 		err := json.NewDecoder(resp.Body).Decode(&c)
 		return c, err
-	})
+	}, nil)
 	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
 		return
 	}

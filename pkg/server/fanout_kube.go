@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -115,8 +116,9 @@ func (s *Server) fanoutDiscovery(w http.ResponseWriter, r *http.Request) {
 // kubeDoc is a list or Table answer, kept as raw fields so that it is relayed as the owner
 // wrote it.
 type kubeDoc struct {
-	fields   map[string]json.RawMessage
-	elements []json.RawMessage // items, or a Table's rows
+	fields   map[string]json.RawMessage // without the items or rows
+	elements []json.RawMessage          // items, or a Table's rows
+	keys     []aggregate.Key            // of each element
 	table    bool
 	warnings []string
 }
@@ -134,6 +136,86 @@ func decodeKubeDoc(resp *http.Response) (kubeDoc, error) {
 		if err := json.Unmarshal(raw, &d.elements); err != nil {
 			return d, fmt.Errorf("%s: %w", field, err)
 		}
+	}
+	delete(d.fields, field)
+	d.keys = make([]aggregate.Key, len(d.elements))
+	for i, el := range d.elements {
+		d.keys[i] = keyOfElement(el)
+	}
+	return d, nil
+}
+
+// localKubeList answers this replica's part of a fan-out list in process: read as any list
+// request here is (parseKube, kubeListAnswer), each element encoded once, with its key as read.
+// No pipe, no second authentication, and nothing decoded.
+func (s *Server) localKubeList(ctx context.Context, r *http.Request, p part, q url.Values) (kubeDoc, error) {
+	req := r.Clone(filters.InProcess(ctx))
+	req.URL.RawQuery = q.Encode()
+	req.Header.Set(peerHeader, "1")
+	rec := newAnswerRecorder()
+	kq, ok := s.parseKube(rec, req)
+	var l kubeList
+	if ok {
+		l, ok = s.kubeListAnswer(ctx, rec, kq)
+	}
+	if !ok {
+		return kubeDoc{}, rec.failure(p)
+	}
+	d := kubeDoc{warnings: rec.header.Values("Warning"), fields: map[string]json.RawMessage{}}
+	md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont})
+	if kq.f.as == "Table" {
+		t, err := s.kubeTable(ctx, l.kr, l.items, l.epoch, false, l.includeObject, kq.f.tableVersion)
+		if err != nil {
+			return kubeDoc{}, fmt.Errorf("replica %q: %w", p.peer, err)
+		}
+		rows := t.Rows
+		t.Rows = nil
+		head, err := json.Marshal(t)
+		if err == nil {
+			err = json.Unmarshal(head, &d.fields)
+		}
+		if err != nil {
+			return kubeDoc{}, fmt.Errorf("replica %q: encode table: %w", p.peer, err)
+		}
+		delete(d.fields, "rows")
+		d.table = true
+		for i, row := range rows {
+			b, err := json.Marshal(row)
+			if err != nil {
+				return kubeDoc{}, fmt.Errorf("replica %q: encode row: %w", p.peer, err)
+			}
+			d.elements = append(d.elements, b)
+			if len(rows) == len(l.items) {
+				d.keys = append(d.keys, l.items[i].Key)
+			} else {
+				d.keys = append(d.keys, keyOfElement(b))
+			}
+		}
+		d.fields["metadata"] = md
+		return d, nil
+	}
+	kind, apiVersion := l.kr.gvk.Kind+"List", l.kr.gvk.GroupVersion().String()
+	if kq.f.as == "PartialObjectMetadata" {
+		kind, apiVersion = "PartialObjectMetadataList", metav1.SchemeGroupVersion.String()
+	}
+	d.fields["kind"], _ = json.Marshal(kind)
+	d.fields["apiVersion"], _ = json.Marshal(apiVersion)
+	d.fields["metadata"] = md
+	// Every element into one buffer, then sliced: one encoding, no copy per element.
+	var buf bytes.Buffer
+	ends := make([]int, len(l.items))
+	d.keys = make([]aggregate.Key, len(l.items))
+	for i, it := range l.items {
+		if err := s.appendKubeObject(&buf, kq.f, l.kr, it, l.epoch, false); err != nil {
+			return kubeDoc{}, fmt.Errorf("replica %q: %w", p.peer, err)
+		}
+		ends[i], d.keys[i] = buf.Len(), it.Key
+	}
+	d.elements = make([]json.RawMessage, len(l.items))
+	all, start := buf.Bytes(), 0
+	for i, end := range ends {
+		d.elements[i] = all[start:end:end]
+		start = end
 	}
 	return d, nil
 }
@@ -217,7 +299,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		}
 		return pq
 	}
-	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeKubeDoc)
+	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeKubeDoc, s.localKubeList)
 	if mustRetry(w, answers, true) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
@@ -252,8 +334,8 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		_ = json.Unmarshal(a.val.fields["metadata"], &md)
 		rvs[a.part.peer] = watchcache.PartPosition{RV: md.ResourceVersion, Set: a.part.set()}
 		more = more || md.Continue != ""
-		for _, el := range a.val.elements {
-			all = append(all, keyed{keyOfElement(el), el})
+		for j, el := range a.val.elements {
+			all = append(all, keyed{a.val.keys[j], el})
 		}
 		for _, wv := range a.val.warnings {
 			if !slices.Contains(w.Header().Values("Warning"), wv) {
@@ -266,25 +348,52 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	if limit > 0 && len(all) > limit {
 		more, all = true, all[:limit]
 	}
-	elements := make([]json.RawMessage, len(all))
-	for i, k := range all {
-		elements[i] = k.raw
-	}
 	md := metav1.ListMeta{ResourceVersion: watchcache.Position{Parts: rvs}.String()}
 	if more && len(all) > 0 {
 		md.Continue = watchcache.Continue{Last: all[len(all)-1].key.String(), Position: watchcache.Position{Parts: rvs}, Exact: exact}.String()
 	}
-	out := map[string]json.RawMessage{}
-	for k, v := range first.fields {
-		out[k] = v
-	}
+	// The first answer's fields, its metadata replaced, then the elements as their owners
+	// wrote them: streamed, never encoded again.
 	field := "items"
 	if first.table {
 		field = "rows"
 	}
-	out[field], _ = json.Marshal(elements)
-	out["metadata"], _ = json.Marshal(md)
-	writeJSON(w, out)
+	names := make([]string, 0, len(first.fields))
+	for k := range first.fields {
+		if k != "metadata" && k != field {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	buf.WriteByte('{')
+	for _, k := range names {
+		kb, _ := json.Marshal(k)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(first.fields[k])
+		buf.WriteByte(',')
+	}
+	mdb, _ := json.Marshal(md)
+	buf.WriteString(`"metadata":`)
+	buf.Write(mdb)
+	buf.WriteString(`,"` + field + `":[`)
+	w.Header().Set("Content-Type", "application/json")
+	for i, k := range all {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(k.raw)
+		if buf.Len() >= 256<<10 {
+			if _, err := w.Write(buf.Bytes()); err != nil {
+				return
+			}
+			buf.Reset()
+		}
+	}
+	buf.WriteString("]}\n")
+	_, _ = w.Write(buf.Bytes())
 }
 
 // warnDown adds a Warning for every cluster no replica answered for, that the caller may read.
@@ -320,7 +429,7 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 			}
 		}
 		return g, nil
-	})
+	}, nil)
 	var found []got
 	var notFound *peerError
 	failed := map[string]error{}

@@ -251,14 +251,52 @@ func checkAnswer(p part, resp *http.Response) error {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := strings.TrimSpace(string(b))
+	return peerErrorOf(p, resp.StatusCode, b)
+}
+
+// peerErrorOf is a part's answer code with its body (a Status).
+func peerErrorOf(p part, code int, body []byte) *peerError {
+	msg := strings.TrimSpace(string(body))
 	var st struct {
 		Message string `json:"message"`
 	}
-	if json.Unmarshal(b, &st) == nil && st.Message != "" {
+	if json.Unmarshal(body, &st) == nil && st.Message != "" {
 		msg = st.Message
 	}
-	return &peerError{peer: p.peer, code: resp.StatusCode, status: b, msg: msg}
+	return &peerError{peer: p.peer, code: code, status: body, msg: msg}
+}
+
+// answerRecorder is the http.ResponseWriter of a part answered in process: it keeps the
+// header (its Warnings), and the code and body of an error answer.
+type answerRecorder struct {
+	header http.Header
+	code   int
+	body   []byte
+}
+
+func newAnswerRecorder() *answerRecorder { return &answerRecorder{header: http.Header{}} }
+
+func (a *answerRecorder) Header() http.Header { return a.header }
+
+func (a *answerRecorder) WriteHeader(code int) {
+	if a.code == 0 {
+		a.code = code
+	}
+}
+
+func (a *answerRecorder) Write(b []byte) (int, error) {
+	a.WriteHeader(http.StatusOK)
+	a.body = append(a.body, b...)
+	return len(b), nil
+}
+
+// failure is what the recorded answer says went wrong, for part p.
+func (a *answerRecorder) failure(p part) error {
+	code := a.code
+	if code == 0 || code == http.StatusOK {
+		code = http.StatusInternalServerError
+	}
+	return peerErrorOf(p, code, a.body)
 }
 
 // serveInProcess answers req with h, streaming: the response returns once h has written its

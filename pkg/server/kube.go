@@ -21,18 +21,62 @@ import (
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
+// kubeRequest is a Kubernetes API request on a resource, parsed and checked.
+type kubeRequest struct {
+	p     kubePath
+	kr    *kubeResource
+	f     form
+	vals  url.Values
+	watch bool
+	opts  metav1.ListOptions // the query decoded, for lists and watches
+}
+
 // handleKube answers the Kubernetes API: discovery, and get, list and watch of every cached
 // resource, in the fleet view at the root or in one cluster's under /clusters/{name}. Writes
 // get 405; everything is served from memory.
 func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
+	kq, ok := s.parseKube(w, r)
+	if !ok {
+		return
+	}
+	if kq.watch {
+		release, ok := s.limits.AcquireWatch(w)
+		if !ok {
+			return
+		}
+		defer release()
+		s.kubeWatch(w, r, kq.p, kq.kr, kq.f, kq.vals, kq.opts)
+		return
+	}
+	release, ok := s.limits.AcquireRequest(w)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	if kq.p.name != "" {
+		s.kubeGet(ctx, w, kq.p, kq.kr, kq.f, kq.vals)
+		return
+	}
+	if l, ok := s.kubeListAnswer(ctx, w, kq); ok {
+		if err := s.writeKubeList(ctx, w, kq.f, l); err != nil {
+			filters.WriteError(w, http.StatusInternalServerError, err.Error())
+		}
+	}
+}
+
+// parseKube parses and checks a Kubernetes API request on a resource, and answers everything
+// else (errors, 405 for writes, discovery) itself: ok is false when it did.
+func (s *Server) parseKube(w http.ResponseWriter, r *http.Request) (kubeRequest, bool) {
 	p, ok, err := parseKubePath(r.URL.Path)
 	if !ok {
 		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
-		return
+		return kubeRequest{}, false
 	}
 	if err != nil {
 		filters.WriteError(w, http.StatusNotFound, "the server could not find the requested resource: "+err.Error())
-		return
+		return kubeRequest{}, false
 	}
 	cat, ok := s.catalog(p.cluster)
 	part := s.partOf(r.URL.Query())
@@ -43,15 +87,15 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			// fleet, and answers once started.
 			w.Header().Set("Retry-After", "1")
 			filters.WriteError(w, http.StatusTooManyRequests, fmt.Sprintf("cluster %q is starting on this replica (it moved here); retry", p.cluster))
-			return
+			return kubeRequest{}, false
 		}
 		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", p.cluster))
-		return
+		return kubeRequest{}, false
 	}
 	if p.cluster != "" {
 		if _, _, err := s.scope(r.Context(), "", []string{p.cluster}, nil); err != nil {
 			writeScopeError(w, err)
-			return
+			return kubeRequest{}, false
 		}
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -60,7 +104,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			what = p.resource
 		}
 		filters.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not supported on %s: multicache serves reads only (get, list, watch)", strings.ToLower(r.Method), what))
-		return
+		return kubeRequest{}, false
 	}
 	var kr *kubeResource
 	if p.what == "object" {
@@ -77,7 +121,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			if waiting := slices.DeleteFunc(slices.Clone(part), func(c string) bool { return !s.resolving(c) }); len(waiting) > 0 {
 				w.Header().Set("Retry-After", "1")
 				filters.WriteError(w, http.StatusTooManyRequests, fmt.Sprintf("clusters %s are still resolving their resources on this replica; retry", strings.Join(waiting, ", ")))
-				return
+				return kubeRequest{}, false
 			}
 		}
 		if kr == nil {
@@ -86,65 +130,43 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 				gv = p.group + "/" + p.version
 			}
 			filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s %s is not cached (see the discovery at /api and /apis)", gv, p.resource))
-			return
+			return kubeRequest{}, false
 		}
 	}
 	if p.what != "object" {
-		release, ok := s.limits.AcquireRequest(w)
-		if !ok {
-			return
+		if release, ok := s.limits.AcquireRequest(w); ok {
+			defer release()
+			s.handleDiscovery(w, r, p, cat)
 		}
-		defer release()
-		s.handleDiscovery(w, r, p, cat)
-		return
+		return kubeRequest{}, false
 	}
 	switch {
 	case p.subresource != "":
 		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: subresource %q of %s is not served (multicache serves the objects themselves)", p.subresource, kr.groupResource()))
-		return
+		return kubeRequest{}, false
 	case p.namespacedPath && !kr.api.Namespaced:
 		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("the server could not find the requested resource: %s is cluster-scoped", kr.groupResource()))
-		return
+		return kubeRequest{}, false
 	}
 	f, err := negotiate(r)
 	if err != nil {
 		filters.WriteError(w, http.StatusNotAcceptable, err.Error())
-		return
+		return kubeRequest{}, false
 	}
 	vals := r.URL.Query()
 	watch, opts, ok := kubeOptions(w, p, vals)
 	if !ok {
-		return
+		return kubeRequest{}, false
 	}
-	if watch {
-		if p.name != "" {
-			// The deprecated watch of one object: a watch of the collection, by name.
-			fs := "metadata.name=" + p.name
-			if old := vals.Get("fieldSelector"); old != "" {
-				fs += "," + old
-			}
-			vals.Set("fieldSelector", fs)
+	if watch && p.name != "" {
+		// The deprecated watch of one object: a watch of the collection, by name.
+		fs := "metadata.name=" + p.name
+		if old := vals.Get("fieldSelector"); old != "" {
+			fs += "," + old
 		}
-		release, ok := s.limits.AcquireWatch(w)
-		if !ok {
-			return
-		}
-		defer release()
-		s.kubeWatch(w, r, p, kr, f, vals, opts)
-		return
+		vals.Set("fieldSelector", fs)
 	}
-	release, ok := s.limits.AcquireRequest(w)
-	if !ok {
-		return
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
-	if p.name != "" {
-		s.kubeGet(ctx, w, p, kr, f, vals)
-		return
-	}
-	s.kubeList(ctx, w, p, kr, f, vals, opts)
+	return kubeRequest{p: p, kr: kr, f: f, vals: vals, watch: watch, opts: opts}, true
 }
 
 // kubeSelection is a parsed list or watch request.
@@ -327,9 +349,11 @@ func codeOf(err error) int {
 	return http.StatusBadRequest
 }
 
-// kubeList answers a list: from the stores, or, for an exact resourceVersion, from the hub's
-// snapshot at it (410 once the events after it are gone). opts are vals decoded (listOptions).
-func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values, opts metav1.ListOptions) {
+// kubeListAnswer reads a list: from the stores, or, for an exact resourceVersion, from the watch
+// cache's snapshot at it (410 once the events after it are gone). It answers errors itself,
+// and puts its warnings in w's header; ok is false when it answered.
+func (s *Server) kubeListAnswer(ctx context.Context, w http.ResponseWriter, kq kubeRequest) (l kubeList, ok bool) {
+	p, kr, vals, opts := kq.p, kq.kr, kq.vals, kq.opts
 	// Without a limit (or with 0) a list answers everything, as an API server does: clients
 	// that do not page must not get a part. A limit is capped: the rest follows by continue,
 	// which a client that sets a limit follows.
@@ -337,29 +361,28 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 	switch n := opts.Limit; {
 	case n < 0:
 		filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", vals.Get("limit")))
-		return
+		return kubeList{}, false
 	case n > 0:
 		limit = int(min(n, int64(s.opts.KubeMaxPageSize)))
 	}
 	if kr == clustersResource {
-		s.listClusters(ctx, w, p, kr, f, vals)
-		return
+		return s.listClusters(ctx, w, p, kr, vals)
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
 	h := s.caches[kr.name]
 	sel, err := s.kubeSelect(ctx, p, kr, agg, vals)
 	if err != nil {
 		writeSelectError(w, err)
-		return
+		return kubeList{}, false
 	}
 	warnLeftOut(w, sel.leftOut)
 	if sel.planned && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, sel.query.Clusters)) {
-		return
+		return kubeList{}, false
 	}
 	lp, code, err := parseListPosition(h, opts)
 	if err != nil {
 		filters.WriteError(w, code, err.Error())
-		return
+		return kubeList{}, false
 	}
 	req := request{resource: kr.name, agg: agg, query: sel.query}
 	var pg page
@@ -369,37 +392,35 @@ func (s *Server) kubeList(ctx context.Context, w http.ResponseWriter, p kubePath
 		items, err := h.Snapshot(lp.pos, sel.query.Clusters)
 		if err != nil {
 			filters.WriteError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
-			return
+			return kubeList{}, false
 		}
 		pg = pageOf(items, func(it item) bool { return agg.Matches(sel.query, it.Key.Cluster, it.Object) }, lp.after, limit)
 	default:
 		if pg, err = s.selectPage(req, lp.after, limit); err != nil {
 			filters.WriteError(w, http.StatusBadRequest, err.Error())
-			return
+			return kubeList{}, false
 		}
 	}
 	if ctx.Err() != nil {
 		filters.WriteError(w, http.StatusGatewayTimeout, "request timed out")
-		return
+		return kubeList{}, false
 	}
 	// A planned cluster can leave between the check above and the read (a handoff that
 	// completed meanwhile): asked again after the read, it is never missing from a 200.
 	if sel.planned && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, sel.query.Clusters)) {
-		return
+		return kubeList{}, false
 	}
 	if !lp.exact {
 		h.Sequence(pg.items) // a snapshot's items have theirs
 	}
-	l := kubeList{kr: kr, items: pg.items, rv: lp.pos.String(), epoch: lp.pos.Epoch, includeObject: vals.Get("includeObject")}
+	l = kubeList{kr: kr, items: pg.items, rv: lp.pos.String(), epoch: lp.pos.Epoch, includeObject: vals.Get("includeObject")}
 	if pg.more {
 		l.cont = watchcache.Continue{Last: pg.items[len(pg.items)-1].Key.String(), Position: lp.pos, Exact: lp.exact}.String()
 	}
 	if !sel.none {
 		s.warnUnfresh(w, req, pg.fresh)
 	}
-	if err := s.writeKubeList(ctx, w, f, l); err != nil {
-		filters.WriteError(w, http.StatusInternalServerError, err.Error())
-	}
+	return l, true
 }
 
 // pageOf is the page of items that keep accepts after the key after, in key order.
@@ -477,24 +498,24 @@ func (s *Server) readableClusterItems(ctx context.Context, only string) ([]item,
 
 // listClusters answers clusters.multicache.io: the label selector's cluster requirements and
 // a metadata.name field selector apply.
-func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
+func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, vals url.Values) (kubeList, bool) {
 	reqs, _, err := clusterRequirements(vals.Get("labelSelector"))
 	if err != nil {
 		filters.WriteError(w, http.StatusBadRequest, err.Error())
-		return
+		return kubeList{}, false
 	}
 	var name string
 	if fs := vals.Get("fieldSelector"); fs != "" {
 		var ok bool
 		if name, ok = strings.CutPrefix(fs, "metadata.name="); !ok || strings.ContainsAny(name, ",=!") {
 			filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("fieldSelector %q: clusters support metadata.name=NAME only", fs))
-			return
+			return kubeList{}, false
 		}
 	}
 	readable, leftOut, err := s.readableClusterItems(ctx, p.cluster)
 	if err != nil {
 		writeScopeError(w, err)
-		return
+		return kubeList{}, false
 	}
 	warnLeftOut(w, leftOut)
 	var items []item
@@ -503,9 +524,7 @@ func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kube
 			items = append(items, it)
 		}
 	}
-	if err := s.writeKubeList(ctx, w, f, kubeList{kr: kr, items: items, includeObject: vals.Get("includeObject")}); err != nil {
-		filters.WriteError(w, http.StatusInternalServerError, err.Error())
-	}
+	return kubeList{kr: kr, items: items, includeObject: vals.Get("includeObject")}, true
 }
 
 // kubeGet answers one object by name. In the fleet view a name may exist in several clusters:

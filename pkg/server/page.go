@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
@@ -99,10 +102,20 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer cancel()
+	if pg, list, ok := s.nativeListAnswer(ctx, w, req, q, opts); ok {
+		if err := s.writeList(w, pg.items, pg.info, list); err != nil {
+			filters.WriteError(w, http.StatusInternalServerError, err.Error())
+		}
+	}
+}
+
+// nativeListAnswer reads a page of a native list: its items, and the list without them. It
+// answers errors itself; ok is false when it did.
+func (s *Server) nativeListAnswer(ctx context.Context, w http.ResponseWriter, req request, q url.Values, opts metav1.ListOptions) (page, api.List, bool) {
 	limit, err := nativeLimit(opts, q, s.opts.MaxPageSize)
 	if err != nil {
 		filters.WriteError(w, http.StatusBadRequest, err.Error())
-		return
+		return page{}, api.List{}, false
 	}
 	var after *aggregate.Key
 	var listed *watchcache.Position // the position of the list a continue token resumes
@@ -110,11 +123,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		c, err := watchcache.ParseContinue(tok)
 		if err != nil {
 			filters.WriteError(w, http.StatusBadRequest, err.Error())
-			return
+			return page{}, api.List{}, false
 		}
 		k := c.After()
 		after = &k
-		if !c.Merged() {
+		if !c.Merged() && c.Epoch != "" {
 			listed = &c.Position
 		} // a merged list's page, now answered here alone: its position is this one's
 	}
@@ -122,11 +135,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	pg, err := s.selectPage(req, after, limit)
 	if err != nil {
 		filters.WriteError(w, http.StatusBadRequest, err.Error())
-		return
+		return page{}, api.List{}, false
 	}
 	if ctx.Err() != nil {
 		filters.WriteError(w, http.StatusGatewayTimeout, "request timed out")
-		return
+		return page{}, api.List{}, false
 	}
 	if listed != nil {
 		pos = *listed
@@ -136,9 +149,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		list.Continue = watchcache.Continue{Last: pg.items[len(pg.items)-1].Key.String(), Position: pos}.String()
 	}
 	list.Clusters, pg.info = s.freshness(req, pg.fresh)
-	if err := s.writeList(w, pg.items, pg.info, list); err != nil {
-		filters.WriteError(w, http.StatusInternalServerError, err.Error())
-	}
+	return pg, list, true
 }
 
 // page is one page of a list answer.
