@@ -86,7 +86,9 @@ type Cache struct {
 	waiting    bool              // someone holds wake
 	resets     int64             // epochs ended because the Cache lost events
 	expired    int64             // watches ended because they fell behind the ring
-	latest     map[aggregate.Key]state
+	// latest is, per cluster, every object's state as of its newest event: a handoff drops a
+	// cluster whole, and a snapshot of some clusters reads theirs alone.
+	latest map[string]map[objectKey]state
 	// cut is, per cluster, the seq of its newest handoff: the cluster moved to another
 	// replica then. A position before it cannot go on for a watch or snapshot that spans the
 	// cluster (its objects are no longer here, and were not deleted): Gone, and the client
@@ -94,6 +96,11 @@ type Cache struct {
 	cut    map[string]uint64
 	cutMax uint64 // the newest seq in cut: a watch of every cluster compares with it alone
 }
+
+// objectKey is an object's key within its cluster.
+type objectKey struct{ namespace, name string }
+
+func objectKeyOf(k aggregate.Key) objectKey { return objectKey{k.Namespace, k.Name} }
 
 // state is an object as of the event that made it.
 type state struct {
@@ -106,7 +113,7 @@ func New(opts Options) *Cache {
 	opts.MaxEvents = max(opts.MaxEvents, 1)
 	opts.MaxBytes = max(opts.MaxBytes, 1)
 	return &Cache{opts: opts, epoch: newEpoch(), ring: make([]Event, min(opts.MaxEvents, 1024)), evicted: map[string]uint64{},
-		wake: make(chan struct{}), latest: map[aggregate.Key]state{}, cut: map[string]uint64{}}
+		wake: make(chan struct{}), latest: map[string]map[objectKey]state{}, cut: map[string]uint64{}}
 }
 
 func newEpoch() string {
@@ -140,11 +147,7 @@ func (c *Cache) OnDelete(cluster string, obj any) {
 func (c *Cache) OnHandoff(cluster string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k := range c.latest {
-		if k.Cluster == cluster {
-			delete(c.latest, k)
-		}
-	}
+	delete(c.latest, cluster)
 	c.seq++
 	c.cut[cluster], c.cutMax = c.seq, c.seq
 	c.pushLocked(Event{Seq: c.seq, Cluster: cluster, Type: Handoff, size: 64})
@@ -164,7 +167,7 @@ func (c *Cache) Overflow() {
 	defer c.mu.Unlock()
 	clear(c.latest)
 	for _, it := range objs {
-		c.latest[it.Key] = state{obj: it.Object, seq: c.seq}
+		c.setLocked(it.Key, state{obj: it.Object, seq: c.seq})
 	}
 	c.epoch = newEpoch()
 	for i := range c.n {
@@ -188,20 +191,35 @@ func (c *Cache) append(ev Event) {
 	ev.size = ApproxSize(ev.Object)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	prev := c.latest[k]
+	prev := c.latest[k.Cluster][objectKeyOf(k)]
 	ev.Prev, ev.PrevSeq = prev.obj, prev.seq
 	c.seq++
 	ev.Seq = c.seq
 	if ev.Type == Deleted {
-		delete(c.latest, k)
+		if objs := c.latest[k.Cluster]; objs != nil {
+			delete(objs, objectKeyOf(k))
+			if len(objs) == 0 {
+				delete(c.latest, k.Cluster)
+			}
+		}
 	} else {
-		c.latest[k] = state{obj: ev.Object, seq: ev.Seq}
+		c.setLocked(k, state{obj: ev.Object, seq: ev.Seq})
 	}
 	if ev.Type == Modified && ev.Prev != nil {
 		// The replaced state stays alive as long as the event does.
 		ev.size += ApproxSize(ev.Prev)
 	}
 	c.pushLocked(ev)
+}
+
+// setLocked records st as k's latest state. Callers hold c.mu.
+func (c *Cache) setLocked(k aggregate.Key, st state) {
+	objs := c.latest[k.Cluster]
+	if objs == nil {
+		objs = map[objectKey]state{}
+		c.latest[k.Cluster] = objs
+	}
+	objs[objectKeyOf(k)] = st
 }
 
 // pushLocked appends ev to the ring, evicting the oldest events past the bounds, and wakes
@@ -383,12 +401,24 @@ func (c *Cache) Snapshot(pos Position, clusters []string) ([]Item, error) {
 			restore[ev.Key] = state{obj: ev.Prev, seq: ev.PrevSeq}
 		}
 	}
-	out := make([]Item, 0, len(c.latest))
-	for k, st := range c.latest {
-		if _, touched := restore[k]; touched || !want(k.Cluster) {
+	n := 0
+	for cl, objs := range c.latest {
+		if want(cl) {
+			n += len(objs)
+		}
+	}
+	out := make([]Item, 0, n)
+	for cl, objs := range c.latest {
+		if !want(cl) {
 			continue
 		}
-		out = append(out, Item{Key: k, Object: st.obj, Seq: st.seq})
+		for key, st := range objs {
+			k := aggregate.Key{Cluster: cl, Namespace: key.namespace, Name: key.name}
+			if _, touched := restore[k]; touched {
+				continue
+			}
+			out = append(out, Item{Key: k, Object: st.obj, Seq: st.seq})
+		}
 	}
 	for k, st := range restore {
 		if st.obj != nil {
@@ -406,7 +436,7 @@ func (c *Cache) Sequence(items []Item) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range items {
-		if st, ok := c.latest[items[i].Key]; ok && st.obj == items[i].Object {
+		if st, ok := c.latest[items[i].Key.Cluster][objectKeyOf(items[i].Key)]; ok && st.obj == items[i].Object {
 			items[i].Seq = st.seq
 		} else {
 			items[i].Seq = c.seq
