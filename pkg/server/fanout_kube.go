@@ -440,7 +440,9 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 			found = append(found, a.val)
 		case asPeerError(a.err, &pe) && pe.code == http.StatusNotFound:
 			notFound = pe
-		case asPeerError(a.err, &pe) && (pe.code == http.StatusConflict || pe.code == http.StatusTooManyRequests):
+		case asPeerError(a.err, &pe) && (pe.code == http.StatusConflict || pe.code == http.StatusTooManyRequests || pe.code == http.StatusBadRequest):
+			// 409: two of its clusters hold the name; 429: a planned cluster is not complete
+			// there yet; 400: the request is bad everywhere.
 			if pe.code == http.StatusTooManyRequests {
 				w.Header().Set("Retry-After", "1")
 			}

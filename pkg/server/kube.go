@@ -28,7 +28,11 @@ type kubeRequest struct {
 	f     form
 	vals  url.Values
 	watch bool
-	opts  metav1.ListOptions // the query decoded, for lists and watches
+	// The query decoded once, as kube-apiserver decodes it (params.go): opts for lists and
+	// watches, get for gets, table for every answer.
+	opts  metav1.ListOptions
+	get   metav1.GetOptions
+	table metav1.TableOptions
 }
 
 // handleKube answers the Kubernetes API: discovery, and get, list and watch of every cached
@@ -45,7 +49,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
-		s.kubeWatch(w, r, kq.p, kq.kr, kq.f, kq.vals, kq.opts)
+		s.kubeWatch(w, r, kq)
 		return
 	}
 	release, ok := s.limits.AcquireRequest(w)
@@ -56,7 +60,7 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	if kq.p.name != "" {
-		s.kubeGet(ctx, w, kq.p, kq.kr, kq.f, kq.vals)
+		s.kubeGet(ctx, w, kq)
 		return
 	}
 	if l, ok := s.kubeListAnswer(ctx, w, kq); ok {
@@ -158,15 +162,23 @@ func (s *Server) parseKube(w http.ResponseWriter, r *http.Request) (kubeRequest,
 	if !ok {
 		return kubeRequest{}, false
 	}
+	kq := kubeRequest{p: p, kr: kr, f: f, vals: vals, watch: watch, opts: opts}
+	if kq.table, err = tableOptions(vals); err == nil && !watch && p.name != "" {
+		kq.get, err = getOptions(vals)
+	}
+	if err != nil {
+		filters.WriteError(w, http.StatusBadRequest, err.Error())
+		return kubeRequest{}, false
+	}
 	if watch && p.name != "" {
 		// The deprecated watch of one object: a watch of the collection, by name.
 		fs := "metadata.name=" + p.name
-		if old := vals.Get("fieldSelector"); old != "" {
-			fs += "," + old
+		if kq.opts.FieldSelector != "" {
+			fs += "," + kq.opts.FieldSelector
 		}
-		vals.Set("fieldSelector", fs)
+		kq.opts.FieldSelector = fs
 	}
-	return kubeRequest{p: p, kr: kr, f: f, vals: vals, watch: watch, opts: opts}, true
+	return kq, true
 }
 
 // kubeSelection is a parsed list or watch request.
@@ -214,8 +226,9 @@ func selectClusters(candidates []string, reqs []labels.Requirement) []string {
 
 // kubeSelect parses the selection of a list or watch: path namespace and cluster, label
 // selector (its cluster requirements select clusters) and field selector.
-func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, agg *aggregate.Aggregate, vals url.Values) (kubeSelection, error) {
-	clusterReqs, objects, err := clusterRequirements(vals.Get("labelSelector"))
+func (s *Server) kubeSelect(ctx context.Context, kq kubeRequest, agg *aggregate.Aggregate) (kubeSelection, error) {
+	p, kr, vals := kq.p, kq.kr, kq.vals
+	clusterReqs, objects, err := clusterRequirements(kq.opts.LabelSelector)
 	if err != nil {
 		return kubeSelection{}, err
 	}
@@ -238,7 +251,7 @@ func (s *Server) kubeSelect(ctx context.Context, p kubePath, kr *kubeResource, a
 		return kubeSelection{}, err
 	}
 	native := url.Values{}
-	if fs := vals.Get("fieldSelector"); fs != "" {
+	if fs := kq.opts.FieldSelector; fs != "" {
 		native.Set("fieldSelector", fs)
 	}
 	if kr.api.Namespaced {
@@ -353,7 +366,7 @@ func codeOf(err error) int {
 // cache's snapshot at it (410 once the events after it are gone). It answers errors itself,
 // and puts its warnings in w's header; ok is false when it answered.
 func (s *Server) kubeListAnswer(ctx context.Context, w http.ResponseWriter, kq kubeRequest) (l kubeList, ok bool) {
-	p, kr, vals, opts := kq.p, kq.kr, kq.vals, kq.opts
+	kr, vals, opts := kq.kr, kq.vals, kq.opts
 	// Without a limit (or with 0) a list answers everything, as an API server does: clients
 	// that do not page must not get a part. A limit is capped: the rest follows by continue,
 	// which a client that sets a limit follows.
@@ -366,11 +379,11 @@ func (s *Server) kubeListAnswer(ctx context.Context, w http.ResponseWriter, kq k
 		limit = int(min(n, int64(s.opts.KubeMaxPageSize)))
 	}
 	if kr == clustersResource {
-		return s.listClusters(ctx, w, p, kr, vals)
+		return s.listClusters(ctx, w, kq)
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
 	h := s.caches[kr.name]
-	sel, err := s.kubeSelect(ctx, p, kr, agg, vals)
+	sel, err := s.kubeSelect(ctx, kq, agg)
 	if err != nil {
 		writeSelectError(w, err)
 		return kubeList{}, false
@@ -413,7 +426,7 @@ func (s *Server) kubeListAnswer(ctx context.Context, w http.ResponseWriter, kq k
 	if !lp.exact {
 		h.Sequence(pg.items) // a snapshot's items have theirs
 	}
-	l = kubeList{kr: kr, items: pg.items, rv: lp.pos.String(), epoch: lp.pos.Epoch, includeObject: vals.Get("includeObject")}
+	l = kubeList{kr: kr, items: pg.items, rv: lp.pos.String(), epoch: lp.pos.Epoch, includeObject: string(kq.table.IncludeObject)}
 	if pg.more {
 		l.cont = watchcache.Continue{Last: pg.items[len(pg.items)-1].Key.String(), Position: lp.pos, Exact: lp.exact}.String()
 	}
@@ -498,14 +511,15 @@ func (s *Server) readableClusterItems(ctx context.Context, only string) ([]item,
 
 // listClusters answers clusters.multicache.io: the label selector's cluster requirements and
 // a metadata.name field selector apply.
-func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, vals url.Values) (kubeList, bool) {
-	reqs, _, err := clusterRequirements(vals.Get("labelSelector"))
+func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, kq kubeRequest) (kubeList, bool) {
+	p, kr := kq.p, kq.kr
+	reqs, _, err := clusterRequirements(kq.opts.LabelSelector)
 	if err != nil {
 		filters.WriteError(w, http.StatusBadRequest, err.Error())
 		return kubeList{}, false
 	}
 	var name string
-	if fs := vals.Get("fieldSelector"); fs != "" {
+	if fs := kq.opts.FieldSelector; fs != "" {
 		var ok bool
 		if name, ok = strings.CutPrefix(fs, "metadata.name="); !ok || strings.ContainsAny(name, ",=!") {
 			filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("fieldSelector %q: clusters support metadata.name=NAME only", fs))
@@ -524,12 +538,13 @@ func (s *Server) listClusters(ctx context.Context, w http.ResponseWriter, p kube
 			items = append(items, it)
 		}
 	}
-	return kubeList{kr: kr, items: items, includeObject: vals.Get("includeObject")}, true
+	return kubeList{kr: kr, items: items, includeObject: string(kq.table.IncludeObject)}, true
 }
 
 // kubeGet answers one object by name. In the fleet view a name may exist in several clusters:
 // a Table gets one row per cluster; any other answer is 409 naming them.
-func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath, kr *kubeResource, f form, vals url.Values) {
+func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, kq kubeRequest) {
+	p, kr, f, vals := kq.p, kq.kr, kq.f, kq.vals
 	gr := kr.groupResource()
 	var found []item
 	var req request
@@ -608,7 +623,7 @@ func (s *Server) kubeGet(ctx context.Context, w http.ResponseWriter, p kubePath,
 		filters.WriteStatus(w, st)
 		return
 	case f.as == "Table":
-		t, err := s.kubeTable(ctx, kr, found, epoch, false, vals.Get("includeObject"), f.tableVersion)
+		t, err := s.kubeTable(ctx, kr, found, epoch, false, string(kq.table.IncludeObject), f.tableVersion)
 		if err != nil {
 			filters.WriteError(w, http.StatusInternalServerError, err.Error())
 			return

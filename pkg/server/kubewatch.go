@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -34,7 +33,8 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 //
 // allowWatchBookmarks adds BOOKMARKs now and then; timeoutSeconds ends the watch cleanly. opts
 // are vals decoded (listOptions).
-func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, kr *kubeResource, f form, vals url.Values, opts metav1.ListOptions) {
+func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, kq kubeRequest) {
+	kr, f, vals, opts := kq.kr, kq.f, kq.vals, kq.opts
 	if kr == clustersResource {
 		filters.WriteError(w, http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`")
 		return
@@ -46,7 +46,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	}
 	agg, _ := s.reg.Aggregate(kr.name)
 	h := s.caches[kr.name]
-	sel, err := s.kubeSelect(r.Context(), p, kr, agg, vals)
+	sel, err := s.kubeSelect(r.Context(), kq, agg)
 	if err != nil {
 		writeSelectError(w, err)
 		return
@@ -119,7 +119,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, p kubePath, k
 	defer s.metrics.watches.Dec()
 	w.Header().Set("Content-Type", "application/json;stream=watch")
 	w.WriteHeader(http.StatusOK)
-	sink := &kubeSink{s: s, r: r, w: w, fl: fl, kr: kr, f: f, epoch: wo.From.Epoch, includeObject: vals.Get("includeObject"), line: getBuffer()}
+	sink := &kubeSink{s: s, r: r, w: w, fl: fl, kr: kr, f: f, epoch: wo.From.Epoch, includeObject: string(kq.table.IncludeObject), line: getBuffer()}
 	defer putBuffer(sink.line)
 	if expired != nil {
 		sink.gone(expired)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // paramCodec is the codec kube-apiserver's handlers decode query parameters with. (That of
@@ -107,6 +108,37 @@ func kubeOptions(w http.ResponseWriter, p kubePath, vals url.Values) (watch bool
 		}
 	}
 	return watch, opts, true
+}
+
+// tableOptions decodes the TableOptions of a request (includeObject), as kube-apiserver does
+// for a Table answer; an includeObject other than None, Metadata or Object is an error that
+// names it.
+func tableOptions(vals url.Values) (metav1.TableOptions, error) {
+	var opts metav1.TableOptions
+	if err := paramCodec.DecodeParameters(vals, metav1.SchemeGroupVersion, &opts); err != nil {
+		return opts, fmt.Errorf("query parameters: %w", err)
+	}
+	switch opts.IncludeObject {
+	case "", metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject:
+		return opts, nil
+	}
+	return opts, fmt.Errorf("includeObject %q: want None, Metadata or Object", opts.IncludeObject)
+}
+
+// getOptions decodes the GetOptions of a get (its resourceVersion) as kube-apiserver does: a
+// resourceVersion must be one this daemon handed out, or "0". A get is answered from the cache
+// as it is now, which is never older than any position of this run.
+func getOptions(vals url.Values) (metav1.GetOptions, error) {
+	var opts metav1.GetOptions
+	if err := paramCodec.DecodeParameters(vals, metav1.SchemeGroupVersion, &opts); err != nil {
+		return opts, fmt.Errorf("query parameters: %w", err)
+	}
+	if rv := opts.ResourceVersion; rv != "" && rv != "0" {
+		if _, err := watchcache.ParsePosition(rv); err != nil {
+			return opts, err
+		}
+	}
+	return opts, nil
 }
 
 // initialEvents reports whether a watch with opts starts with the current objects, as

@@ -211,12 +211,17 @@ func TestWatchParamOverHTTP(t *testing.T) {
 				"/multicache/v1/resources/pods?limit=abc",
 				"/multicache/v1/resources/pods?limit=-1",
 				"/multicache/v1/resources/pods?watch=True&timeoutSeconds=x",
+				"/api/v1/pods?includeObject=Everything",
+				"/api/v1/namespaces/ns/pods/only-a?includeObject=Everything",
+				"/api/v1/namespaces/ns/pods/only-a?resourceVersion=42",
 			} {
 				code, _, body := do(t, hs, "GET", path, "")
 				var st metav1.Status
 				param := "limit"
-				if strings.Contains(path, "timeoutSeconds") {
-					param = "timeoutSeconds"
+				for _, p := range []string{"timeoutSeconds", "includeObject", "resourceVersion"} {
+					if strings.Contains(path, p) {
+						param = p
+					}
 				}
 				if err := json.Unmarshal(body, &st); err != nil || code != 400 || st.Reason != metav1.StatusReasonBadRequest || !strings.HasPrefix(st.Message, param+" ") {
 					t.Errorf("%s: %d %s, want 400 BadRequest naming %s", path, code, body, param)
@@ -224,6 +229,15 @@ func TestWatchParamOverHTTP(t *testing.T) {
 			}
 			if code, _, body := do(t, hs, "GET", "/api/v1/namespaces/ns/pods/only-a?limit=abc", ""); code != 200 {
 				t.Errorf("get with limit=abc: %d %s", code, body)
+			}
+			if code, _, body := do(t, hs, "GET", "/api/v1/namespaces/ns/pods/only-a?resourceVersion=0", ""); code != 200 {
+				t.Errorf("get with resourceVersion=0: %d %s", code, body)
+			}
+			// includeObject, decoded as kube-apiserver decodes it: None leaves the rows' objects out.
+			var tbl metav1.Table
+			code, _, body = do(t, hs, "GET", "/api/v1/pods?includeObject=None", "application/json;as=Table;v=v1;g=meta.k8s.io")
+			if err := json.Unmarshal(body, &tbl); code != 200 || err != nil || len(tbl.Rows) == 0 || tbl.Rows[0].Object.Raw != nil {
+				t.Errorf("Table with includeObject=None: %d %.300s", code, body)
 			}
 		})
 	}
