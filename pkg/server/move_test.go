@@ -16,9 +16,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/multicache/multicache/internal/fakeapi"
+	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // movingFleet is a Fleet whose owners a test changes while requests run.
@@ -369,5 +373,83 @@ func TestNotCoordinatedAnswersNothing(t *testing.T) {
 	}
 	if code, _, _ := ask("/readyz", ""); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz: %d, want 503", code)
+	}
+}
+
+// gatedCache passes the aggregate's events to the watch cache once open is closed: until then
+// the cache holds none of them, while the stacks that feed it are synced.
+type gatedCache struct {
+	inner aggregate.HandoffHandler
+	open  chan struct{}
+}
+
+func (g gatedCache) OnAdd(c string, obj any, initial bool) { <-g.open; g.inner.OnAdd(c, obj, initial) }
+func (g gatedCache) OnUpdate(c string, o, n any)           { <-g.open; g.inner.OnUpdate(c, o, n) }
+func (g gatedCache) OnDelete(c string, obj any)            { <-g.open; g.inner.OnDelete(c, obj) }
+func (g gatedCache) OnHandoff(c string)                    { <-g.open; g.inner.OnHandoff(c) }
+
+// TestWatchListWaitsForTheWatchCache (invariant 4): a cluster whose stack has synced, but
+// whose initial list the watch cache has not taken yet, makes initial-events watches and
+// planned lists answer 429; once the cache holds it, a watch-list sends every object before
+// the bookmark that ends the initial events.
+func TestWatchListWaitsForTheWatchCache(t *testing.T) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	a.SetPods([]corev1.Pod{pod("both"), pod("only-a")})
+	b.SetPods([]corev1.Pod{pod("both")})
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg, Fleet: newMovingFleet(self("a"), self("b")), BookmarkInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cache is fed through a gate: its own registration is replaced by the gated one.
+	s.cacheRegs["pods"].Remove()
+	<-s.cacheRegs["pods"].Done()
+	gate := gatedCache{inner: s.caches["pods"], open: make(chan struct{})}
+	agg, _ := reg.Aggregate("pods")
+	gated, err := agg.AddEventHandlerWithOptions(gate, aggregate.HandlerOptions{EveryEvent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cacheRegs["pods"] = gated
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() { gated.Remove() })
+	runRegistry(t, reg.Start)
+	waitUntil(t, "stacks synced", 10*time.Second, func() bool {
+		ca, _ := reg.ClusterStatus("a")
+		cb, _ := reg.ClusterStatus("b")
+		return ca.State == clusterset.Synced && cb.State == clusterset.Synced
+	})
+	watchList := "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=2"
+	for _, path := range []string{watchList, "/api/v1/pods?watch=true", "/multicache/v1/resources/pods?watch=true"} {
+		code, h, body := do(t, hs, "GET", path, "")
+		if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), "initial list") {
+			t.Errorf("%s, the cache without its lists: %d %s; want 429 naming the initial list", path, code, body)
+		}
+	}
+	close(gate.open)
+	waitUntil(t, "the cache holds both lists", 10*time.Second, func() bool { return len(s.unready("pods", nil)) == 0 })
+	evs := watchLines(t, hs, watchList, "", 4)
+	if len(evs) < 4 {
+		t.Fatalf("watch-list: %d events %+v, want 3 objects and the end bookmark", len(evs), evs)
+	}
+	var names []string
+	for _, ev := range evs[:3] {
+		var p corev1.Pod
+		if ev.Type != string(api.Added) || json.Unmarshal(ev.Object, &p) != nil {
+			t.Fatalf("event %+v before the end bookmark", ev)
+		}
+		names = append(names, p.Annotations[api.ClusterAnnotation]+"/"+p.Name)
+	}
+	var bm metav1.PartialObjectMetadata
+	if evs[3].Type != "BOOKMARK" || json.Unmarshal(evs[3].Object, &bm) != nil || bm.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Errorf("fourth event %+v, want the bookmark that ends the initial events", evs[3])
+	}
+	if want := []string{"a/both", "a/only-a", "b/both"}; !slices.Equal(names, want) {
+		t.Errorf("initial events %v, want %v", names, want)
 	}
 }
