@@ -29,16 +29,25 @@ func (l *Limits) AcquireRequest(w http.ResponseWriter) (release func(), ok bool)
 	return acquire(w, l.requests, "too many requests in flight (server.maxRequestsInFlight is %d); retry later")
 }
 
+// Watch runs f in a watch slot; when none is free it answers 429 instead.
+func (l *Limits) Watch(w http.ResponseWriter, f func()) {
+	if release, ok := l.AcquireWatch(w); ok {
+		defer release()
+		f()
+	}
+}
+
+// Request runs f in a request slot; when none is free it answers 429 instead.
+func (l *Limits) Request(w http.ResponseWriter, f func()) {
+	if release, ok := l.AcquireRequest(w); ok {
+		defer release()
+		f()
+	}
+}
+
 // Limited runs h in a request slot.
 func (l *Limits) Limited(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		release, ok := l.AcquireRequest(w)
-		if !ok {
-			return
-		}
-		defer release()
-		h(w, r)
-	}
+	return func(w http.ResponseWriter, r *http.Request) { l.Request(w, func() { h(w, r) }) }
 }
 
 func acquire(w http.ResponseWriter, sem chan struct{}, msg string) (func(), bool) {

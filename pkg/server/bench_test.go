@@ -36,11 +36,8 @@ func benchPods(cluster string, n int) []corev1.Pod {
 	return out
 }
 
-// BenchmarkHTTP measures the HTTP answer path in process, without the network: selection,
-// paging and encoding of pages of Pods from 3 clusters × 20,000 served by fake API servers.
-//
-//	go test -run '^$' -bench HTTP -count 10 ./pkg/server/ | tee new.txt; benchstat old.txt new.txt
-func BenchmarkHTTP(b *testing.B) {
+// benchClusters is 3 fake API servers of 20,000 Pods each, c1 to c3.
+func benchClusters(b *testing.B) clusterset.Static {
 	var src clusterset.Static
 	for i := range 3 {
 		name := "c" + strconv.Itoa(i+1)
@@ -48,6 +45,15 @@ func BenchmarkHTTP(b *testing.B) {
 		f.SetPods(benchPods(name, 20000))
 		src = append(src, clusterset.ClusterConfig{Name: name, Config: f.Config(), Fingerprint: "1"})
 	}
+	return src
+}
+
+// BenchmarkHTTP measures the HTTP answer path in process, without the network: selection,
+// paging and encoding of pages of Pods from 3 clusters × 20,000 served by fake API servers.
+//
+//	go test -run '^$' -bench HTTP -count 10 ./pkg/server/ | tee new.txt; benchstat old.txt new.txt
+func BenchmarkHTTP(b *testing.B) {
+	src := benchClusters(b)
 	indexes := []aggregate.IndexSpec{{Name: index.NodeName, Func: index.ByNodeName}, {Name: index.Label, Func: index.ByLabel}}
 	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods", Indexes: indexes}}, ProbeInterval: time.Hour})
 	if err != nil {
@@ -91,13 +97,7 @@ func BenchmarkHTTP(b *testing.B) {
 //
 //	go test -run '^$' -bench Fanout -count 10 ./pkg/server/ | tee new.txt; benchstat old.txt new.txt
 func BenchmarkFanout(b *testing.B) {
-	var src clusterset.Static
-	for i := range 3 {
-		name := "c" + strconv.Itoa(i+1)
-		f := fakeapi.New(b)
-		f.SetPods(benchPods(name, 20000))
-		src = append(src, clusterset.ClusterConfig{Name: name, Config: f.Config(), Fingerprint: "1"})
-	}
+	src := benchClusters(b)
 	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
 	if err != nil {
 		b.Fatal(err)

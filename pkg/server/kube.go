@@ -44,30 +44,22 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if kq.watch {
-		release, ok := s.limits.AcquireWatch(w)
-		if !ok {
+		s.limits.Watch(w, func() { s.kubeWatch(w, r, kq) })
+		return
+	}
+	s.limits.Request(w, func() {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		defer cancel()
+		if kq.p.name != "" {
+			s.kubeGet(ctx, w, kq)
 			return
 		}
-		defer release()
-		s.kubeWatch(w, r, kq)
-		return
-	}
-	release, ok := s.limits.AcquireRequest(w)
-	if !ok {
-		return
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
-	if kq.p.name != "" {
-		s.kubeGet(ctx, w, kq)
-		return
-	}
-	if l, ok := s.kubeListAnswer(ctx, w, kq); ok {
-		if err := s.writeKubeList(ctx, w, kq.f, l); err != nil {
-			filters.WriteError(w, http.StatusInternalServerError, err.Error())
+		if l, ok := s.kubeListAnswer(ctx, w, kq); ok {
+			if err := s.writeKubeList(ctx, w, kq.f, l); err != nil {
+				filters.WriteError(w, http.StatusInternalServerError, err.Error())
+			}
 		}
-	}
+	})
 }
 
 // parseKube parses and checks a Kubernetes API request on a resource, and answers everything
@@ -138,10 +130,7 @@ func (s *Server) parseKube(w http.ResponseWriter, r *http.Request) (kubeRequest,
 		}
 	}
 	if p.what != "object" {
-		if release, ok := s.limits.AcquireRequest(w); ok {
-			defer release()
-			s.handleDiscovery(w, r, p, cat)
-		}
+		s.limits.Request(w, func() { s.handleDiscovery(w, r, p, cat) })
 		return kubeRequest{}, false
 	}
 	switch {

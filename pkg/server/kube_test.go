@@ -87,6 +87,14 @@ func pod(name string) corev1.Pod {
 	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), ResourceVersion: "7", Labels: map[string]string{"app": name}}}
 }
 
+// fakeClustersAB is two fake clusters: a has pods both and only-a, b has both.
+func fakeClustersAB(t *testing.T) clusterset.Static {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	a.SetPods([]corev1.Pod{pod("both"), pod("only-a")})
+	b.SetPods([]corev1.Pod{pod("both")})
+	return clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}}
+}
+
 // kubeFixture is a server over two fake clusters: a has pods both and only-a, b has both.
 func kubeFixture(t *testing.T, tokens ...string) (*httptest.Server, *Server) {
 	return kubeFixtureWith(t, Options{Tokens: tokens})
@@ -94,11 +102,7 @@ func kubeFixture(t *testing.T, tokens ...string) (*httptest.Server, *Server) {
 
 // kubeFixtureWith is kubeFixture with opts (their Registry and BookmarkInterval are set).
 func kubeFixtureWith(t *testing.T, opts Options) (*httptest.Server, *Server) {
-	a, b := fakeapi.New(t), fakeapi.New(t)
-	a.SetPods([]corev1.Pod{pod("both"), pod("only-a")})
-	b.SetPods([]corev1.Pod{pod("both")})
-	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
-		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	reg, err := clusterset.New(clusterset.Options{Source: fakeClustersAB(t), Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

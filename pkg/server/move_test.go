@@ -16,7 +16,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -393,11 +392,7 @@ func (g gatedCache) OnHandoff(c string)                    { <-g.open; g.inner.O
 // planned lists answer 429; once the cache holds it, a watch-list sends every object before
 // the bookmark that ends the initial events.
 func TestWatchListWaitsForTheWatchCache(t *testing.T) {
-	a, b := fakeapi.New(t), fakeapi.New(t)
-	a.SetPods([]corev1.Pod{pod("both"), pod("only-a")})
-	b.SetPods([]corev1.Pod{pod("both")})
-	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
-		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	reg, err := clusterset.New(clusterset.Options{Source: fakeClustersAB(t), Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,26 +87,18 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if opts.Watch {
-		release, ok := s.limits.AcquireWatch(w)
-		if !ok {
-			return
-		}
-		defer release()
-		s.handleWatch(w, r, req)
+		s.limits.Watch(w, func() { s.handleWatch(w, r, req) })
 		return
 	}
-	release, ok := s.limits.AcquireRequest(w)
-	if !ok {
-		return
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
-	if pg, list, ok := s.nativeListAnswer(ctx, w, req, q, opts); ok {
-		if err := s.writeList(w, pg.items, pg.info, list); err != nil {
-			filters.WriteError(w, http.StatusInternalServerError, err.Error())
+	s.limits.Request(w, func() {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		defer cancel()
+		if pg, list, ok := s.nativeListAnswer(ctx, w, req, q, opts); ok {
+			if err := s.writeList(w, pg.items, pg.info, list); err != nil {
+				filters.WriteError(w, http.StatusInternalServerError, err.Error())
+			}
 		}
-	}
+	})
 }
 
 // nativeListAnswer reads a page of a native list: its items, and the list without them. It
