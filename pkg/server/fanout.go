@@ -394,21 +394,23 @@ func (s *Server) localNativeList(ctx context.Context, r *http.Request, p part, q
 	req := r.Clone(filters.InProcess(ctx))
 	req.URL.RawQuery = q.Encode()
 	req.SetPathValue("resource", strings.TrimPrefix(r.URL.Path, api.ResourcesPath+"/"))
-	rec := newAnswerRecorder()
-	rq, ok := s.parseRequest(rec, req)
 	var pg page
 	var list api.List
-	if ok {
+	_, err := s.inProcess(ctx, p, "list", func(ctx context.Context, rec *answerRecorder) bool {
+		rq, ok := s.parseRequest(rec, req)
+		if !ok {
+			return false
+		}
 		opts, err := listOptions(q)
 		if err != nil {
 			filters.WriteError(rec, http.StatusBadRequest, err.Error())
-			ok = false
-		} else {
-			pg, list, ok = s.nativeListAnswer(ctx, rec, rq, q, opts)
+			return false
 		}
-	}
-	if !ok {
-		return nativeDoc{}, rec.failure(p)
+		pg, list, ok = s.nativeListAnswer(ctx, rec, rq, q, opts)
+		return ok
+	})
+	if err != nil {
+		return nativeDoc{}, err
 	}
 	var buf bytes.Buffer
 	ends := make([]int, len(pg.items))

@@ -152,14 +152,17 @@ func (s *Server) localKubeList(ctx context.Context, r *http.Request, p part, q u
 	req := r.Clone(filters.InProcess(ctx))
 	req.URL.RawQuery = q.Encode()
 	req.Header.Set(peerHeader, "1")
-	rec := newAnswerRecorder()
-	kq, ok := s.parseKube(rec, req)
+	var kq kubeRequest
 	var l kubeList
-	if ok {
-		l, ok = s.kubeListAnswer(ctx, rec, kq)
-	}
-	if !ok {
-		return kubeDoc{}, rec.failure(p)
+	rec, err := s.inProcess(ctx, p, "list", func(ctx context.Context, rec *answerRecorder) bool {
+		var ok bool
+		if kq, ok = s.parseKube(rec, req); ok {
+			l, ok = s.kubeListAnswer(ctx, rec, kq)
+		}
+		return ok
+	})
+	if err != nil {
+		return kubeDoc{}, err
 	}
 	d := kubeDoc{warnings: rec.header.Values("Warning"), fields: map[string]json.RawMessage{}}
 	md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont})

@@ -70,6 +70,15 @@ func listed(t *testing.T, body []byte, table bool) (keys []string, objects []str
 	if err := json.Unmarshal(body, &doc); err != nil {
 		t.Fatalf("%v: %s", err, body)
 	}
+	// The list's own fields but metadata and its elements: kind, apiVersion, a Table's
+	// columns, as the first of objects.
+	var head map[string]json.RawMessage
+	_ = json.Unmarshal(body, &head)
+	delete(head, "metadata")
+	delete(head, "items")
+	delete(head, "rows")
+	hb, _ := json.Marshal(head)
+	objects = append(objects, string(hb))
 	els := doc.Items
 	if table {
 		els = doc.Rows
@@ -139,7 +148,7 @@ func TestFanoutListMatchesOneReplica(t *testing.T) {
 			t.Errorf("paged %q: %v, want %v", accept, walked, wantKeys)
 		}
 	}
-	// The native API's fleet list agrees too.
+	// The native API's fleet list agrees too, freshness included.
 	var one, two api.List
 	for srv, l := range map[*httptest.Server]*api.List{single: &one, fanned: &two} {
 		code, _, body := do(t, srv, "GET", "/multicache/v1/resources/pods?limit=100", "")
@@ -151,6 +160,15 @@ func TestFanoutListMatchesOneReplica(t *testing.T) {
 	b, _ := json.Marshal(two.Items)
 	if len(one.Items) != 12 || string(a) != string(b) {
 		t.Errorf("native lists differ: %d and %d items\n%s\n%s", len(one.Items), len(two.Items), a, b)
+	}
+	fresh := func(l api.List) (out []string) {
+		for _, c := range l.Clusters {
+			out = append(out, c.Name+":"+strconv.FormatBool(c.Synced))
+		}
+		return out
+	}
+	if f1, f2 := fresh(one), fresh(two); !slices.Equal(f1, f2) || len(f1) != 3 {
+		t.Errorf("native clusters[]: one replica %v, merged %v", f1, f2)
 	}
 	// Paged by 5 through the fan-out: the same items.
 	var walked []api.Item

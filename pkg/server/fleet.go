@@ -290,6 +290,30 @@ func (a *answerRecorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// inProcess runs read, this replica's own part p of a fan-out, as a request to it would run:
+// in a request slot (server.maxRequestsInFlight: past it, 429), within the request timeout,
+// its time observed as a peer call's (kind). read writes any error answer to rec and reports
+// whether it read; the error returned is then that answer's.
+func (s *Server) inProcess(ctx context.Context, p part, kind string, read func(ctx context.Context, rec *answerRecorder) bool) (*answerRecorder, error) {
+	start := time.Now()
+	rec := newAnswerRecorder()
+	ok := false
+	s.limits.Request(rec, func() {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+		ok = read(ctx, rec)
+	})
+	code := http.StatusOK
+	if !ok {
+		code = rec.code
+	}
+	s.metrics.peerLatency.WithLabelValues(kind, strconv.Itoa(code)).Observe(time.Since(start).Seconds())
+	if !ok {
+		return rec, rec.failure(p)
+	}
+	return rec, nil
+}
+
 // failure is what the recorded answer says went wrong, for part p.
 func (a *answerRecorder) failure(p part) error {
 	code := a.code

@@ -152,8 +152,11 @@ func (s *Server) parseKube(w http.ResponseWriter, r *http.Request) (kubeRequest,
 		return kubeRequest{}, false
 	}
 	kq := kubeRequest{p: p, kr: kr, f: f, vals: vals, watch: watch, opts: opts}
-	if kq.table, err = tableOptions(vals); err == nil && !watch && p.name != "" {
+	if !watch && p.name != "" {
 		kq.get, err = getOptions(vals)
+	}
+	if err == nil && f.as == "Table" { // as kube-apiserver, which reads them for a Table only
+		kq.table, err = tableOptions(vals)
 	}
 	if err != nil {
 		filters.WriteError(w, http.StatusBadRequest, err.Error())

@@ -578,3 +578,25 @@ func TestKubeClusterKeyExists(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeWatchOfNoClusterStaysOpen: a watch whose cluster selector selects no cluster is a
+// watch of nothing, open until its timeout (or its client leaves), never a stream that ends at
+// once: client-go would back off and relist in a loop, and a fan-in would end the whole watch.
+// With sendInitialEvents it first sends the bookmark that ends the (no) initial events.
+func TestKubeWatchOfNoClusterStaysOpen(t *testing.T) {
+	hs, _ := kubeFixture(t)
+	for _, q := range []string{
+		"watch=true&labelSelector=multicache.io%2Fcluster%3Dnone&timeoutSeconds=1",
+		"watch=true&labelSelector=multicache.io%2Fcluster%3Dnone&timeoutSeconds=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan",
+	} {
+		start := time.Now()
+		evs := watchLines(t, hs, "/api/v1/pods?"+q, "", 10)
+		if took := time.Since(start); took < time.Second {
+			t.Errorf("%s: the stream ended after %s, before its timeoutSeconds=1", q, took)
+		}
+		wantBookmark := strings.Contains(q, "sendInitialEvents")
+		if (len(evs) == 1 && evs[0].Type == "BOOKMARK") != wantBookmark || len(evs) > 1 {
+			t.Errorf("%s: events %+v, want %v", q, evs, map[bool]string{true: "the end bookmark only", false: "none"}[wantBookmark])
+		}
+	}
+}

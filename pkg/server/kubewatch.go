@@ -139,11 +139,14 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, kq kubeReques
 		}()
 	}
 	if sel.none {
-		// No cluster selected: nothing will ever match. The end bookmark, then wait for the end.
-		if sie && sink.Bookmark(wo.From, true) == nil {
-			sink.Flush()
-			<-ctx.Done()
+		// No cluster selected: nothing will ever match. The end bookmark when asked, then an
+		// open stream until the client leaves or its timeout: a watch that ended at once would
+		// make client-go back off and relist, and a fan-in end the whole watch.
+		if sie && sink.Bookmark(wo.From, true) != nil {
+			return
 		}
+		sink.Flush()
+		<-ctx.Done()
 		return
 	}
 	ro := watchcache.RunOptions{FirstBookmark: sie, Guard: guardOf(r.Context()).orNil()}

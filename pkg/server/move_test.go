@@ -389,7 +389,7 @@ func (g gatedCache) OnHandoff(c string)                    { <-g.open; g.inner.O
 
 // TestWatchListWaitsForTheWatchCache (invariant 4): a cluster whose stack has synced, but
 // whose initial list the watch cache has not taken yet, makes initial-events watches and
-// planned lists answer 429; once the cache holds it, a watch-list sends every object before
+// planned lists (a list's objects carry the cache's positions) answer 429; once the cache holds it, a watch-list sends every object before
 // the bookmark that ends the initial events.
 func TestWatchListWaitsForTheWatchCache(t *testing.T) {
 	reg, err := clusterset.New(clusterset.Options{Source: fakeClustersAB(t), Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
@@ -420,7 +420,7 @@ func TestWatchListWaitsForTheWatchCache(t *testing.T) {
 		return ca.State == clusterset.Synced && cb.State == clusterset.Synced
 	})
 	watchList := "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=2"
-	for _, path := range []string{watchList, "/api/v1/pods?watch=true", "/multicache/v1/resources/pods?watch=true"} {
+	for _, path := range []string{watchList, "/api/v1/pods?watch=true", "/multicache/v1/resources/pods?watch=true", "/api/v1/pods", "/api/v1/pods?limit=1"} {
 		code, h, body := do(t, hs, "GET", path, "")
 		if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), "initial list") {
 			t.Errorf("%s, the cache without its lists: %d %s; want 429 naming the initial list", path, code, body)

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/filters"
-	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // paramCodec is the codec kube-apiserver's handlers decode query parameters with. (That of
@@ -125,18 +124,14 @@ func tableOptions(vals url.Values) (metav1.TableOptions, error) {
 	return opts, fmt.Errorf("includeObject %q: want None, Metadata or Object", opts.IncludeObject)
 }
 
-// getOptions decodes the GetOptions of a get (its resourceVersion) as kube-apiserver does: a
-// resourceVersion must be one this daemon handed out, or "0". A get is answered from the cache
-// as it is now, which is never older than any position of this run.
+// getOptions decodes the GetOptions of a get (its resourceVersion) as kube-apiserver does. A get
+// is answered from the cache as it is now, whatever resourceVersion it names: the cache is
+// never older than a position of this run, and a position of another run or cluster cannot
+// be compared.
 func getOptions(vals url.Values) (metav1.GetOptions, error) {
 	var opts metav1.GetOptions
 	if err := paramCodec.DecodeParameters(vals, metav1.SchemeGroupVersion, &opts); err != nil {
 		return opts, fmt.Errorf("query parameters: %w", err)
-	}
-	if rv := opts.ResourceVersion; rv != "" && rv != "0" {
-		if _, err := watchcache.ParsePosition(rv); err != nil {
-			return opts, err
-		}
 	}
 	return opts, nil
 }

@@ -211,14 +211,11 @@ func TestWatchParamOverHTTP(t *testing.T) {
 				"/multicache/v1/resources/pods?limit=abc",
 				"/multicache/v1/resources/pods?limit=-1",
 				"/multicache/v1/resources/pods?watch=True&timeoutSeconds=x",
-				"/api/v1/pods?includeObject=Everything",
-				"/api/v1/namespaces/ns/pods/only-a?includeObject=Everything",
-				"/api/v1/namespaces/ns/pods/only-a?resourceVersion=42",
 			} {
 				code, _, body := do(t, hs, "GET", path, "")
 				var st metav1.Status
 				param := "limit"
-				for _, p := range []string{"timeoutSeconds", "includeObject", "resourceVersion"} {
+				for _, p := range []string{"timeoutSeconds"} {
 					if strings.Contains(path, p) {
 						param = p
 					}
@@ -230,12 +227,26 @@ func TestWatchParamOverHTTP(t *testing.T) {
 			if code, _, body := do(t, hs, "GET", "/api/v1/namespaces/ns/pods/only-a?limit=abc", ""); code != 200 {
 				t.Errorf("get with limit=abc: %d %s", code, body)
 			}
-			if code, _, body := do(t, hs, "GET", "/api/v1/namespaces/ns/pods/only-a?resourceVersion=0", ""); code != 200 {
-				t.Errorf("get with resourceVersion=0: %d %s", code, body)
+			for _, rv := range []string{"0", "42"} {
+				if code, _, body := do(t, hs, "GET", "/api/v1/namespaces/ns/pods/only-a?resourceVersion="+rv, ""); code != 200 {
+					t.Errorf("get with resourceVersion=%s: %d %s", rv, code, body)
+				}
+			}
+			// includeObject is read for Tables only, as kube-apiserver reads it.
+			tableAccept := "application/json;as=Table;v=v1;g=meta.k8s.io"
+			if code, _, body := do(t, hs, "GET", "/api/v1/pods?includeObject=Everything", ""); code != 200 {
+				t.Errorf("a list (not a Table) with includeObject=Everything: %d %s", code, body)
+			}
+			for _, path := range []string{"/api/v1/pods?includeObject=Everything", "/api/v1/namespaces/ns/pods/only-a?includeObject=Everything"} {
+				var st metav1.Status
+				code, _, body := do(t, hs, "GET", path, tableAccept)
+				if err := json.Unmarshal(body, &st); err != nil || code != 400 || !strings.HasPrefix(st.Message, "includeObject ") {
+					t.Errorf("Table %s: %d %s, want 400 naming includeObject", path, code, body)
+				}
 			}
 			// includeObject, decoded as kube-apiserver decodes it: None leaves the rows' objects out.
 			var tbl metav1.Table
-			code, _, body = do(t, hs, "GET", "/api/v1/pods?includeObject=None", "application/json;as=Table;v=v1;g=meta.k8s.io")
+			code, _, body = do(t, hs, "GET", "/api/v1/pods?includeObject=None", tableAccept)
 			if err := json.Unmarshal(body, &tbl); code != 200 || err != nil || len(tbl.Rows) == 0 || tbl.Rows[0].Object.Raw != nil {
 				t.Errorf("Table with includeObject=None: %d %.300s", code, body)
 			}

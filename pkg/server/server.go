@@ -225,6 +225,11 @@ func (s *Server) Handler() http.Handler {
 	api("GET /multicache/v1/clusters", limited(timed(s.handleClusters)))
 	api("GET /multicache/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
 	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(timed(s.handleGet)))
+	for path, h := range selfReviewPaths {
+		for _, prefix := range []string{"", "/clusters/{cluster}"} {
+			api("POST "+prefix+path, limited(timed(h(s))))
+		}
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	verbose := s.authn.Wrap(s.handleReady)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -428,6 +428,34 @@ func (c *Cache) Snapshot(pos Position, clusters []string) ([]Item, error) {
 	return out, nil
 }
 
+// clustersAt lists, sorted, the clusters of clusters (every cluster when empty) that had
+// objects at pos: those with objects now, and those whose objects an event after pos removed.
+func (c *Cache) clustersAt(pos Position, clusters []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	set := map[string]bool{}
+	for cl := range c.latest {
+		set[cl] = true
+	}
+	for i := c.n - 1; i >= 0; i-- {
+		ev := &c.ring[(c.start+i)%len(c.ring)]
+		if ev.Seq <= pos.Seq {
+			break
+		}
+		if ev.Prev != nil {
+			set[ev.Cluster] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for cl := range set {
+		if len(clusters) == 0 || slices.Contains(clusters, cl) {
+			out = append(out, cl)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Sequence sets each item's Seq: that of the event that made its object, when the Cache holds
 // that object as the key's latest state. An object the Cache has not seen yet (the stores run
 // ahead of it) gets the Cache's position: its event is still to come, and a watch from there

@@ -35,7 +35,7 @@ type PartPosition struct {
 }
 
 // Merged reports whether p is a merged answer's position.
-func (p Position) Merged() bool { return p.Parts != nil }
+func (p Position) Merged() bool { return len(p.Parts) > 0 }
 
 // String encodes p as a resourceVersion.
 func (p Position) String() string { return encode(p) }
@@ -53,7 +53,8 @@ func (p Position) Part(peer, set string) (string, bool) {
 // ParsePosition decodes a resourceVersion the daemon handed out, of one Cache or merged.
 func ParsePosition(s string) (Position, error) {
 	var p Position
-	if err := decode(s, &p); err != nil || (p.Epoch == "" && p.Parts == nil) {
+	// Exactly one of the two forms: one Cache's, or a merged answer's with its parts.
+	if err := decode(s, &p); err != nil || (p.Epoch == "") == (len(p.Parts) == 0) {
 		return Position{}, fmt.Errorf("resourceVersion %q: not a multicache resourceVersion", s)
 	}
 	return p, nil
@@ -83,8 +84,18 @@ type Continue struct {
 	Exact bool `json:"x,omitempty"`
 }
 
-// String encodes c as a continue token.
-func (c Continue) String() string { return encode(c) }
+// String encodes c as a continue token. One Cache's position is also written as rv, encoded,
+// the form replicas of the previous release read, so that paging through a rolling update
+// goes on.
+func (c Continue) String() string {
+	if c.Epoch == "" {
+		return encode(c)
+	}
+	return encode(struct {
+		Continue
+		RV string `json:"rv"`
+	}{c, c.Position.String()})
+}
 
 // After is the key to continue after.
 func (c Continue) After() aggregate.Key {
@@ -100,8 +111,11 @@ func ParseContinue(s string) (Continue, error) {
 		RV string `json:"rv,omitempty"`
 	}
 	err := decode(s, &c)
-	if err == nil && c.RV != "" && c.Epoch == "" && c.Parts == nil {
-		c.Position, err = ParsePosition(c.RV)
+	if err == nil && c.RV != "" && c.Epoch == "" && len(c.Parts) == 0 {
+		c.Position, err = ParsePosition(c.RV) // the previous release's form
+	}
+	if err == nil && c.Epoch != "" && len(c.Parts) > 0 {
+		err = errors.New("both forms of position")
 	}
 	if err == nil {
 		_, err = aggregate.ParseKey(c.Last)

@@ -53,8 +53,8 @@ type RunOptions struct {
 	// FirstBookmark sends a Bookmark after the initial objects, or at the start when there
 	// are none: with initialEnd set when the watch has initial objects.
 	FirstBookmark bool
-	// Guard, when set, ends the watch Gone once it reports a change: checked before the first
-	// event and whenever it fires.
+	// Guard, when set, ends the watch Gone once it reports a change: checked before anything
+	// is sent, and whenever it fires.
 	Guard Guard
 }
 
@@ -68,29 +68,24 @@ type RunOptions struct {
 //
 // A Handoff event is never sent: a watch that spans the cluster is Gone instead (Cache.Next).
 type Watcher struct {
-	c       *Cache
-	opts    WatchOptions
-	pos     Position
-	initial []Item
+	c    *Cache
+	opts WatchOptions
+	pos  Position
+	// initial are the clusters whose snapshot at opts.From the watch starts with, in order.
+	initial []string
 }
 
 // Watch opens a watch at opts.From. It fails with a GoneError when From cannot be continued
-// for opts.Clusters, or (with Initial) when the snapshot at From is gone.
+// for opts.Clusters. The initial objects are read when Run sends them, one cluster at a time,
+// so that neither the Cache's lock nor the watch's memory holds the whole fleet at once.
 func (c *Cache) Watch(opts WatchOptions) (*Watcher, error) {
 	w := &Watcher{c: c, opts: opts, pos: opts.From}
-	if !opts.Initial {
-		return w, c.Check(opts.From, opts.Clusters)
-	}
-	all, err := c.Snapshot(opts.From, opts.Clusters)
-	if err != nil {
+	if err := c.Check(opts.From, opts.Clusters); err != nil {
 		return nil, err
 	}
-	for _, it := range all {
-		if w.matches(it.Key.Cluster, it.Object) {
-			w.initial = append(w.initial, it)
-		}
+	if opts.Initial {
+		w.initial = c.clustersAt(opts.From, opts.Clusters)
 	}
-	slices.SortFunc(w.initial, func(a, b Item) int { return CompareKeys(a.Key, b.Key) })
 	return w, nil
 }
 
@@ -128,22 +123,6 @@ func (w *Watcher) translate(ev Event) (string, bool) {
 // error). It reads the Cache at its own pace: while catching up through a backlog it flushes
 // at least every 100ms, and once caught up after every batch.
 func (w *Watcher) Run(ctx context.Context, sink Sink, ro RunOptions) error {
-	for i, it := range w.initial {
-		if err := sink.Event(Added, it); err != nil {
-			return err
-		}
-		if (i+1)%Batch == 0 {
-			sink.Flush()
-		}
-	}
-	hadInitial := w.opts.Initial
-	w.initial = nil // the stream holds them no longer than it needs them
-	if ro.FirstBookmark {
-		if err := sink.Bookmark(w.pos, hadInitial); err != nil {
-			return err
-		}
-	}
-	sink.Flush()
 	var changed <-chan struct{}
 	check := func() error {
 		if ro.Guard == nil {
@@ -157,8 +136,31 @@ func (w *Watcher) Run(ctx context.Context, sink Sink, ro RunOptions) error {
 		return nil
 	}
 	if err := check(); err != nil {
-		return err
+		return err // nothing sent: the plan changed before the watch started
 	}
+	sent := 0
+	for _, cl := range w.initial {
+		items, err := w.c.Snapshot(w.opts.From, []string{cl})
+		if err != nil {
+			return err
+		}
+		items = slices.DeleteFunc(items, func(it Item) bool { return !w.matches(cl, it.Object) })
+		slices.SortFunc(items, func(a, b Item) int { return CompareKeys(a.Key, b.Key) })
+		for _, it := range items {
+			if err := sink.Event(Added, it); err != nil {
+				return err
+			}
+			if sent++; sent%Batch == 0 {
+				sink.Flush()
+			}
+		}
+	}
+	if ro.FirstBookmark {
+		if err := sink.Bookmark(w.pos, w.opts.Initial); err != nil {
+			return err
+		}
+	}
+	sink.Flush()
 	buf := make([]Event, 0, Batch)
 	flushed := time.Now()
 	for {

@@ -66,32 +66,34 @@ func TestWatcherTransitions(t *testing.T) {
 	c.OnAdd("c1", labelled("z", "1", "web"), false)
 	c.OnAdd("c1", labelled("a", "1", "web"), false)
 	c.OnAdd("c1", labelled("x", "1", "db"), false)
+	c.OnAdd("c3", labelled("q", "1", "web"), false) // deleted after the start: still in the snapshot
 	start := c.Position()
 	c.OnUpdate("c1", nil, labelled("a", "2", "db"))  // stops matching
 	c.OnUpdate("c1", nil, labelled("x", "2", "web")) // starts matching
 	c.OnUpdate("c2", nil, labelled("b", "2", "web")) // matches both times
 	c.OnUpdate("c1", nil, labelled("a", "3", "db"))  // matches neither time
 	c.OnDelete("c1", labelled("z", "1", "web"))
+	c.OnDelete("c3", labelled("q", "1", "web"))
 
 	w, err := c.Watch(WatchOptions{From: start, Initial: true, Matches: appIs("web")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rec := &recorder{after: stopAfter(8, cancel)}
+	rec := &recorder{after: stopAfter(10, cancel)}
 	if err := w.Run(ctx, rec, RunOptions{FirstBookmark: true}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
-		"ADDED c1|ns/a 1=web", "ADDED c1|ns/z 1=web", "ADDED c2|ns/b 1=web",
-		"BOOKMARK 4 end=true",
-		"DELETED c1|ns/a 2=db", "ADDED c1|ns/x 2=web", "MODIFIED c2|ns/b 2=web", "DELETED c1|ns/z 1=web",
+		"ADDED c1|ns/a 1=web", "ADDED c1|ns/z 1=web", "ADDED c2|ns/b 1=web", "ADDED c3|ns/q 1=web",
+		"BOOKMARK 5 end=true",
+		"DELETED c1|ns/a 2=db", "ADDED c1|ns/x 2=web", "MODIFIED c2|ns/b 2=web", "DELETED c1|ns/z 1=web", "DELETED c3|ns/q 1=web",
 	}
 	if !reflect.DeepEqual(rec.sent, want) {
 		t.Errorf("sent:\n%q\nwant:\n%q", rec.sent, want)
 	}
-	if got := w.Position().Seq; got != 9 {
-		t.Errorf("position after the last event = %d, want 9", got)
+	if got := w.Position().Seq; got != 11 {
+		t.Errorf("position after the last event = %d, want 11", got)
 	}
 }
 
@@ -156,11 +158,11 @@ func TestWatcherEndsWhenItsPlanChanges(t *testing.T) {
 	if !errors.As(err, &gone) || len(rec.sent) != 1 {
 		t.Fatalf("Run = %v after %q, want Gone after the one event", err, rec.sent)
 	}
-	// Changed before the start.
-	w, _ = c.Watch(WatchOptions{From: c.Position()})
+	// Changed before the start: nothing at all is sent, not even the initial objects.
+	w, _ = c.Watch(WatchOptions{From: c.Position(), Initial: true})
 	rec = &recorder{}
-	if err := w.Run(context.Background(), rec, RunOptions{Guard: g, FirstBookmark: true}); !errors.As(err, &gone) {
-		t.Fatalf("Run with a changed plan = %v, want Gone", err)
+	if err := w.Run(context.Background(), rec, RunOptions{Guard: g, FirstBookmark: true}); !errors.As(err, &gone) || len(rec.sent) != 0 {
+		t.Fatalf("Run with a changed plan = %v after %q, want Gone before anything", err, rec.sent)
 	}
 }
 
@@ -243,6 +245,18 @@ func TestContinueCodec(t *testing.T) {
 	for _, bad := range []string{"", "!!", encode(map[string]any{"k": "no-key"})} {
 		if _, err := ParseContinue(bad); err == nil {
 			t.Errorf("ParseContinue(%q) accepted", bad)
+		}
+	}
+	// A replica of the previous release reads a token's position from rv.
+	var old struct {
+		RV string `json:"rv"`
+	}
+	if err := decode(Continue{Last: "c1|ns/a", Position: pos}.String(), &old); err != nil || old.RV != pos.String() {
+		t.Errorf("a continue token without rv for the previous release: %+v %v", old, err)
+	}
+	for _, bad := range []string{encode(map[string]any{"p": map[string]any{}}), encode(map[string]any{"e": "x", "p": map[string]any{"r": map[string]any{"h": "s"}}})} {
+		if _, err := ParsePosition(bad); err == nil {
+			t.Errorf("ParsePosition(%q) accepted a position of neither or both forms", bad)
 		}
 	}
 	if _, err := ParseSingle(Position{Parts: map[string]PartPosition{"r": {Set: "s"}}}.String()); !IsGone(err) {

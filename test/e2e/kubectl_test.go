@@ -288,6 +288,43 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("auth can-i and auth whoami", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			yes  bool
+		}{
+			{[]string{"list", "pods"}, true},
+			{[]string{"watch", "pods", "-A"}, true},
+			{[]string{"get", "deployments.apps", "-n", "load-0"}, true},
+			{[]string{"list", "widgets"}, true},
+			{[]string{"create", "pods"}, false},
+			{[]string{"delete", "deployments.apps"}, false},
+			{[]string{"get", "pods", "--subresource", "log"}, false},
+			{[]string{"list", "secrets"}, false}, // not cached here
+		} {
+			out, errs, ok := k.run(append([]string{"auth", "can-i"}, tc.args...)...)
+			want := "no"
+			if tc.yes {
+				want = "yes"
+			}
+			if strings.TrimSpace(out) != want || ok != tc.yes {
+				t.Errorf("kubectl auth can-i %v: %q (exit 0: %t), stderr %q; want %s", tc.args, out, ok, errs, want)
+			}
+		}
+		// In one cluster's view: fleet-3 does not serve widgets.
+		one := newKubectl(t, "--server", d.URL+"/clusters/fleet-3")
+		if out, _, ok := one.run("auth", "can-i", "list", "pods"); !ok || strings.TrimSpace(out) != "yes" {
+			t.Errorf("fleet-3: can-i list pods: %q", out)
+		}
+		if out, _, ok := one.run("auth", "can-i", "list", "widgets.example.multicache.io"); ok || strings.TrimSpace(out) != "no" {
+			t.Errorf("fleet-3: can-i list widgets: %q, want no", out)
+		}
+		// No auth configured: the caller is anonymous, as kube-apiserver would name it.
+		if out := k.ok("auth", "whoami"); !strings.Contains(out, "system:anonymous") || !strings.Contains(out, "system:unauthenticated") {
+			t.Errorf("kubectl auth whoami:\n%s", out)
+		}
+	})
+
 	t.Run("a CRD served by 2 of 3 clusters, with its printer columns", func(t *testing.T) {
 		tb := parseTable(k.ok("get", "widgets", "-A", "-o", "wide"))
 		if want := []string{"NAMESPACE", "CLUSTER", "NAME", "COLOR", "SIZE", "AGE"}; !slices.Equal(tb.header, want) {
