@@ -19,6 +19,8 @@ type Server struct {
 	slow chan struct{} // while open, lists hang
 	down bool
 	pods []corev1.Pod // what a list of pods returns
+	// openAPIReads counts the reads of the OpenAPI v3 document of v1.
+	openAPIReads int
 }
 
 // New starts a Server for t.
@@ -34,6 +36,13 @@ func (f *Server) SetPods(pods []corev1.Pod) {
 	f.mu.Lock()
 	f.pods = pods
 	f.mu.Unlock()
+}
+
+// OpenAPIReads is how many times the OpenAPI v3 document of v1 was read.
+func (f *Server) OpenAPIReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.openAPIReads
 }
 
 // Config reaches the server.
@@ -85,6 +94,15 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reply(200, map[string]any{"kind": "APIResourceList", "groupVersion": "v1", "resources": []any{
 			map[string]any{"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod", "verbs": []string{"get", "list", "watch"}, "shortNames": []string{"po"}},
 		}})
+	case "/openapi/v3":
+		reply(200, map[string]any{"paths": map[string]any{"api/v1": map[string]string{"serverRelativeURL": "/openapi/v3/api/v1?hash=F1"}}})
+	case "/openapi/v3/api/v1":
+		f.mu.Lock()
+		f.openAPIReads++
+		f.mu.Unlock()
+		reply(200, map[string]any{"openapi": "3.0.0", "info": map[string]string{"title": "fake", "version": "v1"},
+			"components": map[string]any{"schemas": map[string]any{"io.k8s.api.core.v1.Pod": map[string]any{
+				"description": "Pod is a collection of containers.", "type": "object"}}}})
 	case "/api/v1/pods":
 		switch {
 		case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":

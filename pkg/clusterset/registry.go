@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 )
@@ -276,6 +277,19 @@ func (r *Registry) Running(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.clusters[name] != nil || r.retiring[name] != nil
+}
+
+// RESTConfig is a copy of the config that reaches an engaged cluster, for reading what the
+// cluster publishes about itself (its OpenAPI documents); false when the cluster is not
+// engaged, or its source could not build a config.
+func (r *Registry) RESTConfig(name string) (*rest.Config, bool) {
+	r.mu.Lock()
+	run := r.clusters[name]
+	r.mu.Unlock()
+	if run == nil || run.cfg.Config == nil {
+		return nil, false
+	}
+	return rest.CopyConfig(run.cfg.Config), true
 }
 
 // Clusters lists the engaged cluster names, sorted.

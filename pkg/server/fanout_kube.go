@@ -28,6 +28,10 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, ok, err := parseKubePath(r.URL.Path)
+	if p.cluster != "" && strings.HasPrefix(strings.TrimPrefix(r.URL.Path, "/clusters/"+p.cluster), "/openapi/") {
+		s.routeToOwner(w, r, p.cluster) // its documents are its owner's to read
+		return
+	}
 	if !ok || err != nil {
 		s.local.ServeHTTP(w, r)
 		return

@@ -600,3 +600,65 @@ func TestKubeWatchOfNoClusterStaysOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIV3: each view serves, per group-version, the document of a cluster that serves it,
+// read from that cluster once and noted with where it came from and the cluster annotation;
+// kube-openapi serves the index and the documents by hash.
+func TestOpenAPIV3(t *testing.T) {
+	a, b := fakeapi.New(t), fakeapi.New(t)
+	a.SetPods([]corev1.Pod{pod("both")})
+	b.SetPods([]corev1.Pod{pod("both")})
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	waitUntil(t, "synced", 10*time.Second, func() bool {
+		return len(reg.Clusters()) == 2 && len(s.unready("pods", nil)) == 0
+	})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	for _, view := range []struct{ prefix, from string }{{"", "a"}, {"/clusters/b", "b"}} {
+		code, _, body := do(t, hs, "GET", view.prefix+"/openapi/v3", "")
+		var index struct {
+			Paths map[string]struct {
+				ServerRelativeURL string `json:"serverRelativeURL"`
+			} `json:"paths"`
+		}
+		if err := json.Unmarshal(body, &index); code != 200 || err != nil || len(index.Paths) != 1 || !strings.HasPrefix(index.Paths["api/v1"].ServerRelativeURL, "/openapi/v3/api/v1?hash=") {
+			t.Fatalf("%s/openapi/v3: %d %s", view.prefix, code, body)
+		}
+		code, h, body := do(t, hs, "GET", view.prefix+index.Paths["api/v1"].ServerRelativeURL, "application/json")
+		var doc struct {
+			Info struct {
+				Description string `json:"description"`
+			} `json:"info"`
+			Components struct {
+				Schemas map[string]json.RawMessage `json:"schemas"`
+			} `json:"components"`
+		}
+		if err := json.Unmarshal(body, &doc); code != 200 || err != nil || doc.Components.Schemas["io.k8s.api.core.v1.Pod"] == nil || h.Get("Etag") == "" {
+			t.Fatalf("%s api/v1: %d %.300s", view.prefix, code, body)
+		}
+		if d := doc.Info.Description; !strings.Contains(d, `member cluster "`+view.from+`"`) || !strings.Contains(d, api.ClusterAnnotation) {
+			t.Errorf("%s api/v1: description %q, want it read from %s and naming the cluster annotation", view.prefix, d, view.from)
+		}
+	}
+	// Read once per cluster, not per request.
+	for range 3 {
+		do(t, hs, "GET", "/openapi/v3/api/v1", "")
+	}
+	if a.OpenAPIReads() != 1 || b.OpenAPIReads() != 1 {
+		t.Errorf("documents read %d times from a and %d from b, want once each", a.OpenAPIReads(), b.OpenAPIReads())
+	}
+	for path, want := range map[string]int{"/openapi/v3/apis/apps/v1": 404, "/clusters/zzz/openapi/v3": 404} {
+		if code, _, body := do(t, hs, "GET", path, ""); code != want {
+			t.Errorf("%s: %d %s, want %d", path, code, body, want)
+		}
+	}
+}

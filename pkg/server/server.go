@@ -169,8 +169,9 @@ type Server struct {
 	aliasMu sync.Mutex
 	aliases map[string]string // lower-cased alias → configured resource name
 
-	cat    catalogCache
-	tables *table.Set
+	cat     catalogCache
+	tables  *table.Set
+	openapi openAPIViews // the OpenAPI v3 documents of each view, read from the members
 
 	// local is this replica's own API, without fan-out: what peers and the fan-out call.
 	local http.Handler
@@ -225,6 +226,10 @@ func (s *Server) Handler() http.Handler {
 	api("GET /multicache/v1/clusters", limited(timed(s.handleClusters)))
 	api("GET /multicache/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
 	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(timed(s.handleGet)))
+	for _, prefix := range []string{"", "/clusters/{cluster}"} {
+		api("GET "+prefix+"/openapi/v3", limited(timed(s.handleOpenAPIV3)))
+		api("GET "+prefix+"/openapi/v3/", limited(timed(s.handleOpenAPIV3)))
+	}
 	for path, h := range selfReviewPaths {
 		for _, prefix := range []string{"", "/clusters/{cluster}"} {
 			api("POST "+prefix+path, limited(timed(h(s))))

@@ -1,0 +1,215 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/openapi"
+	"k8s.io/kube-openapi/pkg/handler3"
+	"k8s.io/kube-openapi/pkg/spec3"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+
+	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
+)
+
+// OpenAPI v3, for `kubectl explain` and other clients that read schemas. Each view (the fleet,
+// or one cluster under /clusters/{name}) serves, for each group-version its catalog serves,
+// the document of a cluster that serves it, as that cluster's API server publishes it, with a
+// note that objects carry the cluster annotation. kube-openapi's OpenAPIService serves them:
+// the /openapi/v3 index with each document's hash, ETags, and JSON or protobuf.
+//
+// A view's documents follow its catalog: a group-version that appears, disappears or changes
+// the cluster it is read from is updated on the next request; every document is read again
+// from its cluster after openAPIMaxAge, so that a CRD's new schema shows. No document is
+// fetched until a client asks for OpenAPI.
+
+// openAPIMaxAge is how long a group-version's document is served before it is read again.
+const openAPIMaxAge = 5 * time.Minute
+
+// openAPINote is added to every document's description.
+const openAPINote = "Served by multicache from the member cluster %q. Every object multicache serves carries the annotation " +
+	api.ClusterAnnotation + ": the name of the cluster it lives in; its resourceVersion is a multicache position, and its cluster's own is in the annotation " +
+	api.ResourceVersionAnnotation + "."
+
+type openAPIViews struct {
+	mu    sync.Mutex
+	views map[string]*openAPIView // by cluster; "" is the fleet
+}
+
+// openAPIView is one view's documents.
+type openAPIView struct {
+	svc     *handler3.OpenAPIService
+	sources map[string]openAPISource // group-version path (api/v1, apis/apps/v1) → where it came from
+}
+
+type openAPISource struct {
+	cluster string
+	at      time.Time
+}
+
+// handleOpenAPIV3 serves /openapi/v3 and /openapi/v3/{group-version}, at the root or under
+// /clusters/{cluster}.
+func (s *Server) handleOpenAPIV3(w http.ResponseWriter, r *http.Request) {
+	cluster := r.PathValue("cluster")
+	if cluster != "" {
+		if _, _, err := s.scope(r.Context(), "", []string{cluster}, nil); err != nil {
+			writeScopeError(w, err)
+			return
+		}
+	}
+	v, ok := s.openAPIView(cluster)
+	if !ok {
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", cluster))
+		return
+	}
+	path := strings.TrimPrefix(r.URL.Path, "/clusters/"+cluster)
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = path
+	if path == "/openapi/v3" || path == "/openapi/v3/" {
+		v.svc.HandleDiscovery(w, r2)
+		return
+	}
+	gv := strings.TrimPrefix(path, "/openapi/v3/")
+	if _, ok := v.sources[gv]; !ok {
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("no OpenAPI document for %s here: the group-version is not served by the clusters of this view (see /openapi/v3)", gv))
+		return
+	}
+	v.svc.HandleGroupVersion(w, r2)
+}
+
+// wantedOpenAPI is, for a view, each group-version path its catalog serves and the cluster
+// to read its document from: the one that serves the most of its resources there (ties: the
+// first by name), or the view's own cluster.
+func (s *Server) wantedOpenAPI(cluster string) (map[string]string, bool) {
+	cat, ok := s.catalog(cluster)
+	if !ok {
+		return nil, false
+	}
+	count := map[string]map[string]int{} // gv → cluster → resources
+	for _, kr := range cat.resources {
+		if kr == clustersResource || len(kr.clusters) == 0 {
+			continue
+		}
+		gv := "api/" + kr.gvk.Version
+		if kr.gvk.Group != "" {
+			gv = "apis/" + kr.gvk.Group + "/" + kr.gvk.Version
+		}
+		if count[gv] == nil {
+			count[gv] = map[string]int{}
+		}
+		for _, c := range kr.clusters {
+			if cluster == "" || c == cluster {
+				count[gv][c]++
+			}
+		}
+	}
+	out := map[string]string{}
+	for gv, by := range count {
+		names := make([]string, 0, len(by))
+		for c := range by {
+			names = append(names, c)
+		}
+		sort.Slice(names, func(i, j int) bool {
+			if by[names[i]] != by[names[j]] {
+				return by[names[i]] > by[names[j]]
+			}
+			return names[i] < names[j]
+		})
+		if len(names) > 0 {
+			out[gv] = names[0]
+		}
+	}
+	return out, true
+}
+
+// openAPIView brings the view's documents in line with its catalog, and returns it. It reads
+// the documents it lacks under the views' lock: requests for OpenAPI wait for one another
+// while a member answers (each read is bounded by the peer timeout).
+func (s *Server) openAPIView(cluster string) (*openAPIView, bool) {
+	want, ok := s.wantedOpenAPI(cluster)
+	if !ok {
+		return nil, false
+	}
+	s.openapi.mu.Lock()
+	defer s.openapi.mu.Unlock()
+	if s.openapi.views == nil {
+		s.openapi.views = map[string]*openAPIView{}
+	}
+	v := s.openapi.views[cluster]
+	if v == nil {
+		v = &openAPIView{svc: handler3.NewOpenAPIService(), sources: map[string]openAPISource{}}
+		s.openapi.views[cluster] = v
+	}
+	for gv := range v.sources {
+		if _, ok := want[gv]; !ok {
+			v.svc.DeleteGroupVersion(gv)
+			delete(v.sources, gv)
+		}
+	}
+	now := time.Now()
+	indexes := map[string]map[string]openapi.GroupVersion{} // per cluster, read once per refresh
+	for gv, from := range want {
+		if src, ok := v.sources[gv]; ok && src.cluster == from && now.Sub(src.at) < openAPIMaxAge {
+			continue
+		}
+		doc, err := s.fetchOpenAPI(indexes, from, gv)
+		if err != nil {
+			// Served from the last document read, if any, and read again on the next request.
+			s.log.Warn("openapi: cannot read a member's document", zap.String("cluster", from), zap.String("groupVersion", gv), zap.Error(err))
+			continue
+		}
+		v.svc.UpdateGroupVersion(gv, doc)
+		v.sources[gv] = openAPISource{cluster: from, at: now}
+	}
+	return v, true
+}
+
+// fetchOpenAPI reads the OpenAPI v3 document of a group-version from a member cluster, and
+// notes where it came from. indexes keeps each cluster's /openapi/v3 index once read.
+func (s *Server) fetchOpenAPI(indexes map[string]map[string]openapi.GroupVersion, cluster, gv string) (*spec3.OpenAPI, error) {
+	paths, ok := indexes[cluster]
+	if !ok {
+		cfg, ok := s.reg.RESTConfig(cluster)
+		if !ok {
+			return nil, fmt.Errorf("cluster %q: not running here", cluster)
+		}
+		cfg.Timeout = s.opts.PeerTimeout
+		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", cluster, err)
+		}
+		if paths, err = dc.OpenAPIV3().Paths(); err != nil {
+			return nil, fmt.Errorf("cluster %q: openapi/v3: %w", cluster, err)
+		}
+		indexes[cluster] = paths
+	}
+	p, ok := paths[gv]
+	if !ok {
+		return nil, fmt.Errorf("cluster %q: publishes no OpenAPI document for %s", cluster, gv)
+	}
+	b, err := p.Schema("application/json")
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: openapi/v3/%s: %w", cluster, gv, err)
+	}
+	var doc spec3.OpenAPI
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("cluster %q: openapi/v3/%s: %w", cluster, gv, err)
+	}
+	if doc.Info == nil {
+		doc.Info = &spec.Info{}
+	}
+	note := fmt.Sprintf(openAPINote, cluster)
+	if doc.Info.Description != "" {
+		note = doc.Info.Description + " " + note
+	}
+	doc.Info.Description = note
+	return &doc, nil
+}
