@@ -48,6 +48,16 @@ func benchClusters(b *testing.B) clusterset.Static {
 	return src
 }
 
+// startSynced runs reg until the benchmark ends, and waits for every cluster to sync.
+func startSynced(b *testing.B, reg *clusterset.Registry) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go func() { _ = reg.Start(ctx) }()
+	if missing := reg.WaitForSync(ctx, 2*time.Minute); missing != nil {
+		b.Fatal(missing)
+	}
+}
+
 // BenchmarkHTTP measures the HTTP answer path in process, without the network: selection,
 // paging and encoding of pages of Pods from 3 clusters × 20,000 served by fake API servers.
 //
@@ -63,12 +73,7 @@ func BenchmarkHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = reg.Start(ctx) }()
-	if missing := reg.WaitForSync(ctx, 2*time.Minute); missing != nil {
-		b.Fatal(missing)
-	}
+	startSynced(b, reg)
 	h := s.Handler()
 	for _, tc := range []struct{ name, path string }{
 		{"index-page-100", "/multicache/v1/resources/pods?" + url.Values{"fieldSelector": {"spec.nodeName=node-7"}, "limit": {"100"}}.Encode()},
@@ -113,12 +118,7 @@ func BenchmarkFanout(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = reg.Start(ctx) }()
-	if missing := reg.WaitForSync(ctx, 2*time.Minute); missing != nil {
-		b.Fatal(missing)
-	}
+	startSynced(b, reg)
 	for len(s.unready("pods", nil)) > 0 || len(peer.unready("pods", nil)) > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}

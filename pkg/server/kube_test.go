@@ -88,11 +88,11 @@ func pod(name string) corev1.Pod {
 }
 
 // fakeClustersAB is two fake clusters: a has pods both and only-a, b has both.
-func fakeClustersAB(t *testing.T) clusterset.Static {
-	a, b := fakeapi.New(t), fakeapi.New(t)
+func fakeClustersAB(t *testing.T) (src clusterset.Static, a, b *fakeapi.Server) {
+	a, b = fakeapi.New(t), fakeapi.New(t)
 	a.SetPods([]corev1.Pod{pod("both"), pod("only-a")})
 	b.SetPods([]corev1.Pod{pod("both")})
-	return clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}}
+	return clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}}, a, b
 }
 
 // kubeFixture is a server over two fake clusters: a has pods both and only-a, b has both.
@@ -102,7 +102,13 @@ func kubeFixture(t *testing.T, tokens ...string) (*httptest.Server, *Server) {
 
 // kubeFixtureWith is kubeFixture with opts (their Registry and BookmarkInterval are set).
 func kubeFixtureWith(t *testing.T, opts Options) (*httptest.Server, *Server) {
-	reg, err := clusterset.New(clusterset.Options{Source: fakeClustersAB(t), Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	src, _, _ := fakeClustersAB(t)
+	return kubeFixtureOf(t, src, opts)
+}
+
+// kubeFixtureOf is kubeFixtureWith over src, the clusters a and b.
+func kubeFixtureOf(t *testing.T, src clusterset.Static, opts Options) (*httptest.Server, *Server) {
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,24 +611,8 @@ func TestKubeWatchOfNoClusterStaysOpen(t *testing.T) {
 // read from that cluster once and noted with where it came from and the cluster annotation;
 // kube-openapi serves the index and the documents by hash.
 func TestOpenAPIV3(t *testing.T) {
-	a, b := fakeapi.New(t), fakeapi.New(t)
-	a.SetPods([]corev1.Pod{pod("both")})
-	b.SetPods([]corev1.Pod{pod("both")})
-	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}, {Name: "b", Config: b.Config(), Fingerprint: "1"}},
-		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runRegistry(t, reg.Start)
-	waitUntil(t, "synced", 10*time.Second, func() bool {
-		return len(reg.Clusters()) == 2 && len(s.unready("pods", nil)) == 0
-	})
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
+	src, a, b := fakeClustersAB(t)
+	hs, _ := kubeFixtureOf(t, src, Options{})
 	for _, view := range []struct{ prefix, from string }{{"", "a"}, {"/clusters/b", "b"}} {
 		code, _, body := do(t, hs, "GET", view.prefix+"/openapi/v3", "")
 		var index struct {

@@ -392,7 +392,8 @@ func (g gatedCache) OnHandoff(c string)                    { <-g.open; g.inner.O
 // planned lists (a list's objects carry the cache's positions) answer 429; once the cache holds it, a watch-list sends every object before
 // the bookmark that ends the initial events.
 func TestWatchListWaitsForTheWatchCache(t *testing.T) {
-	reg, err := clusterset.New(clusterset.Options{Source: fakeClustersAB(t), Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	src, _, _ := fakeClustersAB(t)
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
