@@ -204,10 +204,14 @@ func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request, p kubeP
 	case "version":
 		writeJSON(w, serverVersion())
 	case "api":
-		writeJSON(w, metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"},
-			ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host}}})
+		s.aggregatedDiscovery(w, r, p.cluster, cat, func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"},
+				ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host}}})
+		}, false)
 	case "apis":
-		writeJSON(w, metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: cat.groups()})
+		s.aggregatedDiscovery(w, r, p.cluster, cat, func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: cat.groups()})
+		}, true)
 	case "group":
 		for _, g := range cat.groups() {
 			if g.Name == p.group {

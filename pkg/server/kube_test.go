@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/watchcache"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 )
 
 func TestParseKubePath(t *testing.T) {
@@ -651,4 +655,100 @@ func TestOpenAPIV3(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", path, code, body, want)
 		}
 	}
+}
+
+// TestAggregatedDiscovery: client-go's discovery client gets every group in one aggregated
+// document per root (apidiscovery.k8s.io/v2), in the fleet view and a cluster's, and a client
+// that does not ask for it still gets the legacy documents. A group-version served only by a
+// cluster that is not synced is Stale.
+func TestAggregatedDiscovery(t *testing.T) {
+	hs, s := kubeFixture(t)
+	const accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+	for _, prefix := range []string{"", "/clusters/b"} {
+		code, h, body := do(t, hs, "GET", prefix+"/api", accept)
+		var list apidiscoveryv2.APIGroupDiscoveryList
+		if err := json.Unmarshal(body, &list); code != 200 || err != nil || !strings.Contains(h.Get("Content-Type"), "as=APIGroupDiscoveryList") {
+			t.Fatalf("%s/api aggregated: %d %s %s", prefix, code, h.Get("Content-Type"), body)
+		}
+		if len(list.Items) != 1 || len(list.Items[0].Versions) != 1 || list.Items[0].Versions[0].Version != "v1" ||
+			len(list.Items[0].Versions[0].Resources) != 1 || list.Items[0].Versions[0].Resources[0].Resource != "pods" ||
+			list.Items[0].Versions[0].Resources[0].Scope != apidiscoveryv2.ScopeNamespace || list.Items[0].Versions[0].Freshness != apidiscoveryv2.DiscoveryFreshnessCurrent {
+			t.Errorf("%s/api aggregated: %+v", prefix, list.Items)
+		}
+		code, _, body = do(t, hs, "GET", prefix+"/apis", accept)
+		list = apidiscoveryv2.APIGroupDiscoveryList{}
+		if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Items) != 1 || list.Items[0].Name != "multicache.io" ||
+			list.Items[0].Versions[0].Resources[0].Resource != "clusters" {
+			t.Errorf("%s/apis aggregated: %d %s", prefix, code, body)
+		}
+		// Legacy, for a client that does not ask.
+		var legacy metav1.APIGroupList
+		if code, _, body := do(t, hs, "GET", prefix+"/apis", ""); code != 200 || json.Unmarshal(body, &legacy) != nil || legacy.Kind != "APIGroupList" {
+			t.Errorf("%s/apis legacy: %d %s", prefix, code, body)
+		}
+	}
+	// client-go's own discovery client reads them, and nothing else.
+	var mu sync.Mutex
+	var paths []string
+	h := s.Handler()
+	counted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(counted.Close)
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: counted.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lists, err := dc.ServerGroupsAndResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range lists {
+		for _, r := range l.APIResources {
+			names = append(names, l.GroupVersion+"/"+r.Name)
+		}
+	}
+	if slices.Sort(names); !slices.Equal(names, []string{"multicache.io/v1/clusters", "v1/pods"}) {
+		t.Errorf("client-go discovery: %v", names)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(paths, []string{"/api", "/apis"}) {
+		t.Errorf("client-go discovery asked %v, want /api and /apis alone (aggregated)", paths)
+	}
+}
+
+// TestAggregatedDiscoveryStale: a group-version served only by clusters that are still
+// syncing is Stale, and Current once one has synced.
+func TestAggregatedDiscoveryStale(t *testing.T) {
+	f := fakeapi.New(t)
+	f.SetPods([]corev1.Pod{pod("p")})
+	f.SetSlow(true)
+	t.Cleanup(func() { f.SetSlow(false) })
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: f.Config(), Fingerprint: "1"}}, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	freshness := func() apidiscoveryv2.DiscoveryFreshness {
+		var list apidiscoveryv2.APIGroupDiscoveryList
+		_, _, body := do(t, hs, "GET", "/api", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+		if json.Unmarshal(body, &list) != nil || len(list.Items) != 1 || len(list.Items[0].Versions) != 1 || len(list.Items[0].Versions[0].Resources) == 0 {
+			return ""
+		}
+		return list.Items[0].Versions[0].Freshness
+	}
+	waitUntil(t, "pods discovered, still syncing", 10*time.Second, func() bool { return freshness() == apidiscoveryv2.DiscoveryFreshnessStale })
+	f.SetSlow(false)
+	waitUntil(t, "pods synced", 10*time.Second, func() bool { return freshness() == apidiscoveryv2.DiscoveryFreshnessCurrent })
 }

@@ -169,9 +169,10 @@ type Server struct {
 	aliasMu sync.Mutex
 	aliases map[string]string // lower-cased alias → configured resource name
 
-	cat     catalogCache
-	tables  *table.Set
-	openapi openAPIViews // the OpenAPI v3 documents of each view, read from the members
+	cat       catalogCache
+	tables    *table.Set
+	openapi   openAPIViews   // the OpenAPI v3 documents of each view, read from the members
+	discovery discoveryViews // the aggregated discovery documents of each view
 
 	// local is this replica's own API, without fan-out: what peers and the fan-out call.
 	local http.Handler
