@@ -74,6 +74,8 @@ func (t *Table) Object(obj any) {
 				cs[i].Name, cs[i].Image, cs[i].ImageID = Str(cs[i].Name), Str(cs[i].Image), Str(cs[i].ImageID)
 			}
 		}
+	case *corev1.Event:
+		t.event(o)
 	case *appsv1.Deployment:
 		t.workload(&o.ObjectMeta, &o.Spec.Template)
 	case *appsv1.ReplicaSet:
@@ -91,6 +93,23 @@ func (t *Table) Object(obj any) {
 		if m, ok := o.GetObjectMeta().(*metav1.ObjectMeta); ok {
 			t.meta(m)
 		}
+	}
+}
+
+// event shares an Event's repeated strings: what it is about, why, and who reported it. An
+// event's message is its own unless short: most repeat a template with names in it.
+func (t *Table) event(e *corev1.Event) {
+	t.meta(&e.ObjectMeta)
+	o := &e.InvolvedObject
+	o.Kind, o.Namespace, o.APIVersion, o.FieldPath = Str(o.Kind), Str(o.Namespace), Str(o.APIVersion), Str(o.FieldPath)
+	e.Reason, e.Type, e.Action = Str(e.Reason), Str(e.Type), Str(e.Action)
+	e.Source.Component, e.Source.Host = Str(e.Source.Component), Str(e.Source.Host)
+	e.ReportingController, e.ReportingInstance = Str(e.ReportingController), Str(e.ReportingInstance)
+	if len(e.Message) <= 128 {
+		e.Message = Str(e.Message)
+	}
+	if r := e.Related; r != nil {
+		r.Kind, r.Namespace, r.APIVersion = Str(r.Kind), Str(r.Namespace), Str(r.APIVersion)
 	}
 }
 

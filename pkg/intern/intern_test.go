@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -189,3 +190,54 @@ func TestSharedMapIsNeverRewritten(t *testing.T) {
 		t.Fatalf("shared %v, again %v", shared, again)
 	}
 }
+
+// TestEventSharesItsStrings: two Events of the same kind of happening share what they are
+// about, why and who reported it, and a short message; content stays equal.
+func TestEventSharesItsStrings(t *testing.T) {
+	ev := func(name, msg string) *corev1.Event {
+		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "load-1"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "load-1", Name: name, APIVersion: "v1", FieldPath: "spec.containers{app}"},
+			Reason:         "Pulling", Message: msg, Type: "Normal", Source: corev1.EventSource{Component: "kubelet", Host: "node-1"},
+			ReportingController: "kubelet", ReportingInstance: "node-1"}
+		// As decoded: every string its own copy.
+		b, err := runtime.Encode(protobuf.NewSerializer(scheme.Scheme, scheme.Scheme), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &corev1.Event{}
+		if _, _, err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Decode(b, nil, out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	long := string(make([]byte, 200))
+	e1, e2 := ev("a", `Pulling image "nginx"`), ev("b", `Pulling image "nginx"`)
+	e3, e4 := ev("c", long), ev("d", long)
+	want := []*corev1.Event{e1.DeepCopy(), e2.DeepCopy(), e3.DeepCopy(), e4.DeepCopy()}
+	tab := New(Options{})
+	for i, e := range []*corev1.Event{e1, e2, e3, e4} {
+		tab.Object(e)
+		if !apiequality.Semantic.DeepEqual(e, want[i]) {
+			t.Fatalf("event %d changed content", i)
+		}
+	}
+	same := func(a, b string) bool { return len(a) > 0 && unsafeData(a) == unsafeData(b) }
+	for what, pair := range map[string][2]string{
+		"reason":    {e1.Reason, e2.Reason},
+		"kind":      {e1.InvolvedObject.Kind, e2.InvolvedObject.Kind},
+		"fieldPath": {e1.InvolvedObject.FieldPath, e2.InvolvedObject.FieldPath},
+		"component": {e1.Source.Component, e2.Source.Component},
+		"host":      {e1.Source.Host, e2.Source.Host},
+		"message":   {e1.Message, e2.Message},
+	} {
+		if !same(pair[0], pair[1]) {
+			t.Errorf("%s is not shared", what)
+		}
+	}
+	if same(e3.Message, e4.Message) {
+		t.Error("a long message is shared: most are an event's own")
+	}
+}
+
+// unsafeData is where a string's bytes are: equal for a shared string.
+func unsafeData(s string) *byte { return unsafe.StringData(s) }

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ resources:
   - name: widgets
   - name: namespaces
     mode: metadata
+  - name: events
 server:
   maxPageSize: 50
   bookmarkInterval: 1s
@@ -374,6 +376,49 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("events across the fleet: get events -A --sort-by, kubectl events -A", func(t *testing.T) {
+		base := time.Now().Add(-time.Hour).Truncate(time.Second)
+		var want []string // event names, oldest last-seen first
+		for i, c := range []string{"fleet-3", "fleet-1", "fleet-2"} {
+			cs, err := f.Clientset(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := "e2e-event-" + c
+			ts := metav1.NewTime(base.Add(time.Duration(i) * time.Minute))
+			if _, err := cs.CoreV1().Events("load-0").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name},
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "load-0", Name: "pod-1", APIVersion: "v1"},
+				Reason:         "E2EReason" + strconv.Itoa(i), Message: "happened in " + c, Type: "Normal", Source: corev1.EventSource{Component: "e2e"},
+				FirstTimestamp: ts, LastTimestamp: ts, Count: 1}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, name)
+		}
+		var got []string
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			out := k.ok("get", "events", "-A", "--sort-by=.lastTimestamp", "-o", `jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}`)
+			got = slices.DeleteFunc(strings.Fields(out), func(n string) bool { return !strings.HasPrefix(n, "e2e-event-") })
+			if len(got) == len(want) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("kubectl get events -A --sort-by=.lastTimestamp: %v, want %v", got, want)
+		}
+		tb := parseTable(k.ok("get", "events", "-A"))
+		if tb.header[1] != "CLUSTER" {
+			t.Errorf("get events -A: header %v, want CLUSTER after NAMESPACE", tb.header)
+		}
+		out := k.ok("events", "-A")
+		for i, c := range []string{"fleet-3", "fleet-1", "fleet-2"} {
+			if !strings.Contains(out, "E2EReason"+strconv.Itoa(i)) || !strings.Contains(out, "happened in "+c) {
+				t.Errorf("kubectl events -A: no event of %s in\n%s", c, out)
+			}
+		}
+	})
+
 	t.Run("a CRD served by 2 of 3 clusters, with its printer columns", func(t *testing.T) {
 		tb := parseTable(k.ok("get", "widgets", "-A", "-o", "wide"))
 		if want := []string{"NAMESPACE", "CLUSTER", "NAME", "COLOR", "SIZE", "AGE"}; !slices.Equal(tb.header, want) {
@@ -439,7 +484,7 @@ func TestKubectl(t *testing.T) {
 			t.Errorf("clusters: header %v, want %v", tb.header, want)
 		}
 		for i, r := range tb.rows {
-			if r[0] != f.Names()[i] || r[1] != "Synced" || r[2] != "5/5" {
+			if r[0] != f.Names()[i] || r[1] != "Synced" || r[2] != "6/6" {
 				t.Errorf("clusters: row %v", r)
 			}
 		}
