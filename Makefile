@@ -72,6 +72,7 @@ bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 1
 	$(MAKE) --no-print-directory bench-ceiling
 	$(MAKE) --no-print-directory bench-kubectl
 	$(MAKE) --no-print-directory bench-auth
+	$(MAKE) --no-print-directory bench-events
 
 .PHONY: bench-queries
 bench-queries: ## P3: in-process queries (5 runs each) and hot paths, written to docs/BENCHMARKS.md
@@ -102,6 +103,10 @@ bench-auth: tools ## One query's latency with a static token, delegated auth cac
 
 BENCH_KUBECTL_PODS ?= 20000
 BENCH_KUBECTL_RUNS ?= 7
+
+.PHONY: bench-events
+bench-events: tools ## E1: heap per cached Event vs B (3 clusters x 5,000 Events), written to docs/BENCHMARKS.md
+	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_RUNS=$(BENCH_RUNS) $(GO) test -run '^$$' -bench EventsHeap -benchtime 1x -timeout 30m -v ./test/bench/
 
 .PHONY: bench-kubectl
 bench-kubectl: tools ## kubectl get pods -A -l SEL through the daemon vs a kubectl fan-out (3 clusters x 20k Pods)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -38,6 +39,12 @@ var eventReasons = []struct{ component, typ, reason, message string }{
 // seedEvents writes n Events into a cluster through its API, as a churning cluster's
 // components write them: a few reasons and sources, messages naming their Pods.
 func seedEvents(ctx context.Context, cs kubernetes.Interface, cluster string, n int) error {
+	for i := range 4 {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "load-" + strconv.Itoa(i)}}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("cluster %q: create namespace: %w", cluster, err)
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 8 {
