@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
 
@@ -26,9 +27,10 @@ type discoveryViews struct {
 }
 
 type discoveryView struct {
-	cat       *catalog // the catalog the documents were made from
-	stale     []string // and the group-versions marked Stale then
-	api, apis aggregated.ResourceManager
+	// The documents as last set: the ResourceManagers are told only of changes (each set
+	// logs every group-version it adds).
+	apiGroups, apisGroups []apidiscoveryv2.APIGroupDiscovery
+	api, apis             aggregated.ResourceManager
 	// serveAPI and serveAPIs answer /api and /apis: aggregated when the client asks for it.
 	serveAPI, serveAPIs func(legacy http.Handler) http.Handler
 }
@@ -63,23 +65,30 @@ func (s *Server) discoveryView(cluster string, cat *catalog) *discoveryView {
 		}
 		s.discovery.views[cluster] = v
 	}
-	if v.cat == cat && slices.Equal(v.stale, stale) {
-		return v
-	}
-	v.cat, v.stale = cat, stale
 	groups := cat.groups()
 	var apisGroups []apidiscoveryv2.APIGroupDiscovery
-	for i, g := range groups {
+	for _, g := range groups {
 		gd := apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g.Name}}
-		for j, gv := range g.Versions {
+		for _, gv := range g.Versions {
 			gd.Versions = append(gd.Versions, versionDiscovery(cat, g.Name, gv.Version, stale))
-			// The legacy order: groups by name, each one's preferred version first.
-			v.apis.SetGroupVersionPriority(metav1.GroupVersion{Group: g.Name, Version: gv.Version}, 10000-i, 1000-j)
 		}
 		apisGroups = append(apisGroups, gd)
 	}
-	v.apis.SetGroups(apisGroups)
-	v.api.SetGroups([]apidiscoveryv2.APIGroupDiscovery{{Versions: []apidiscoveryv2.APIVersionDiscovery{versionDiscovery(cat, "", "v1", stale)}}})
+	if !equality.Semantic.DeepEqual(apisGroups, v.apisGroups) {
+		for i, g := range groups {
+			for j, gv := range g.Versions {
+				// The legacy order: groups by name, each one's preferred version first.
+				v.apis.SetGroupVersionPriority(metav1.GroupVersion{Group: g.Name, Version: gv.Version}, 10000-i, 1000-j)
+			}
+		}
+		v.apis.SetGroups(apisGroups)
+		v.apisGroups = apisGroups
+	}
+	apiGroups := []apidiscoveryv2.APIGroupDiscovery{{Versions: []apidiscoveryv2.APIVersionDiscovery{versionDiscovery(cat, "", "v1", stale)}}}
+	if !equality.Semantic.DeepEqual(apiGroups, v.apiGroups) {
+		v.api.SetGroups(apiGroups)
+		v.apiGroups = apiGroups
+	}
 	return v
 }
 
