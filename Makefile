@@ -19,7 +19,7 @@ help: ## List every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver and kubectl into bin/, and install the official Python client (idempotent)
+tools: ## Build the pinned etcd, kube-apiserver and kubectl into bin/, and install the official Python and JavaScript clients (idempotent)
 	@bash hack/build-tools.sh etcd kube-apiserver kubectl
 	@bash hack/install-clients.sh
 
