@@ -303,6 +303,33 @@ readiness:
 		}
 	})
 
+	t.Run("kubectl auth can-i and whoami agree with the reads", func(t *testing.T) {
+		kubectl := func(id identity, server string, args ...string) (string, bool) {
+			out, err := exec.Command(filepath.Join(fleet.DefaultBinDir(), "kubectl"), append([]string{"--server", server, "--certificate-authority", caPath,
+				"--token", id.token}, args...)...).Output()
+			return string(out), err == nil
+		}
+		for _, id := range []identity{alice, bob, eve} {
+			for _, c := range []string{m2, m3} {
+				out, yes := kubectl(id, d.URL+"/clusters/"+c, "auth", "can-i", "list", "configmaps", "-n", "e2e-data")
+				code, _, _ := e.get(id, "/clusters/"+c+"/api/v1/namespaces/e2e-data/configmaps")
+				if yes != id.may(c) || yes != (code == 200) {
+					t.Errorf("%s in %s: can-i list configmaps %q (yes: %t); the list answers %d; may read: %t", id.name, c, out, yes, code, id.may(c))
+				}
+			}
+			out, yes := kubectl(id, d.URL, "auth", "can-i", "list", "configmaps")
+			if yes != (len(id.clusters) > 0) {
+				t.Errorf("%s in the fleet view: can-i list configmaps %q, reads %v", id.name, out, id.clusters)
+			}
+			if out, yes := kubectl(id, d.URL, "auth", "can-i", "create", "configmaps"); yes {
+				t.Errorf("%s: can-i create configmaps %q: writes are never allowed", id.name, out)
+			}
+		}
+		if out, ok := kubectl(alice, d.URL, "auth", "whoami"); !ok || !strings.Contains(out, "system:serviceaccount:") || !strings.Contains(out, "alice") {
+			t.Errorf("kubectl auth whoami as alice:\n%s", out)
+		}
+	})
+
 	t.Run("clusters follow their Secrets", func(t *testing.T) {
 		// A rotated Secret restarts its cluster, with writes running; the cache ends equal to
 		// the API server.
