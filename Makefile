@@ -19,8 +19,8 @@ help: ## List every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver and kubectl into bin/, and install the official Python and JavaScript clients (idempotent)
-	@bash hack/build-tools.sh etcd kube-apiserver kubectl
+tools: ## Build the pinned etcd, kube-apiserver, kubectl and k9s into bin/, and install the official Python and JavaScript clients (idempotent)
+	@bash hack/build-tools.sh etcd kube-apiserver kubectl k9s
 	@bash hack/install-clients.sh
 
 .PHONY: tools-cm

@@ -3,6 +3,7 @@
 #   kube-apiserver, kube-controller-manager,
 #   kubectl                                  <- hack/tools/apiserver (k8s.io/kubernetes v1.37.1)
 #   etcd                                     <- hack/tools/etcd (go.etcd.io/etcd/server/v3 v3.7.0)
+#   k9s                                      <- github.com/derailed/k9s (go install, pinned below)
 # A binary is rebuilt only when it is missing or its tools module (go.mod, go.sum) changed:
 # a stamp file beside each binary records the hash it was built from.
 set -euo pipefail
@@ -40,6 +41,26 @@ build() {
   echo "tools: built $name in $((SECONDS - start))s"
 }
 
+k9s_version=v0.50.16
+
+# install_k9s builds k9s with go install at its pinned version, which uses k9s's own go.mod.
+install_k9s() {
+  local out="$bin/k9s" want
+  want=$(echo "$k9s_version" | cat - "$0" | sha256sum | cut -c1-16)
+  if [[ -x $out && -f $out.stamp && $(cat "$out.stamp") == "$want" ]]; then
+    echo "tools: k9s is up to date"
+    return
+  fi
+  echo "tools: building k9s $k9s_version (cold builds take minutes)"
+  local start=$SECONDS tmp
+  tmp=$(mktemp -d)
+  GOBIN=$tmp go install -trimpath -ldflags "-s -w" "github.com/derailed/k9s@$k9s_version"
+  mv "$tmp/k9s" "$out"
+  rmdir "$tmp"
+  echo "$want" > "$out.stamp"
+  echo "tools: built k9s in $((SECONDS - start))s"
+}
+
 want=${*:-etcd kube-apiserver kubectl}
 for t in $want; do
   case $t in
@@ -47,6 +68,7 @@ for t in $want; do
     kube-apiserver) build kube-apiserver "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$ldflags_k8s" ;;
     kube-controller-manager) build kube-controller-manager "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags_k8s" ;;
     kubectl) build kubectl "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kubectl "$ldflags_k8s" ;;
-    *) echo "tools: unknown tool '$t' (want etcd, kube-apiserver, kube-controller-manager, kubectl)" >&2; exit 2 ;;
+    k9s) install_k9s ;;
+    *) echo "tools: unknown tool '$t' (want etcd, kube-apiserver, kube-controller-manager, kubectl, k9s)" >&2; exit 2 ;;
   esac
 done
