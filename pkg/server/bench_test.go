@@ -48,6 +48,18 @@ func benchClusters(b *testing.B) clusterset.Static {
 	return src
 }
 
+// serveLoop answers req with h for the benchmark's iterations, each a 200.
+func serveLoop(b *testing.B, h http.Handler, req *http.Request) {
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("%s: %d %s", req.URL, rec.Code, rec.Body.String())
+		}
+		b.SetBytes(int64(rec.Body.Len()))
+	}
+}
+
 // startSynced runs reg until the benchmark ends, and waits for every cluster to sync.
 func startSynced(b *testing.B, reg *clusterset.Registry) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -83,14 +95,7 @@ func BenchmarkHTTP(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
-			for b.Loop() {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK {
-					b.Fatalf("%s: %d %s", tc.path, rec.Code, rec.Body.String())
-				}
-				b.SetBytes(int64(rec.Body.Len()))
-			}
+			serveLoop(b, h, req)
 		})
 	}
 }
@@ -143,14 +148,7 @@ func BenchmarkFanout(b *testing.B) {
 			if tc.accept != "" {
 				req.Header.Set("Accept", tc.accept)
 			}
-			for b.Loop() {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK {
-					b.Fatalf("%s: %d %s", tc.path, rec.Code, rec.Body.String())
-				}
-				b.SetBytes(int64(rec.Body.Len()))
-			}
+			serveLoop(b, h, req)
 		})
 	}
 }

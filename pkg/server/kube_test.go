@@ -110,6 +110,21 @@ func kubeFixtureWith(t *testing.T, opts Options) (*httptest.Server, *Server) {
 	return kubeFixtureOf(t, src, opts)
 }
 
+// startedServer is a server with default options over src, caching pods, its Registry
+// running until the test ends.
+func startedServer(t *testing.T, src clusterset.Static) *Server {
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	return s
+}
+
 // kubeFixtureOf is kubeFixtureWith over src, the clusters a and b.
 func kubeFixtureOf(t *testing.T, src clusterset.Static, opts Options) (*httptest.Server, *Server) {
 	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
@@ -729,16 +744,7 @@ func TestAggregatedDiscoveryStale(t *testing.T) {
 	f.SetPods([]corev1.Pod{pod("p")})
 	f.SetSlow(true)
 	t.Cleanup(func() { f.SetSlow(false) })
-	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: f.Config(), Fingerprint: "1"}}, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runRegistry(t, reg.Start)
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(startedServer(t, clusterset.Static{{Name: "a", Config: f.Config(), Fingerprint: "1"}}).Handler())
 	t.Cleanup(hs.Close)
 	freshness := func() apidiscoveryv2.DiscoveryFreshness {
 		var list apidiscoveryv2.APIGroupDiscoveryList

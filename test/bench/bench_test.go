@@ -144,6 +144,22 @@ func rawList(contentType string) func(ctx context.Context, cfgs []*rest.Config) 
 	}
 }
 
+// rotate runs every variant runs times, each run in an order rotated by one, and hands each
+// result to record.
+func rotate(b *testing.B, ctx context.Context, cfgs []*rest.Config, variants []variant, runs int, record func(run int, v variant, r result)) {
+	for run := range runs {
+		for i := range variants {
+			v := variants[(i+run)%len(variants)]
+			r, stop, err := v.run(ctx, cfgs)
+			if err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			stop()
+			record(run, v, r)
+		}
+	}
+}
+
 func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
@@ -191,20 +207,12 @@ func BenchmarkFleetSync(b *testing.B) {
 	}
 	syncs := map[string][]float64{}
 	bytes := map[string][]float64{}
-	for run := range runs {
-		for i := range variants {
-			v := variants[(i+run)%len(variants)]
-			r, stop, err := v.run(ctx, cfgs)
-			if err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			stop()
-			syncs[v.name] = append(syncs[v.name], r.sync.Seconds())
-			bytes[v.name] = append(bytes[v.name], float64(r.bytes)/float64(total))
-			b.Logf("run %d %-60s synced %6.2fs  heap %7.0f B/object", run+1, v.name, r.sync.Seconds(), float64(r.bytes)/float64(total))
-			time.Sleep(2 * time.Second) // let the API servers settle
-		}
-	}
+	rotate(b, ctx, cfgs, variants, runs, func(run int, v variant, r result) {
+		syncs[v.name] = append(syncs[v.name], r.sync.Seconds())
+		bytes[v.name] = append(bytes[v.name], float64(r.bytes)/float64(total))
+		b.Logf("run %d %-60s synced %6.2fs  heap %7.0f B/object", run+1, v.name, r.sync.Seconds(), float64(r.bytes)/float64(total))
+		time.Sleep(2 * time.Second) // let the API servers settle
+	})
 	bSync, bBytes := median(syncs[variants[2].name]), median(bytes[variants[2].name])
 	lSync := median(syncs[variants[1].name])
 	var sb strings.Builder

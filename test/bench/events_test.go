@@ -160,18 +160,10 @@ func BenchmarkEventsHeap(b *testing.B) {
 		{"multicache, no transform", eventsMulticache(clusterset.TransformOptions{KeepManagedFields: true, KeepLastApplied: true, KeepDuplicates: true})},
 	}
 	perEvent := map[string][]float64{}
-	for run := range runs {
-		for i := range variants {
-			v := variants[(i+run)%len(variants)]
-			r, stop, err := v.run(ctx, cfgs)
-			if err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			stop()
-			perEvent[v.name] = append(perEvent[v.name], float64(r.bytes)/float64(total))
-			b.Logf("run %d %-60s heap %6.0f B/event", run+1, v.name, float64(r.bytes)/float64(total))
-		}
-	}
+	rotate(b, ctx, cfgs, variants, runs, func(run int, v variant, r result) {
+		perEvent[v.name] = append(perEvent[v.name], float64(r.bytes)/float64(total))
+		b.Logf("run %d %-60s heap %6.0f B/event", run+1, v.name, float64(r.bytes)/float64(total))
+	})
 	base := median(perEvent[variants[0].name])
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "| variant | heap per Event, median (min–max) | ÷ B |\n|---|---|---|\n")
