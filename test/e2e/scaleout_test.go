@@ -693,6 +693,12 @@ func TestScaleOut(t *testing.T) {
 	e.stable = func(key string) bool { return strings.Contains(key, "|"+scaleNS+"/cm-") }
 	fos := []*follower{e.follow(rs[0]), e.follow(rs[1]), e.follow(rs[2])}
 	e.followersEqualTruth("steady state", fos, time.Minute)
+	// Wire clients that list, watch and relist whenever their watch ends, on every replica,
+	// in both APIs' fleet views.
+	var relisters []*relister
+	for _, r := range rs {
+		relisters = append(relisters, e.relist("Kubernetes API, fleet, on "+r.id, r, e.kubeWire(r, "")), e.relist("native API, fleet, on "+r.id, r, e.nativeWire(r)))
+	}
 
 	// SIGKILL the biggest owner while writes run.
 	count := map[string]int{}
@@ -759,6 +765,28 @@ func TestScaleOut(t *testing.T) {
 		if n := fo.invented.Load(); n > 0 {
 			t.Errorf("through the SIGKILL, the Reflector on %s was told %d times that a ConfigMap nobody deleted is gone", fo.r.id, n)
 		}
+	}
+	var survivingRelisters []*relister
+	for _, rl := range relisters {
+		if !strings.HasSuffix(rl.name, " on "+victim.id) {
+			survivingRelisters = append(survivingRelisters, rl)
+		}
+	}
+	harness.WaitFor(t, "every relisting watcher on a survivor equal to the API servers", time.Minute, func() bool {
+		truth := e.truth()
+		for _, rl := range survivingRelisters {
+			if got, _, _ := rl.snapshot(); len(harness.Diff(truth, got)) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, rl := range survivingRelisters {
+		_, invented, relists := rl.snapshot()
+		if len(invented) > 0 {
+			t.Errorf("through the SIGKILL, %s: %d deletes of ConfigMaps nobody deleted, e.g. %v", rl.name, len(invented), invented[:min(3, len(invented))])
+		}
+		t.Logf("%s: listed %d times (1 + relists)", rl.name, relists)
 	}
 
 	// A fourth replica joins under writes: some clusters move to it, none is unowned, and every
