@@ -46,7 +46,9 @@ type openAPIViews struct {
 
 // openAPIView is one view's documents.
 type openAPIView struct {
-	svc     *handler3.OpenAPIService
+	svc *handler3.OpenAPIService // safe for concurrent use
+
+	mu      sync.Mutex               // held while the view is brought up to date
 	sources map[string]openAPISource // group-version path (api/v1, apis/apps/v1) → where it came from
 }
 
@@ -65,24 +67,24 @@ func (s *Server) handleOpenAPIV3(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	v, ok := s.openAPIView(cluster)
+	path := strings.TrimPrefix(r.URL.Path, "/clusters/"+cluster)
+	gv := strings.TrimPrefix(strings.TrimPrefix(path, "/openapi/v3"), "/")
+	svc, served, ok := s.openAPIView(cluster, gv)
 	if !ok {
 		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", cluster))
 		return
 	}
-	path := strings.TrimPrefix(r.URL.Path, "/clusters/"+cluster)
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = path
-	if path == "/openapi/v3" || path == "/openapi/v3/" {
-		v.svc.HandleDiscovery(w, r2)
+	if gv == "" {
+		svc.HandleDiscovery(w, r2)
 		return
 	}
-	gv := strings.TrimPrefix(path, "/openapi/v3/")
-	if _, ok := v.sources[gv]; !ok {
+	if !served {
 		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("no OpenAPI document for %s here: the group-version is not served by the clusters of this view (see /openapi/v3)", gv))
 		return
 	}
-	v.svc.HandleGroupVersion(w, r2)
+	svc.HandleGroupVersion(w, r2)
 }
 
 // wantedOpenAPI is, for a view, each group-version path its catalog serves and the cluster
@@ -130,16 +132,16 @@ func (s *Server) wantedOpenAPI(cluster string) (map[string]string, bool) {
 	return out, true
 }
 
-// openAPIView brings the view's documents in line with its catalog, and returns it. It reads
-// the documents it lacks under the views' lock: requests for OpenAPI wait for one another
-// while a member answers (each read is bounded by the peer timeout).
-func (s *Server) openAPIView(cluster string) (*openAPIView, bool) {
+// openAPIView brings the view's documents in line with its catalog, and returns its service
+// and whether it has a document for gv. It reads the documents it lacks under the view's
+// lock: requests for the same view's OpenAPI wait for one another while a member answers
+// (each read is bounded by the peer timeout); other views do not wait.
+func (s *Server) openAPIView(cluster, gv string) (*handler3.OpenAPIService, bool, bool) {
 	want, ok := s.wantedOpenAPI(cluster)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	s.openapi.mu.Lock()
-	defer s.openapi.mu.Unlock()
 	if s.openapi.views == nil {
 		s.openapi.views = map[string]*openAPIView{}
 	}
@@ -148,28 +150,32 @@ func (s *Server) openAPIView(cluster string) (*openAPIView, bool) {
 		v = &openAPIView{svc: handler3.NewOpenAPIService(), sources: map[string]openAPISource{}}
 		s.openapi.views[cluster] = v
 	}
-	for gv := range v.sources {
-		if _, ok := want[gv]; !ok {
-			v.svc.DeleteGroupVersion(gv)
-			delete(v.sources, gv)
+	s.openapi.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for path := range v.sources {
+		if _, ok := want[path]; !ok {
+			v.svc.DeleteGroupVersion(path)
+			delete(v.sources, path)
 		}
 	}
 	now := time.Now()
 	indexes := map[string]map[string]openapi.GroupVersion{} // per cluster, read once per refresh
-	for gv, from := range want {
-		if src, ok := v.sources[gv]; ok && src.cluster == from && now.Sub(src.at) < openAPIMaxAge {
+	for path, from := range want {
+		if src, ok := v.sources[path]; ok && src.cluster == from && now.Sub(src.at) < openAPIMaxAge {
 			continue
 		}
-		doc, err := s.fetchOpenAPI(indexes, from, gv)
+		doc, err := s.fetchOpenAPI(indexes, from, path)
 		if err != nil {
 			// Served from the last document read, if any, and read again on the next request.
-			s.log.Warn("openapi: cannot read a member's document", zap.String("cluster", from), zap.String("groupVersion", gv), zap.Error(err))
+			s.log.Warn("openapi: cannot read a member's document", zap.String("cluster", from), zap.String("groupVersion", path), zap.Error(err))
 			continue
 		}
-		v.svc.UpdateGroupVersion(gv, doc)
-		v.sources[gv] = openAPISource{cluster: from, at: now}
+		v.svc.UpdateGroupVersion(path, doc)
+		v.sources[path] = openAPISource{cluster: from, at: now}
 	}
-	return v, true
+	_, served := v.sources[gv]
+	return v.svc, served, true
 }
 
 // fetchOpenAPI reads the OpenAPI v3 document of a group-version from a member cluster, and
