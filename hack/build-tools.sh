@@ -54,7 +54,7 @@ install_k9s() {
   echo "tools: building k9s $k9s_version (cold builds take minutes)"
   local start=$SECONDS tmp
   tmp=$(mktemp -d)
-  GOBIN=$tmp go install -trimpath -ldflags "-s -w" "github.com/derailed/k9s@$k9s_version"
+  CGO_ENABLED=0 GOBIN=$tmp go install -trimpath -ldflags "-s -w" "github.com/derailed/k9s@$k9s_version"
   mv "$tmp/k9s" "$out"
   rmdir "$tmp"
   echo "$want" > "$out.stamp"
