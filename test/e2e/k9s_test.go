@@ -49,9 +49,9 @@ func (k k9s) keys(keys ...string) { k.tmux(append([]string{"send-keys", "-t", k.
 // given a moment to open, then the rest.
 func (k k9s) command(cmd string) {
 	k.tmux("send-keys", "-t", k.session, "-l", "--", cmd[:1])
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 	k.tmux("send-keys", "-t", k.session, "-l", "--", cmd[1:])
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
 	k.keys("Enter")
 }
 
