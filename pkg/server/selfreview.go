@@ -40,18 +40,19 @@ var selfReviewPaths = map[string]func(*Server) http.HandlerFunc{
 	"/apis/authentication.k8s.io/v1/selfsubjectreviews":      func(s *Server) http.HandlerFunc { return s.handleSelfReview },
 }
 
-// decodeReview reads a review from the request body, JSON or protobuf as client-go sends it.
-func decodeReview(w http.ResponseWriter, r *http.Request, into runtime.Object) bool {
+// readReview reads a review from the request body, JSON or protobuf as client-go sends it, and
+// the view it is asked in (reviewCluster); ok is false when it answered an error.
+func (s *Server) readReview(w http.ResponseWriter, r *http.Request, into runtime.Object) (*catalog, string, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
 		filters.WriteError(w, http.StatusBadRequest, "read the request body: "+err.Error())
-		return false
+		return nil, "", false
 	}
 	if _, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, into); err != nil {
 		filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("decode %T: %v", into, err))
-		return false
+		return nil, "", false
 	}
-	return true
+	return s.reviewCluster(w, r)
 }
 
 // reviewCluster is the cluster a self review is asked in ("" for the fleet view), and the
@@ -89,10 +90,7 @@ func (s *Server) elsewhere() []string {
 
 func (s *Server) handleSelfAccessReview(w http.ResponseWriter, r *http.Request) {
 	var rev authorizationv1.SelfSubjectAccessReview
-	if !decodeReview(w, r, &rev) {
-		return
-	}
-	cat, cluster, ok := s.reviewCluster(w, r)
+	cat, cluster, ok := s.readReview(w, r, &rev)
 	if !ok {
 		return
 	}
@@ -211,10 +209,7 @@ func mayGetPath(verb, path string) (bool, string) {
 
 func (s *Server) handleSelfRulesReview(w http.ResponseWriter, r *http.Request) {
 	var rev authorizationv1.SelfSubjectRulesReview
-	if !decodeReview(w, r, &rev) {
-		return
-	}
-	cat, cluster, ok := s.reviewCluster(w, r)
+	cat, cluster, ok := s.readReview(w, r, &rev)
 	if !ok {
 		return
 	}
@@ -254,10 +249,7 @@ var anonymous = &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.Al
 
 func (s *Server) handleSelfReview(w http.ResponseWriter, r *http.Request) {
 	var rev authenticationv1.SelfSubjectReview
-	if !decodeReview(w, r, &rev) {
-		return
-	}
-	if _, _, ok := s.reviewCluster(w, r); !ok {
+	if _, _, ok := s.readReview(w, r, &rev); !ok {
 		return
 	}
 	u := auth.UserOf(filters.AccessOf(r.Context()))
