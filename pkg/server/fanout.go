@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,12 +12,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 
-	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
@@ -141,48 +137,6 @@ func copyFlushing(w http.ResponseWriter, body io.Reader) {
 	}
 }
 
-// answer is one replica's reply to its part of a list.
-type answer[T any] struct {
-	part part
-	val  T
-	err  error
-}
-
-// gather calls every part at once, with the peer timeout, and decodes each 200 answer. local,
-// when set, answers this replica's own part in process instead: no HTTP, no encoding to decode.
-func gather[T any](ctx context.Context, s *Server, r *http.Request, pl plan, path string, query func(part) url.Values, kind string, decode func(*http.Response) (T, error), local func(context.Context, *http.Request, part, url.Values) (T, error)) []answer[T] {
-	ctx, cancel := context.WithTimeout(ctx, s.peers.timeout)
-	defer cancel()
-	out := make([]answer[T], len(pl.parts))
-	var wg sync.WaitGroup
-	for i, p := range pl.parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i].part = p
-			if p.self && local != nil {
-				out[i].val, out[i].err = local(ctx, r, p, query(p))
-				return
-			}
-			resp, err := s.peers.call(ctx, r, p, path, query(p), kind)
-			if err == nil {
-				err = checkAnswer(p, resp)
-			}
-			if err != nil {
-				out[i].err = err
-				return
-			}
-			defer drain(resp.Body)
-			out[i].val, out[i].err = decode(resp)
-			if out[i].err != nil {
-				out[i].err = fmt.Errorf("replica %q: %w", p.peer, out[i].err)
-			}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
 // mustRetry answers a part's 429 as it gave it, and reports whether it did. A part answers 429
 // when a cluster of its plan is not complete there yet (a move under way, a first sync): an
 // answer without that cluster's objects would read as their deletes to a client that relists.
@@ -244,26 +198,6 @@ func writePeerFailure(w http.ResponseWriter, err error) {
 	filters.WriteError(w, http.StatusServiceUnavailable, err.Error())
 }
 
-// watchFrom reads a fan-in watch's resourceVersion: where each part resumes (resume false:
-// from now, or as "0" asks). A position of one replica's answer, or one from before a
-// cluster moved, is 410, answered here (ok false).
-func watchFrom(w http.ResponseWriter, q url.Values, pl plan) (from watchcache.Position, resume, ok bool) {
-	rv := q.Get("resourceVersion")
-	if rv == "" || rv == "0" {
-		return watchcache.Position{}, false, true
-	}
-	t, isFleet := parseMerged(rv)
-	if !isFleet {
-		filters.WriteError(w, http.StatusGone, "resourceVersion expired: it comes from one replica's answer and the fleet's clusters are now spread over several; list again")
-		return watchcache.Position{}, false, false
-	}
-	if err := resumable(t, pl); err != nil {
-		filters.WriteError(w, http.StatusGone, "resourceVersion expired: "+err.Error()+"; list again")
-		return watchcache.Position{}, false, false
-	}
-	return t, true, true
-}
-
 // downFreshness reports the clusters no replica answered for, as unsynced, leaving out those
 // the caller may not read.
 func (s *Server) downFreshness(ctx context.Context, resource string, down map[string]string, failed map[string]error) []api.ClusterFreshness {
@@ -320,45 +254,25 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 		}
 		return pq
 	}
-	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeNativeDoc, s.localNativeList)
+	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (partList, error) {
+		return rd.list(ctx, partQuery{path: r.URL.Path, query: query(p), kind: "list"})
+	})
 	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
-	type keyed struct {
-		key  aggregate.Key
-		item api.Item
-	}
-	var all []keyed
-	more := false
-	failed := map[string]error{}
-	rvs := map[string]watchcache.PartPosition{}
+	mp := mergePages(answers, limit)
 	var fresh []api.ClusterFreshness
 	for _, a := range answers {
-		if a.err != nil {
-			for _, c := range a.part.clusters {
-				failed[c] = a.err
-			}
-			continue
-		}
-		rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.list.ResourceVersion, Set: a.part.set()}
-		fresh = append(fresh, a.val.list.Clusters...)
-		more = more || a.val.list.Continue != ""
-		for i, it := range a.val.list.Items {
-			all = append(all, keyed{a.val.keys[i], it})
-		}
+		fresh = append(fresh, a.val.fresh...)
 	}
-	sort.Slice(all, func(i, j int) bool { return less(all[i].key, all[j].key) })
-	if len(all) > limit {
-		more, all = true, all[:limit]
+	list := api.List{Items: make([]api.Item, len(mp.elements)), ResourceVersion: watchcache.Position{Parts: mp.rvs}.String()}
+	for i, el := range mp.elements {
+		list.Items[i] = api.Item{Cluster: el.key.Cluster, Object: el.raw}
 	}
-	list := api.List{Items: make([]api.Item, len(all)), ResourceVersion: watchcache.Position{Parts: rvs}.String()}
-	for i, k := range all {
-		list.Items[i] = k.item
+	if mp.more && len(mp.elements) > 0 {
+		list.Continue = watchcache.Continue{Last: mp.elements[len(mp.elements)-1].key.String(), Position: watchcache.Position{Parts: mp.rvs}}.String()
 	}
-	if more && len(all) > 0 {
-		list.Continue = watchcache.Continue{Last: all[len(all)-1].key.String(), Position: watchcache.Position{Parts: rvs}}.String()
-	}
-	fresh = append(fresh, s.downFreshness(r.Context(), resource, pl.down, failed)...)
+	fresh = append(fresh, s.downFreshness(r.Context(), resource, pl.down, mp.failed)...)
 	sort.Slice(fresh, func(i, j int) bool { return fresh[i].Name < fresh[j].Name })
 	list.Clusters = fresh
 	if err := writeRawList(w, list); err != nil {
@@ -366,34 +280,42 @@ func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl pla
 	}
 }
 
-// nativeDoc is one part's page of a native list: its items as their owner encoded them, and
-// their keys.
-type nativeDoc struct {
-	list api.List
-	keys []aggregate.Key
+// mergedPage is the fleet's page of a list: its parts' elements merged in key order, cut at
+// the limit.
+type mergedPage struct {
+	elements []element
+	more     bool
+	rvs      map[string]watchcache.PartPosition // each part's position
+	failed   map[string]error                   // the clusters of parts that did not answer
 }
 
-func decodeNativeDoc(resp *http.Response) (nativeDoc, error) {
-	var d nativeDoc
-	if err := json.NewDecoder(resp.Body).Decode(&d.list); err != nil {
-		return d, err
+// mergePages merges the parts' pages: each holds up to limit elements after the same key, so
+// the first limit of their merge, in key order, are the fleet's next page. limit 0 keeps all.
+func mergePages(answers []answer[partList], limit int) mergedPage {
+	mp := mergedPage{rvs: map[string]watchcache.PartPosition{}, failed: map[string]error{}}
+	for _, a := range answers {
+		if a.err != nil {
+			for _, c := range a.part.clusters {
+				mp.failed[c] = a.err
+			}
+			continue
+		}
+		mp.rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.rv, Set: a.part.set()}
+		mp.more = mp.more || a.val.cont != ""
+		mp.elements = append(mp.elements, a.val.elements...)
 	}
-	d.keys = make([]aggregate.Key, len(d.list.Items))
-	for i, it := range d.list.Items {
-		var m api.ObjectMeta
-		_ = json.Unmarshal(it.Object, &m)
-		d.keys[i] = aggregate.Key{Cluster: it.Cluster, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name}
+	sort.SliceStable(mp.elements, func(i, j int) bool { return less(mp.elements[i].key, mp.elements[j].key) })
+	if limit > 0 && len(mp.elements) > limit {
+		mp.more, mp.elements = true, mp.elements[:limit]
 	}
-	return d, nil
+	return mp
 }
 
 // localNativeList answers this replica's part of a fan-out native list in process, as
 // localKubeList does the Kubernetes API's: read as any list request here is, each object
 // encoded once, nothing decoded.
-func (s *Server) localNativeList(ctx context.Context, r *http.Request, p part, q url.Values) (nativeDoc, error) {
-	req := r.Clone(filters.InProcess(ctx))
-	req.URL.RawQuery = q.Encode()
-	req.SetPathValue("resource", strings.TrimPrefix(r.URL.Path, api.ResourcesPath+"/"))
+func (s *Server) localNativeList(ctx context.Context, req *http.Request, p part) (partList, error) {
+	q := req.URL.Query()
 	var pg page
 	var list api.List
 	_, err := s.inProcess(ctx, p, "list", func(ctx context.Context, rec *answerRecorder) bool {
@@ -410,262 +332,45 @@ func (s *Server) localNativeList(ctx context.Context, r *http.Request, p part, q
 		return ok
 	})
 	if err != nil {
-		return nativeDoc{}, err
+		return partList{}, err
 	}
+	l := partList{rv: list.ResourceVersion, cont: list.Continue, fresh: list.Clusters}
 	var buf bytes.Buffer
 	ends := make([]int, len(pg.items))
-	d := nativeDoc{list: list, keys: make([]aggregate.Key, len(pg.items))}
 	for i, it := range pg.items {
 		if err := s.appendEncoded(&buf, it.Object, pg.info[it.Key.Cluster]); err != nil {
-			return nativeDoc{}, fmt.Errorf("replica %q: cluster %q: encode %s: %w", p.peer, it.Key.Cluster, it.Key, err)
+			return partList{}, fmt.Errorf("replica %q: cluster %q: encode %s: %w", p.peer, it.Key.Cluster, it.Key, err)
 		}
-		ends[i], d.keys[i] = buf.Len(), it.Key
+		ends[i] = buf.Len()
 	}
-	d.list.Items = make([]api.Item, len(pg.items))
-	all, start := buf.Bytes(), 0
+	l.elements = splitElements(buf.Bytes(), ends, pg.items)
+	return l, nil
+}
+
+// splitElements slices all, the encodings of items one after another (each ending at ends[i]),
+// into elements: one encoding, no copy per element.
+func splitElements(all []byte, ends []int, items []item) []element {
+	out := make([]element, len(items))
+	start := 0
 	for i, end := range ends {
-		d.list.Items[i] = api.Item{Cluster: pg.items[i].Key.Cluster, Object: all[start:end:end]}
+		out[i] = element{key: items[i].Key, raw: all[start:end:end]}
 		start = end
 	}
-	return d, nil
-}
-
-// stream is one replica's watch, read line by line.
-type stream struct {
-	part  part
-	lines chan []byte // closed when the watch ends
-	err   error       // why it ended, set before lines closes
-}
-
-// openStreams starts a watch on every part. It fails when any part refuses (a 410 for an
-// expired position, a 403): the caller answers that before its stream starts.
-func (s *Server) openStreams(ctx context.Context, r *http.Request, pl plan, path string, query func(part) url.Values) ([]*stream, error) {
-	var out []*stream
-	var firstErr error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, p := range pl.parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := s.peers.call(ctx, r, p, path, query(p), "watch")
-			if err == nil {
-				err = checkAnswer(p, resp)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			st := &stream{part: p, lines: make(chan []byte, 64)}
-			out = append(out, st)
-			go st.read(resp.Body)
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		for _, st := range out {
-			go func() {
-				for range st.lines {
-				}
-			}()
-		}
-		return nil, firstErr
-	}
-	return out, nil
-}
-
-func (st *stream) read(body io.ReadCloser) {
-	defer close(st.lines)
-	defer body.Close()
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 256<<20)
-	for sc.Scan() {
-		line := slices.Clone(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		st.lines <- line
-	}
-	st.err = sc.Err()
-	if st.err == nil {
-		st.err = io.EOF
-	}
-}
-
-// fanIn is what a fan-in watch receives: a line of one stream, or its end.
-type fanIn struct {
-	st   *stream
-	line []byte
-	done bool
-}
-
-// merge forwards every stream's lines to one channel until ctx ends.
-func merge(ctx context.Context, streams []*stream) <-chan fanIn {
-	out := make(chan fanIn, 64)
-	for _, st := range streams {
-		go func() {
-			for line := range st.lines {
-				select {
-				case out <- fanIn{st: st, line: line}:
-				case <-ctx.Done():
-					for range st.lines {
-					}
-					return
-				}
-			}
-			select {
-			case out <- fanIn{st: st, done: true}:
-			case <-ctx.Done():
-			}
-		}()
-	}
 	return out
-}
-
-// fanoutNativeWatch relays the owners' watches as one. Each part's BOOKMARK moves its position,
-// and the watch then sends a BOOKMARK of the fleet's. When a cluster moves, or a part's watch
-// ends, the watch ends with 410: the client lists again, and the list says which clusters are
-// unsynced. It never goes silent.
-func (s *Server) fanoutNativeWatch(w http.ResponseWriter, r *http.Request, pl plan) {
-	pl = pl.withSelf(s.opts.Fleet.Identity())
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
-		return
-	}
-	release, ok := s.limits.AcquireWatch(w)
-	if !ok {
-		return
-	}
-	defer release()
-	q := r.URL.Query()
-	from, resume, ok := watchFrom(w, q, pl)
-	if !ok {
-		return
-	}
-	bookmarks := q.Get("allowWatchBookmarks") != "false"
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	changed := s.opts.Fleet.WaitChange()
-	if why := s.moved(pl); why != "" {
-		filters.WriteError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
-		return
-	}
-	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
-		pq := restrictTo(q, p.clusters)
-		pq.Set("allowWatchBookmarks", "true")
-		pq.Del("resourceVersion")
-		if resume {
-			rv, _ := partPosition(from, p)
-			pq.Set("resourceVersion", rv)
-		}
-		return pq
-	})
-	if err != nil {
-		writePeerFailure(w, err)
-		return
-	}
-	s.metrics.watches.Inc()
-	defer s.metrics.watches.Dec()
-	pos := map[string]watchcache.PartPosition{}
-	for _, p := range pl.parts {
-		rv, _ := partPosition(from, p)
-		pos[p.peer] = watchcache.PartPosition{RV: rv, Set: p.set()}
-	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	if len(pl.down) > 0 {
-		var names []string
-		for c := range pl.down {
-			names = append(names, c)
-		}
-		sort.Strings(names)
-		if hv, err := utilnet.NewWarningHeader(299, "-", fmt.Sprintf("clusters %s: no live replica owns them; this watch ends with 410 when one does", strings.Join(names, ", "))); err == nil {
-			w.Header().Add("Warning", hv)
-		}
-	}
-	w.WriteHeader(http.StatusOK)
-	fl.Flush()
-	end := func(msg string) {
-		b, _ := json.Marshal(errorObject(http.StatusGone, msg))
-		_ = json.NewEncoder(w).Encode(api.WatchEvent{Type: api.ErrorEvent, Object: b})
-		fl.Flush()
-	}
-	in := merge(ctx, streams)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-			changed = s.opts.Fleet.WaitChange()
-			if why := s.moved(pl); why != "" {
-				end("the fleet changed since this watch started: " + why + "; list again")
-				return
-			}
-		case m := <-in:
-			if m.done {
-				end(fmt.Sprintf("the watch of replica %q ended (%v); list again", m.st.part.peer, m.st.err))
-				return
-			}
-			var ev api.WatchEvent
-			if err := json.Unmarshal(m.line, &ev); err != nil {
-				end(fmt.Sprintf("replica %q sent a malformed event: %v", m.st.part.peer, err))
-				return
-			}
-			switch ev.Type {
-			case api.Bookmark:
-				var b api.BookmarkObject
-				if json.Unmarshal(ev.Object, &b) == nil {
-					pos[m.st.part.peer] = watchcache.PartPosition{RV: b.Metadata.ResourceVersion, Set: m.st.part.set()}
-				}
-				if !bookmarks || !allPositions(pos) {
-					continue
-				}
-				var out api.BookmarkObject
-				out.Kind = "Bookmark"
-				out.Metadata.ResourceVersion = watchcache.Position{Parts: pos}.String()
-				b2, _ := json.Marshal(out)
-				if json.NewEncoder(w).Encode(api.WatchEvent{Type: api.Bookmark, Object: b2}) != nil {
-					return
-				}
-			case api.ErrorEvent:
-				_, _ = w.Write(append(m.line, '\n'))
-				fl.Flush()
-				return
-			default:
-				if _, err := w.Write(append(m.line, '\n')); err != nil {
-					return
-				}
-			}
-			if len(in) == 0 {
-				fl.Flush()
-			}
-		}
-	}
-}
-
-// allPositions reports whether every part has told its position.
-func allPositions(pos map[string]watchcache.PartPosition) bool {
-	for _, p := range pos {
-		if p.RV == "" {
-			return false
-		}
-	}
-	return true
 }
 
 // fanoutClusters answers api.Clusters for the fleet: each owner's clusters as it reports
 // them, with their owner; the others as this replica sees their fence Leases.
 func (s *Server) fanoutClusters(w http.ResponseWriter, r *http.Request) {
 	pl := s.plan(nil)
-	answers := gather(r.Context(), s, r, pl, r.URL.Path, func(part) url.Values { return r.URL.Query() }, "clusters", func(resp *http.Response) (api.Clusters, error) {
+	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (api.Clusters, error) {
 		var c api.Clusters
-		err := json.NewDecoder(resp.Body).Decode(&c)
+		b, err := rd.get(ctx, partQuery{path: r.URL.Path, query: r.URL.Query(), kind: "clusters"})
+		if err == nil {
+			err = json.Unmarshal(b, &c)
+		}
 		return c, err
-	}, nil)
+	})
 	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
 		return
 	}

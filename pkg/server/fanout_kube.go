@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -117,45 +116,10 @@ func (s *Server) fanoutDiscovery(w http.ResponseWriter, r *http.Request) {
 	s.local.ServeHTTP(w, r)
 }
 
-// kubeDoc is a list or Table answer, kept as raw fields so that it is relayed as the owner
-// wrote it.
-type kubeDoc struct {
-	fields   map[string]json.RawMessage // without the items or rows
-	elements []json.RawMessage          // items, or a Table's rows
-	keys     []aggregate.Key            // of each element
-	table    bool
-	warnings []string
-}
-
-func decodeKubeDoc(resp *http.Response) (kubeDoc, error) {
-	d := kubeDoc{warnings: resp.Header.Values("Warning")}
-	if err := json.NewDecoder(resp.Body).Decode(&d.fields); err != nil {
-		return d, err
-	}
-	field := "items"
-	if _, ok := d.fields["rows"]; ok {
-		field, d.table = "rows", true
-	}
-	if raw, ok := d.fields[field]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &d.elements); err != nil {
-			return d, fmt.Errorf("%s: %w", field, err)
-		}
-	}
-	delete(d.fields, field)
-	d.keys = make([]aggregate.Key, len(d.elements))
-	for i, el := range d.elements {
-		d.keys[i] = keyOfElement(el)
-	}
-	return d, nil
-}
-
 // localKubeList answers this replica's part of a fan-out list in process: read as any list
 // request here is (parseKube, kubeListAnswer), each element encoded once, with its key as read.
-// No pipe, no second authentication, and nothing decoded.
-func (s *Server) localKubeList(ctx context.Context, r *http.Request, p part, q url.Values) (kubeDoc, error) {
-	req := r.Clone(filters.InProcess(ctx))
-	req.URL.RawQuery = q.Encode()
-	req.Header.Set(peerHeader, "1")
+// No second authentication, and nothing decoded.
+func (s *Server) localKubeList(ctx context.Context, req *http.Request, p part) (partList, error) {
 	var kq kubeRequest
 	var l kubeList
 	rec, err := s.inProcess(ctx, p, "list", func(ctx context.Context, rec *answerRecorder) bool {
@@ -166,64 +130,55 @@ func (s *Server) localKubeList(ctx context.Context, r *http.Request, p part, q u
 		return ok
 	})
 	if err != nil {
-		return kubeDoc{}, err
+		return partList{}, err
 	}
-	d := kubeDoc{warnings: rec.header.Values("Warning"), fields: map[string]json.RawMessage{}}
-	md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont})
+	d := partList{warnings: rec.header.Values("Warning"), head: map[string]json.RawMessage{}, rv: l.rv, cont: l.cont}
 	if kq.f.as == "Table" {
 		t, err := s.kubeTable(ctx, l.kr, l.items, l.epoch, false, l.includeObject, kq.f.tableVersion)
 		if err != nil {
-			return kubeDoc{}, fmt.Errorf("replica %q: %w", p.peer, err)
+			return partList{}, fmt.Errorf("replica %q: %w", p.peer, err)
 		}
 		rows := t.Rows
 		t.Rows = nil
 		head, err := json.Marshal(t)
 		if err == nil {
-			err = json.Unmarshal(head, &d.fields)
+			err = json.Unmarshal(head, &d.head)
 		}
 		if err != nil {
-			return kubeDoc{}, fmt.Errorf("replica %q: encode table: %w", p.peer, err)
+			return partList{}, fmt.Errorf("replica %q: encode table: %w", p.peer, err)
 		}
-		delete(d.fields, "rows")
+		delete(d.head, "rows")
+		delete(d.head, "metadata")
 		d.table = true
 		for i, row := range rows {
 			b, err := json.Marshal(row)
 			if err != nil {
-				return kubeDoc{}, fmt.Errorf("replica %q: encode row: %w", p.peer, err)
+				return partList{}, fmt.Errorf("replica %q: encode row: %w", p.peer, err)
 			}
-			d.elements = append(d.elements, b)
+			key := keyOfElement(b)
 			if len(rows) == len(l.items) {
-				d.keys = append(d.keys, l.items[i].Key)
-			} else {
-				d.keys = append(d.keys, keyOfElement(b))
+				key = l.items[i].Key
 			}
+			d.elements = append(d.elements, element{key: key, raw: b})
 		}
-		d.fields["metadata"] = md
 		return d, nil
 	}
 	kind, apiVersion := l.kr.gvk.Kind+"List", l.kr.gvk.GroupVersion().String()
 	if kq.f.as == "PartialObjectMetadata" {
 		kind, apiVersion = "PartialObjectMetadataList", metav1.SchemeGroupVersion.String()
 	}
-	d.fields["kind"], _ = json.Marshal(kind)
-	d.fields["apiVersion"], _ = json.Marshal(apiVersion)
-	d.fields["metadata"] = md
+	d.head["kind"], _ = json.Marshal(kind)
+	d.head["apiVersion"], _ = json.Marshal(apiVersion)
 	// Every element into one buffer, then sliced: one encoding, no copy per element.
 	var buf bytes.Buffer
 	ends := make([]int, len(l.items))
-	d.keys = make([]aggregate.Key, len(l.items))
 	for i, it := range l.items {
 		if err := s.appendKubeObject(&buf, kq.f, l.kr, it, l.epoch, false); err != nil {
-			return kubeDoc{}, fmt.Errorf("replica %q: %w", p.peer, err)
+			return partList{}, fmt.Errorf("replica %q: %w", p.peer, err)
 		}
-		ends[i], d.keys[i] = buf.Len(), it.Key
+		ends[i] = buf.Len()
 	}
-	d.elements = make([]json.RawMessage, len(l.items))
-	all, start := buf.Bytes(), 0
-	for i, end := range ends {
-		d.elements[i] = all[start:end:end]
-		start = end
-	}
+	d.elements = splitElements(buf.Bytes(), ends, l.items)
 	return d, nil
 }
 
@@ -306,11 +261,14 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		}
 		return pq
 	}
-	answers := gather(r.Context(), s, r, pl, r.URL.Path, query, "list", decodeKubeDoc, s.localKubeList)
+	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (partList, error) {
+		return rd.list(ctx, partQuery{kube: true, path: r.URL.Path, query: query(p), kind: "list"})
+	})
 	if mustRetry(w, answers, true) || failedAll(w, answers, len(pl.down)) {
 		return
 	}
-	if !slices.ContainsFunc(answers, func(a answer[kubeDoc]) bool { return a.err == nil }) {
+	i := slices.IndexFunc(answers, func(a answer[partList]) bool { return a.err == nil })
+	if i < 0 {
 		var errs []string
 		for _, a := range answers {
 			errs = append(errs, a.err.Error())
@@ -318,46 +276,19 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		filters.WriteError(w, http.StatusServiceUnavailable, "no replica could answer: "+strings.Join(errs, "; "))
 		return
 	}
-	type keyed struct {
-		key aggregate.Key
-		raw json.RawMessage
-	}
-	var all []keyed
-	var first *kubeDoc
-	more := false
-	failed := map[string]error{}
-	rvs := map[string]watchcache.PartPosition{}
-	for i, a := range answers {
-		if a.err != nil {
-			for _, c := range a.part.clusters {
-				failed[c] = a.err
-			}
-			continue
-		}
-		if first == nil {
-			first = &answers[i].val
-		}
-		var md metav1.ListMeta
-		_ = json.Unmarshal(a.val.fields["metadata"], &md)
-		rvs[a.part.peer] = watchcache.PartPosition{RV: md.ResourceVersion, Set: a.part.set()}
-		more = more || md.Continue != ""
-		for j, el := range a.val.elements {
-			all = append(all, keyed{a.val.keys[j], el})
-		}
+	first := answers[i].val
+	for _, a := range answers {
 		for _, wv := range a.val.warnings {
 			if !slices.Contains(w.Header().Values("Warning"), wv) {
 				w.Header().Add("Warning", wv)
 			}
 		}
 	}
-	s.warnDown(w, r.Context(), pl.down, failed)
-	sort.SliceStable(all, func(i, j int) bool { return less(all[i].key, all[j].key) })
-	if limit > 0 && len(all) > limit {
-		more, all = true, all[:limit]
-	}
-	md := metav1.ListMeta{ResourceVersion: watchcache.Position{Parts: rvs}.String()}
-	if more && len(all) > 0 {
-		md.Continue = watchcache.Continue{Last: all[len(all)-1].key.String(), Position: watchcache.Position{Parts: rvs}, Exact: exact}.String()
+	mp := mergePages(answers, limit)
+	s.warnDown(w, r.Context(), pl.down, mp.failed)
+	md := metav1.ListMeta{ResourceVersion: watchcache.Position{Parts: mp.rvs}.String()}
+	if mp.more && len(mp.elements) > 0 {
+		md.Continue = watchcache.Continue{Last: mp.elements[len(mp.elements)-1].key.String(), Position: watchcache.Position{Parts: mp.rvs}, Exact: exact}.String()
 	}
 	// The first answer's fields, its metadata replaced, then the elements as their owners
 	// wrote them: streamed, never encoded again.
@@ -365,11 +296,9 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	if first.table {
 		field = "rows"
 	}
-	names := make([]string, 0, len(first.fields))
-	for k := range first.fields {
-		if k != "metadata" && k != field {
-			names = append(names, k)
-		}
+	names := make([]string, 0, len(first.head))
+	for k := range first.head {
+		names = append(names, k)
 	}
 	sort.Strings(names)
 	buf := getBuffer()
@@ -379,7 +308,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 		kb, _ := json.Marshal(k)
 		buf.Write(kb)
 		buf.WriteByte(':')
-		buf.Write(first.fields[k])
+		buf.Write(first.head[k])
 		buf.WriteByte(',')
 	}
 	mdb, _ := json.Marshal(md)
@@ -387,11 +316,11 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	buf.Write(mdb)
 	buf.WriteString(`,"` + field + `":[`)
 	w.Header().Set("Content-Type", "application/json")
-	for i, k := range all {
+	for i, el := range mp.elements {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		buf.Write(k.raw)
+		buf.Write(el.raw)
 		if buf.Len() >= 256<<10 {
 			if _, err := w.Write(buf.Bytes()); err != nil {
 				return
@@ -416,27 +345,27 @@ func (s *Server) warnDown(w http.ResponseWriter, ctx context.Context, down map[s
 // every cluster's row; several objects are 409, as in one replica's fleet view.
 func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) {
 	type got struct {
-		code int
-		body []byte
-		doc  kubeDoc
+		body  []byte
+		table bool
+		head  map[string]json.RawMessage
+		rows  []json.RawMessage
 	}
 	// Each owner answers for its part's clusters only: one not started there yet is 429, and
 	// a cluster two replicas hold for a moment answers once.
-	answers := gather(r.Context(), s, r, pl, r.URL.Path, func(p part) url.Values { return restrictTo(r.URL.Query(), p.clusters) }, "get", func(resp *http.Response) (got, error) {
-		var b json.RawMessage
-		if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (got, error) {
+		b, err := rd.get(ctx, partQuery{kube: true, path: r.URL.Path, query: restrictTo(r.URL.Query(), p.clusters), kind: "get"})
+		if err != nil {
 			return got{}, err
 		}
-		g := got{code: resp.StatusCode, body: b}
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(b, &fields) == nil {
-			if _, ok := fields["rows"]; ok {
-				g.doc.fields, g.doc.table = fields, true
-				_ = json.Unmarshal(fields["rows"], &g.doc.elements)
+		g := got{body: b}
+		if json.Unmarshal(b, &g.head) == nil {
+			if rows, ok := g.head["rows"]; ok {
+				g.table = true
+				_ = json.Unmarshal(rows, &g.rows)
 			}
 		}
 		return g, nil
-	}, nil)
+	})
 	var found []got
 	var notFound *peerError
 	failed := map[string]error{}
@@ -477,13 +406,13 @@ func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) 
 	case len(found) == 1:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(found[0].body)
-	case found[0].doc.table:
+	case found[0].table:
 		var rows []json.RawMessage
 		for _, g := range found {
-			rows = append(rows, g.doc.elements...)
+			rows = append(rows, g.rows...)
 		}
 		sort.SliceStable(rows, func(i, j int) bool { return less(keyOfElement(rows[i]), keyOfElement(rows[j])) })
-		out := found[0].doc.fields
+		out := found[0].head
 		out["rows"], _ = json.Marshal(rows)
 		writeJSON(w, out)
 	default:
@@ -507,148 +436,4 @@ func asPeerError(err error, pe **peerError) bool {
 		*pe = e
 	}
 	return ok
-}
-
-// rawKubeEvent is one event of a Kubernetes watch, its object kept raw.
-type rawKubeEvent struct {
-	Type   string          `json:"type"`
-	Object json.RawMessage `json:"object"`
-}
-
-// fanoutKubeWatch relays the owners' watches as one. Every object's resourceVersion becomes the
-// fleet's position after it (each owner's position, as its last event said), so that a
-// reflector resumes from any event. A cluster that moves, or an owner's watch that ends, ends
-// the watch with 410: the reflector lists again. opts are the query decoded (listOptions).
-func (s *Server) fanoutKubeWatch(w http.ResponseWriter, r *http.Request, pl plan, opts metav1.ListOptions) {
-	pl = pl.withSelf(s.opts.Fleet.Identity())
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
-		return
-	}
-	release, ok := s.limits.AcquireWatch(w)
-	if !ok {
-		return
-	}
-	defer release()
-	q := r.URL.Query()
-	from, resume, ok := watchFrom(w, q, pl)
-	if !ok {
-		return
-	}
-	bookmarks := opts.AllowWatchBookmarks
-	initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	changed := s.opts.Fleet.WaitChange()
-	if why := s.moved(pl); why != "" {
-		filters.WriteError(w, http.StatusGone, "the fleet changed since this watch started: "+why+"; list again")
-		return
-	}
-	timeout, pq0 := watchTimeout(q, opts.TimeoutSeconds)
-	streams, err := s.openStreams(ctx, r, pl, r.URL.Path, func(p part) url.Values {
-		pq := restrictTo(pq0, p.clusters)
-		pq.Del("resourceVersion")
-		if resume {
-			rv, _ := partPosition(from, p)
-			pq.Set("resourceVersion", rv)
-		} else if rv := q.Get("resourceVersion"); rv != "" {
-			pq.Set("resourceVersion", rv)
-		}
-		return pq
-	})
-	if err != nil {
-		writePeerFailure(w, err)
-		return
-	}
-	s.metrics.watches.Inc()
-	defer s.metrics.watches.Dec()
-	pos := map[string]watchcache.PartPosition{}
-	for _, p := range pl.parts {
-		rv, _ := partPosition(from, p)
-		pos[p.peer] = watchcache.PartPosition{RV: rv, Set: p.set()}
-	}
-	s.warnDown(w, r.Context(), pl.down, nil)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	fl.Flush()
-	enc := json.NewEncoder(w)
-	end := func(msg string) {
-		st, _ := json.Marshal(filters.StatusOf(http.StatusGone, msg))
-		_ = enc.Encode(rawKubeEvent{Type: string(api.ErrorEvent), Object: st})
-		fl.Flush()
-	}
-	initialDone := map[string]bool{}
-	columnsSent := false
-	in := merge(ctx, streams)
-	var expire <-chan time.Time
-	if timeout > 0 {
-		expire = time.After(timeout)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-expire:
-			return // timeoutSeconds: a clean end, the client resumes from its last position
-		case <-changed:
-			changed = s.opts.Fleet.WaitChange()
-			if why := s.moved(pl); why != "" {
-				end("the fleet changed since this watch started: " + why + "; list again")
-				return
-			}
-		case m := <-in:
-			if m.done {
-				end(fmt.Sprintf("the watch of replica %q ended (%v); list again", m.st.part.peer, m.st.err))
-				return
-			}
-			var ev rawKubeEvent
-			var obj, meta map[string]json.RawMessage
-			if json.Unmarshal(m.line, &ev) != nil || json.Unmarshal(ev.Object, &obj) != nil {
-				end(fmt.Sprintf("replica %q sent a malformed event", m.st.part.peer))
-				return
-			}
-			if ev.Type == api.ErrorEvent {
-				_, _ = w.Write(append(m.line, '\n'))
-				fl.Flush()
-				return
-			}
-			_ = json.Unmarshal(obj["metadata"], &meta)
-			if meta == nil {
-				meta = map[string]json.RawMessage{}
-			}
-			var rv string
-			_ = json.Unmarshal(meta["resourceVersion"], &rv)
-			if rv != "" {
-				pos[m.st.part.peer] = watchcache.PartPosition{RV: rv, Set: m.st.part.set()}
-			}
-			if ev.Type == api.Bookmark {
-				var ann map[string]string
-				_ = json.Unmarshal(meta["annotations"], &ann)
-				if ann[initialEventsEnd] == "true" {
-					initialDone[m.st.part.peer] = true
-					if !initial || len(initialDone) < len(streams) {
-						continue
-					}
-				} else if !bookmarks || !allPositions(pos) {
-					continue
-				}
-			}
-			if cd, ok := obj["columnDefinitions"]; ok && string(cd) != "null" && string(cd) != "[]" {
-				if columnsSent {
-					delete(obj, "columnDefinitions")
-				}
-				columnsSent = true
-			}
-			meta["resourceVersion"], _ = json.Marshal(watchcache.Position{Parts: pos}.String())
-			obj["metadata"], _ = json.Marshal(meta)
-			ev.Object, _ = json.Marshal(obj)
-			if enc.Encode(ev) != nil {
-				return
-			}
-			if len(in) == 0 {
-				fl.Flush()
-			}
-		}
-	}
 }

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
@@ -38,14 +41,14 @@ func twoReplicas(t *testing.T) (single, fanned *httptest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	one, err := New(Options{Registry: reg})
+	one, err := New(Options{Registry: reg, BookmarkInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	single = httptest.NewServer(one.Handler())
 	t.Cleanup(single.Close)
 	fl := &staticFleet{owners: []shard.Owner{self("a"), self("b"), {Cluster: "c", Holder: "p2", URL: single.URL, Live: true}}}
-	two, err := New(Options{Registry: reg, Fleet: fl})
+	two, err := New(Options{Registry: reg, Fleet: fl, BookmarkInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,4 +194,136 @@ func TestFanoutListMatchesOneReplica(t *testing.T) {
 	if c, _ := json.Marshal(walked); string(c) != string(a) {
 		t.Errorf("native pages differ from the whole list:\n%s\n%s", c, a)
 	}
+}
+
+// watchUntil opens a watch at path and reads its events until stop says so, for at most 10 s.
+func watchUntil(t *testing.T, hs *httptest.Server, path, accept string, stop func(typ string, obj map[string]json.RawMessage) bool) (events []rawKubeEvent) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+path, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("watch %s: %d %s", path, resp.StatusCode, b)
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev rawKubeEvent
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("watch %s: after %d events: %v", path, len(events), err)
+		}
+		events = append(events, ev)
+		var obj map[string]json.RawMessage
+		_ = json.Unmarshal(ev.Object, &obj)
+		if stop(ev.Type, obj) {
+			return events
+		}
+	}
+}
+
+// TestFanInWatchMatchesOneReplica: a fleet watch merged from this replica's part (encoded
+// here, once) and a peer's starts with the objects one replica's watch starts with, in every
+// form: each carries the fleet's position, a Table's columns come once, and the end BOOKMARK
+// is a position the fan-in resumes from.
+func TestFanInWatchMatchesOneReplica(t *testing.T) {
+	single, fanned := twoReplicas(t)
+	const watchList = "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+	initialEnd := func(typ string, obj map[string]json.RawMessage) bool {
+		return typ == "BOOKMARK" && strings.Contains(string(obj["metadata"]), initialEventsEnd)
+	}
+	for _, accept := range []string{"", tableAccept, "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"} {
+		table := accept == tableAccept
+		// What an event says of its object, its position left out; a Table's rows one by one.
+		seen := func(events []rawKubeEvent, merged bool) (objs []string, columns int, end string) {
+			for _, ev := range events {
+				var obj map[string]json.RawMessage
+				_ = json.Unmarshal(ev.Object, &obj)
+				var md map[string]any
+				_ = json.Unmarshal(obj["metadata"], &md)
+				rv, _ := md["resourceVersion"].(string)
+				if _, ok := parseMerged(rv); ok != merged {
+					t.Errorf("%q: %s at %q: a fleet position: %v, want %v", accept, ev.Type, rv, ok, merged)
+				}
+				if ev.Type == "BOOKMARK" {
+					end = rv
+					continue
+				}
+				if cd := obj["columnDefinitions"]; len(cd) > 2 && string(cd) != "null" {
+					columns++
+				}
+				els := []json.RawMessage{ev.Object}
+				if table {
+					_ = json.Unmarshal(obj["rows"], &els)
+				}
+				for _, el := range els {
+					doc := `{"items":[` + string(el) + `]}`
+					if table {
+						doc = `{"rows":[` + string(el) + `]}`
+					}
+					_, o, _ := listed(t, []byte(doc), table)
+					objs = append(objs, ev.Type+" "+keyOfElement(el).String()+" "+o[1])
+				}
+			}
+			slices.Sort(objs)
+			return objs, columns, end
+		}
+		want, wantColumns, _ := seen(watchUntil(t, single, watchList, accept, initialEnd), false)
+		got, columns, end := seen(watchUntil(t, fanned, watchList, accept, initialEnd), true)
+		if len(want) != 12 || !slices.Equal(got, want) {
+			t.Errorf("%q: the fan-in's initial events:\n%v\nwant\n%v", accept, got, want)
+		}
+		if columns != wantColumns || (table && columns != 1) {
+			t.Errorf("%q: columns sent %d times, one replica %d", accept, columns, wantColumns)
+		}
+		// Its end BOOKMARK resumes the fan-in: a watch from it opens (no 410), with no events
+		// to repeat.
+		resumed := watchUntil(t, fanned, "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion="+url.QueryEscape(end), accept, func(typ string, _ map[string]json.RawMessage) bool {
+			return typ == "BOOKMARK"
+		})
+		for _, ev := range resumed {
+			if ev.Type != "BOOKMARK" {
+				t.Errorf("%q: resumed at the end BOOKMARK, got a %s", accept, ev.Type)
+			}
+		}
+	}
+	// The native API: the same objects, then a BOOKMARK of the fleet's position.
+	native := func(hs *httptest.Server) (objs []string, bookmark string) {
+		for _, ev := range watchUntil(t, hs, "/multicache/v1/resources/pods?watch=true", "", func(typ string, _ map[string]json.RawMessage) bool { return typ == "BOOKMARK" }) {
+			var obj map[string]json.RawMessage
+			_ = json.Unmarshal(ev.Object, &obj)
+			if ev.Type == "BOOKMARK" {
+				var md struct {
+					ResourceVersion string `json:"resourceVersion"`
+				}
+				_ = json.Unmarshal(obj["metadata"], &md)
+				bookmark = md.ResourceVersion
+				continue
+			}
+			objs = append(objs, ev.Type+" "+string(ev.Object))
+		}
+		slices.Sort(objs)
+		return objs, bookmark
+	}
+	want, _ := native(single)
+	got, bookmark := native(fanned)
+	if len(want) != 12 || !slices.Equal(got, want) {
+		t.Errorf("native fan-in's first events:\n%v\nwant\n%v", got, want)
+	}
+	if _, ok := parseMerged(bookmark); !ok {
+		t.Errorf("native fan-in's BOOKMARK %q is not a fleet position", bookmark)
+	}
+	watchUntil(t, fanned, "/multicache/v1/resources/pods?watch=true&resourceVersion="+url.QueryEscape(bookmark), "", func(typ string, _ map[string]json.RawMessage) bool {
+		if typ != "BOOKMARK" {
+			t.Errorf("native: resumed at its BOOKMARK, got a %s", typ)
+		}
+		return true
+	})
 }

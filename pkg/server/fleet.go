@@ -12,12 +12,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
@@ -170,14 +168,13 @@ func resumable(t watchcache.Position, pl plan) error {
 	return nil
 }
 
-// peers sends requests to other replicas, and to this one in process.
+// peers sends requests to other replicas.
 type peers struct {
 	client *http.Client
 	// identity: calls carry the caller's user and groups (peertrust.go), not its credentials;
 	// client presents this replica's peer certificate.
 	identity bool
 	timeout  time.Duration
-	local    http.Handler // this replica's API, answering its own clusters
 	latency  *prometheus.HistogramVec
 }
 
@@ -187,9 +184,6 @@ type peers struct {
 func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string, q url.Values, kind string) (*http.Response, error) {
 	start := time.Now()
 	target := p.url + path
-	if p.self {
-		target = "http://in-process" + path
-	}
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
@@ -204,9 +198,6 @@ func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string,
 	}
 	req.Header.Set(peerHeader, "1")
 	switch auth := r.Header.Get("Authorization"); {
-	case p.self:
-		// In process, the caller's Access goes as it is: authenticated and authorized once.
-		req = req.WithContext(filters.InProcess(req.Context()))
 	case pc.identity:
 		setIdentity(req.Header, r.Context()) // the peer certificate vouches for it
 	case auth != "" && plainRemote(target):
@@ -214,13 +205,7 @@ func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string,
 	case auth != "":
 		req.Header.Set("Authorization", auth)
 	}
-	var resp *http.Response
-	if p.self {
-		req.TLS, req.RemoteAddr = r.TLS, r.RemoteAddr
-		resp = serveInProcess(pc.local, req)
-	} else {
-		resp, err = pc.client.Do(req)
-	}
+	resp, err := pc.client.Do(req)
 	code := "error"
 	if err == nil {
 		code = strconv.Itoa(resp.StatusCode)
@@ -322,59 +307,6 @@ func (a *answerRecorder) failure(p part) error {
 	}
 	return peerErrorOf(p, code, a.body)
 }
-
-// serveInProcess answers req with h, streaming: the response returns once h has written its
-// header (or returned), and its body is h's output as h writes it. Closing the body ends h's
-// writes with an error; cancelling req's context ends h as it ends any request.
-func serveInProcess(h http.Handler, req *http.Request) *http.Response {
-	pr, pw := io.Pipe()
-	w := &pipeWriter{header: http.Header{}, pw: pw, ready: make(chan struct{})}
-	go func() {
-		defer func() {
-			// A handler aborts (http.ErrAbortHandler) or fails: the caller reads an error,
-			// as from a connection the server reset, and the process goes on.
-			if v := recover(); v != nil {
-				w.writeHeader(http.StatusInternalServerError)
-				_ = pw.CloseWithError(fmt.Errorf("in-process answer aborted: %v", v))
-				return
-			}
-			w.writeHeader(http.StatusOK)
-			_ = pw.Close()
-		}()
-		h.ServeHTTP(w, req)
-	}()
-	<-w.ready
-	return &http.Response{StatusCode: w.code, Status: http.StatusText(w.code), Header: w.sent, Body: pr, Request: req,
-		ProtoMajor: 1, ProtoMinor: 1}
-}
-
-// pipeWriter is the http.ResponseWriter of serveInProcess.
-type pipeWriter struct {
-	header http.Header
-	sent   http.Header // the header as of WriteHeader
-	pw     *io.PipeWriter
-	once   sync.Once
-	code   int
-	ready  chan struct{}
-}
-
-func (w *pipeWriter) Header() http.Header { return w.header }
-
-func (w *pipeWriter) WriteHeader(code int) { w.writeHeader(code) }
-
-func (w *pipeWriter) writeHeader(code int) {
-	w.once.Do(func() {
-		w.code, w.sent = code, w.header.Clone()
-		close(w.ready)
-	})
-}
-
-func (w *pipeWriter) Write(b []byte) (int, error) {
-	w.writeHeader(http.StatusOK)
-	return w.pw.Write(b)
-}
-
-func (w *pipeWriter) Flush() {}
 
 // partParam narrows a request a replica sends another to the clusters of its part (a comma
 // list). Unlike cluster= it names no cluster to the access check: a caller who may not read

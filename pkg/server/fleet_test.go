@@ -1,13 +1,8 @@
 package server
 
 import (
-	"bufio"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/multicache/multicache/pkg/shard"
 	"github.com/multicache/multicache/pkg/watchcache"
@@ -64,45 +59,5 @@ func TestPlanAndFleetTokens(t *testing.T) {
 	}
 	if _, ok := parseMerged(watchcache.Position{Epoch: "x", Seq: 3}.String()); ok {
 		t.Fatal("a single replica's token parsed as a fleet token")
-	}
-}
-
-// TestServeInProcessStreams: the in-process answer starts when the handler writes its header,
-// streams what it writes, and ends the handler when the reader goes away.
-func TestServeInProcessStreams(t *testing.T) {
-	ended := make(chan struct{})
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer close(ended)
-		w.Header().Set("X-Test", "1")
-		w.WriteHeader(http.StatusTeapot)
-		for i := 0; ; i++ {
-			if _, err := w.Write([]byte("line\n")); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			time.Sleep(time.Millisecond)
-		}
-	})
-	resp := serveInProcess(h, httptest.NewRequest(http.MethodGet, "/", nil))
-	if resp.StatusCode != http.StatusTeapot || resp.Header.Get("X-Test") != "1" {
-		t.Fatalf("got %d %v", resp.StatusCode, resp.Header)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	for range 3 {
-		if !sc.Scan() || sc.Text() != "line" {
-			t.Fatalf("stream: %q %v", sc.Text(), sc.Err())
-		}
-	}
-	_ = resp.Body.Close()
-	select {
-	case <-ended:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the handler went on writing after the reader closed")
-	}
-	// A handler that returns without writing answers 200 and an empty body.
-	resp = serveInProcess(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), httptest.NewRequest(http.MethodGet, "/", nil))
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || len(b) != 0 {
-		t.Fatalf("empty handler: %d %q", resp.StatusCode, b)
 	}
 }

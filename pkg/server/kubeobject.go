@@ -66,9 +66,14 @@ func negotiate(r *http.Request) (form, error) {
 // left alone. The cache's object is never modified: the copy is shallow, with its own metadata
 // and annotations.
 func (s *Server) kubeObject(it item, epoch string, kr *kubeResource, typeMeta bool) (runtime.Object, error) {
+	return s.kubeObjectAt(it, epoch, "", kr, typeMeta)
+}
+
+// kubeObjectAt is kubeObject with the resourceVersion rv when it is set (a fan-in's position
+// after the object's event), instead of the object's own position.
+func (s *Server) kubeObjectAt(it item, epoch, rv string, kr *kubeResource, typeMeta bool) (runtime.Object, error) {
 	cluster, obj := it.Key.Cluster, it.Object
-	rv := ""
-	if epoch != "" {
+	if rv == "" && epoch != "" {
 		rv = watchcache.Position{Epoch: epoch, Seq: it.Seq}.String()
 	}
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -242,7 +247,12 @@ func (s *Server) writeKubeList(ctx context.Context, w http.ResponseWriter, f for
 // appendKubeObject appends it as the Kubernetes API serves it: the object, or its
 // PartialObjectMetadata.
 func (s *Server) appendKubeObject(buf *bytes.Buffer, f form, kr *kubeResource, it item, epoch string, typeMeta bool) error {
-	obj, err := s.kubeObject(it, epoch, kr, typeMeta || f.as == "PartialObjectMetadata")
+	return s.appendKubeObjectAt(buf, f, kr, it, epoch, "", typeMeta)
+}
+
+// appendKubeObjectAt is appendKubeObject with the resourceVersion rv when it is set.
+func (s *Server) appendKubeObjectAt(buf *bytes.Buffer, f form, kr *kubeResource, it item, epoch, rv string, typeMeta bool) error {
+	obj, err := s.kubeObjectAt(it, epoch, rv, kr, typeMeta || f.as == "PartialObjectMetadata")
 	if err != nil {
 		return err
 	}

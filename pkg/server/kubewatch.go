@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -31,58 +32,72 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 // A watch that starts with the current objects gets 429 (client-go retries) while a cluster
 // has not synced the resource since the daemon started (initializing).
 //
-// allowWatchBookmarks adds BOOKMARKs now and then; timeoutSeconds ends the watch cleanly. opts
-// are vals decoded (listOptions).
+// allowWatchBookmarks adds BOOKMARKs now and then; timeoutSeconds ends the watch cleanly.
 func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, kq kubeRequest) {
-	kr, f, vals, opts := kq.kr, kq.f, kq.vals, kq.opts
-	if kr == clustersResource {
-		filters.WriteError(w, http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`")
-		return
-	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	lw, ok := s.openKubeWatch(r.Context(), w, kq)
+	if !ok {
+		return
+	}
+	s.metrics.watches.Inc()
+	defer s.metrics.watches.Dec()
+	w.Header().Set("Content-Type", "application/json;stream=watch")
+	w.WriteHeader(http.StatusOK)
+	sink := s.newKubeSink(r.Context(), w, fl, kq, lw.from.Epoch)
+	defer putBuffer(sink.line)
+	if err := lw.run(r.Context(), sink); watchcache.IsGone(err) {
+		sink.gone(err)
+	}
+}
+
+// openKubeWatch checks a Kubernetes watch of this replica's stores and opens it, or answers
+// why not to w (ok false): a bad option, 403, or 429 while a cluster it starts with is not
+// synced. Its warnings go to w's header. A position already gone opens a watch that ends at
+// once with 410, as kube-apiserver's do.
+func (s *Server) openKubeWatch(ctx context.Context, w http.ResponseWriter, kq kubeRequest) (*localWatch, bool) {
+	kr, vals, opts := kq.kr, kq.vals, kq.opts
+	if kr == clustersResource {
+		filters.WriteError(w, http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`")
+		return nil, false
+	}
 	agg, _ := s.reg.Aggregate(kr.name)
 	h := s.caches[kr.name]
-	sel, err := s.kubeSelect(r.Context(), kq, agg)
+	sel, err := s.kubeSelect(ctx, kq, agg)
 	if err != nil {
 		writeSelectError(w, err)
-		return
+		return nil, false
 	}
 	warnLeftOut(w, sel.leftOut)
 	q := sel.query
 	// Booleans as kube-apiserver decodes them: any value but "false" or "0" is true (the
 	// official Python client sends True).
-	bookmarks := opts.AllowWatchBookmarks
 	rv, rvm := opts.ResourceVersion, string(opts.ResourceVersionMatch)
 	sieSet := opts.SendInitialEvents != nil
 	sie := sieSet && *opts.SendInitialEvents
-	var deadline <-chan time.Time
+	lw := &localWatch{bookmarks: opts.AllowWatchBookmarks, initialEnd: sie, guard: guardOf(ctx).orNil(), interval: s.opts.BookmarkInterval}
 	if opts.TimeoutSeconds != nil {
 		n := *opts.TimeoutSeconds
 		if n < 0 {
 			filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("timeoutSeconds %q: want a non-negative integer", vals.Get("timeoutSeconds")))
-			return
+			return nil, false
 		}
-		if n > 0 {
-			timer := time.NewTimer(time.Duration(n) * time.Second)
-			defer timer.Stop()
-			deadline = timer.C
-		}
+		lw.timeout = time.Duration(n) * time.Second
 	}
 	// As kube-apiserver validates them.
 	switch {
 	case sieSet && rvm != string(metav1.ResourceVersionMatchNotOlderThan):
 		filters.WriteError(w, http.StatusBadRequest, "sendInitialEvents requires resourceVersionMatch=NotOlderThan")
-		return
+		return nil, false
 	case !sieSet && rvm != "":
 		filters.WriteError(w, http.StatusBadRequest, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
-		return
-	case sie && !bookmarks:
+		return nil, false
+	case sie && !lw.bookmarks:
 		filters.WriteError(w, http.StatusBadRequest, "sendInitialEvents requires allowWatchBookmarks=true")
-		return
+		return nil, false
 	}
 	wo := watchcache.WatchOptions{Clusters: q.Clusters, Matches: func(c string, obj any) bool { return agg.Matches(q, c, obj) }}
 	switch {
@@ -90,7 +105,7 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, kq kubeReques
 		if rv != "" && rv != "0" {
 			if _, err := watchcache.ParsePosition(rv); err != nil {
 				filters.WriteError(w, http.StatusBadRequest, err.Error())
-				return
+				return nil, false
 			}
 		}
 		wo.From, wo.Initial = h.Position(), true // not older than any position given
@@ -100,72 +115,73 @@ func (s *Server) kubeWatch(w http.ResponseWriter, r *http.Request, kq kubeReques
 		t, err := watchcache.ParsePosition(rv)
 		if err != nil {
 			filters.WriteError(w, http.StatusBadRequest, err.Error())
-			return
+			return nil, false
 		}
 		wo.From = t // one of another replica's, or merged: Watch says it is gone, in the stream
 	}
 	if wo.Initial && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, q.Clusters)) {
-		return // an initial list without a cluster's objects would read as their deletes
+		return nil, false // an initial list without a cluster's objects would read as their deletes
 	}
-	var wch *watchcache.Watcher
-	var expired error
+	lw.from = wo.From
 	if !sel.none {
-		wch, expired = h.Watch(wo)
+		lw.wch, lw.expired = h.Watch(wo)
 		s.warnUnfresh(w, request{resource: kr.name, agg: agg, query: q}, nil)
 	} else if !wo.Initial {
-		expired = h.Check(wo.From, q.Clusters)
+		lw.expired = h.Check(wo.From, q.Clusters)
 	}
-	s.metrics.watches.Inc()
-	defer s.metrics.watches.Dec()
-	w.Header().Set("Content-Type", "application/json;stream=watch")
-	w.WriteHeader(http.StatusOK)
-	sink := &kubeSink{s: s, r: r, w: w, fl: fl, kr: kr, f: f, epoch: wo.From.Epoch, includeObject: string(kq.table.IncludeObject), line: getBuffer()}
-	defer putBuffer(sink.line)
-	if expired != nil {
-		sink.gone(expired)
-		return
+	return lw, true
+}
+
+// localWatch is a watch of this replica's stores, checked and opened: it runs into any Sink,
+// an HTTP stream's or a fan-in's part.
+type localWatch struct {
+	wch        *watchcache.Watcher // nil: it selects no cluster
+	from       watchcache.Position
+	expired    error         // its position is gone: it ends at once
+	bookmarks  bool          // a BOOKMARK every interval
+	initialEnd bool          // the BOOKMARK that ends the initial events
+	timeout    time.Duration // 0: none
+	interval   time.Duration
+	guard      watchcache.Guard
+}
+
+// run streams the watch into sink until ctx ends, its timeout passes, or it is gone; the
+// error is then the watchcache.GoneError to answer with 410, or nil.
+func (lw *localWatch) run(ctx context.Context, sink watchcache.Sink) error {
+	if lw.expired != nil {
+		return lw.expired
 	}
-	ctx := r.Context()
-	if deadline != nil {
+	if lw.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
+		ctx, cancel = context.WithTimeout(ctx, lw.timeout)
 		defer cancel()
-		go func() {
-			select {
-			case <-deadline:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 	}
-	if sel.none {
+	if lw.wch == nil {
 		// No cluster selected: nothing will ever match. The end bookmark when asked, then an
 		// open stream until the client leaves or its timeout: a watch that ended at once would
 		// make client-go back off and relist, and a fan-in end the whole watch.
-		if sie && sink.Bookmark(wo.From, true) != nil {
-			return
+		if lw.initialEnd && sink.Bookmark(lw.from, true) != nil {
+			return nil
 		}
 		sink.Flush()
 		<-ctx.Done()
-		return
+		return nil
 	}
-	ro := watchcache.RunOptions{FirstBookmark: sie, Guard: guardOf(r.Context()).orNil()}
-	if bookmarks {
-		tick := time.NewTicker(s.opts.BookmarkInterval)
+	ro := watchcache.RunOptions{FirstBookmark: lw.initialEnd, Guard: lw.guard}
+	if lw.bookmarks {
+		tick := time.NewTicker(lw.interval)
 		defer tick.Stop()
 		ro.Bookmarks = tick.C
 	}
-	if err := wch.Run(ctx, sink, ro); watchcache.IsGone(err) {
-		sink.gone(err)
-	}
+	return lw.wch.Run(ctx, sink, ro)
 }
 
 // kubeSink writes a Kubernetes watch: {"type":…,"object":…} events, objects in the form asked
 // for (a Table watch's first object event carries the columns).
 type kubeSink struct {
 	s             *Server
-	r             *http.Request
-	w             http.ResponseWriter
+	ctx           context.Context
+	w             io.Writer
 	fl            http.Flusher
 	kr            *kubeResource
 	f             form
@@ -178,30 +194,53 @@ type kubeSink struct {
 func (k *kubeSink) Event(typ string, it watchcache.Item) error {
 	line := k.line
 	line.Reset()
-	line.WriteString(`{"type":`)
-	writeName(line, typ)
-	line.WriteString(`,"object":`)
-	if k.f.as == "Table" {
-		t, err := k.s.kubeTable(k.r.Context(), k.kr, []item{it}, k.epoch, k.columnsSent, k.includeObject, k.f.tableVersion)
-		if err != nil {
-			return err
-		}
-		k.columnsSent = true
-		b, err := json.Marshal(t)
-		if err != nil {
-			return err
-		}
-		line.Write(b)
-	} else if err := k.s.appendKubeObject(line, k.f, k.kr, it, k.epoch, true); err != nil {
+	if err := k.appendEvent(line, typ, it, ""); err != nil {
 		return err
 	}
-	line.WriteString("}\n")
 	_, err := k.w.Write(line.Bytes())
 	return err
 }
 
+// appendEvent appends the line of an object's event to buf. rv, when set, is the object's
+// resourceVersion (a fan-in's position after it); otherwise its own position here.
+func (k *kubeSink) appendEvent(buf *bytes.Buffer, typ string, it watchcache.Item, rv string) error {
+	buf.WriteString(`{"type":`)
+	writeName(buf, typ)
+	buf.WriteString(`,"object":`)
+	if k.f.as == "Table" {
+		t, err := k.s.kubeTable(k.ctx, k.kr, []item{it}, k.epoch, k.columnsSent, k.includeObject, k.f.tableVersion)
+		if err != nil {
+			return err
+		}
+		k.columnsSent = true
+		if rv != "" {
+			t.ResourceVersion = rv
+		}
+		b, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+	} else if err := k.s.appendKubeObjectAt(buf, k.f, k.kr, it, k.epoch, rv, true); err != nil {
+		return err
+	}
+	buf.WriteString("}\n")
+	return nil
+}
+
+// newKubeSink is the sink of a watch of kq, whose objects' positions are of epoch. Its line
+// buffer is the pool's.
+func (s *Server) newKubeSink(ctx context.Context, w io.Writer, fl http.Flusher, kq kubeRequest, epoch string) *kubeSink {
+	return &kubeSink{s: s, ctx: ctx, w: w, fl: fl, kr: kq.kr, f: kq.f, epoch: epoch, includeObject: string(kq.table.IncludeObject), line: getBuffer()}
+}
+
 func (k *kubeSink) Bookmark(pos watchcache.Position, initialEnd bool) error {
-	md := metav1.ObjectMeta{ResourceVersion: pos.String()}
+	return k.bookmarkAt(pos.String(), initialEnd)
+}
+
+// bookmarkAt writes a BOOKMARK at the position rv.
+func (k *kubeSink) bookmarkAt(rv string, initialEnd bool) error {
+	md := metav1.ObjectMeta{ResourceVersion: rv}
 	if initialEnd {
 		md.Annotations = map[string]string{initialEventsEnd: "true"}
 	}

@@ -259,7 +259,7 @@ func (s *Server) Handler() http.Handler {
 		return filters.CompressLarge(mux, streams)
 	}
 	s.local = mux
-	s.peers = &peers{client: s.opts.PeerClient, identity: s.opts.PeerAuthenticator != nil, timeout: s.opts.PeerTimeout, local: mux, latency: s.metrics.peerLatency}
+	s.peers = &peers{client: s.opts.PeerClient, identity: s.opts.PeerAuthenticator != nil, timeout: s.opts.PeerTimeout, latency: s.metrics.peerLatency}
 	return filters.CompressLarge(s.fanout(mux), streams)
 }
 

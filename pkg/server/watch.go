@@ -2,8 +2,11 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/multicache/multicache/pkg/api"
@@ -22,15 +25,34 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	lw, ok := s.openNativeWatch(r.Context(), w, r.URL.Query(), req)
+	if !ok {
+		return
+	}
+	s.metrics.watches.Inc()
+	defer s.metrics.watches.Dec()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	sink := s.newNativeSink(w, fl, req.resource)
+	defer putBuffer(sink.line)
+	if err := lw.run(r.Context(), sink); watchcache.IsGone(err) {
+		sink.gone(err)
+	}
+}
+
+// openNativeWatch checks a native watch of this replica's stores (q its query) and opens it,
+// or answers why not to w (ok false): a bad position, 410 when it is gone already, or 429
+// while a planned cluster it starts with is not synced.
+func (s *Server) openNativeWatch(ctx context.Context, w http.ResponseWriter, q url.Values, req request) (*localWatch, bool) {
 	h := s.caches[req.resource]
-	q := r.URL.Query()
-	bookmarks := q.Get("allowWatchBookmarks") != "false"
+	lw := &localWatch{bookmarks: q.Get("allowWatchBookmarks") != "false", guard: guardOf(ctx).orNil(), interval: s.opts.BookmarkInterval}
+	lw.initialEnd = lw.bookmarks // the native API's first BOOKMARK: the position it starts from
 	wo := watchcache.WatchOptions{Clusters: req.query.Clusters, Matches: func(c string, obj any) bool { return req.agg.Matches(req.query, c, obj) }}
 	if tok := q.Get("resourceVersion"); tok != "" && tok != "0" {
 		t, err := watchcache.ParseSingle(tok)
 		if err != nil {
 			filters.WriteError(w, codeOf(err), err.Error())
-			return
+			return nil, false
 		}
 		wo.From = t
 	} else {
@@ -38,7 +60,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 		// does not hold yet (a move under way) would be missing from them, and a client
 		// rebuilding its state from them would lose its objects. As in the Kubernetes API: 429.
 		if s.partOf(q) != nil && retryUnready(w, req.resource, s.unready(req.resource, req.query.Clusters)) {
-			return
+			return nil, false
 		}
 		wo.From, wo.Initial = h.Position(), true
 	}
@@ -46,30 +68,16 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, req request
 	wch, err := h.Watch(wo)
 	if err != nil {
 		filters.WriteError(w, http.StatusGone, "resourceVersion expired: "+err.Error())
-		return
+		return nil, false
 	}
-	s.metrics.watches.Inc()
-	defer s.metrics.watches.Dec()
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	sink := &nativeSink{s: s, w: w, fl: fl, resource: req.resource, info: s.info(req.resource), refreshed: time.Now(), line: getBuffer()}
-	defer putBuffer(sink.line)
-	ro := watchcache.RunOptions{FirstBookmark: bookmarks, Guard: guardOf(r.Context()).orNil()}
-	if bookmarks {
-		tick := time.NewTicker(s.opts.BookmarkInterval)
-		defer tick.Stop()
-		ro.Bookmarks = tick.C
-	}
-	if err := wch.Run(r.Context(), sink, ro); watchcache.IsGone(err) {
-		_ = sink.control(api.ErrorEvent, errorObject(http.StatusGone, err.Error()))
-		fl.Flush()
-	}
+	lw.wch, lw.from = wch, wo.From
+	return lw, true
 }
 
 // nativeSink writes a native watch: api.WatchEvents, one per line.
 type nativeSink struct {
 	s         *Server
-	w         http.ResponseWriter
+	w         io.Writer
 	fl        http.Flusher
 	resource  string
 	info      resourceInfo
@@ -77,7 +85,22 @@ type nativeSink struct {
 	line      *bytes.Buffer
 }
 
+// newNativeSink is the sink of a native watch of resource. Its line buffer is the pool's.
+func (s *Server) newNativeSink(w io.Writer, fl http.Flusher, resource string) *nativeSink {
+	return &nativeSink{s: s, w: w, fl: fl, resource: resource, info: s.info(resource), refreshed: time.Now(), line: getBuffer()}
+}
+
 func (k *nativeSink) Event(typ string, it watchcache.Item) error {
+	k.line.Reset()
+	if err := k.appendEvent(k.line, typ, it); err != nil {
+		return err
+	}
+	_, err := k.w.Write(k.line.Bytes())
+	return err
+}
+
+// appendEvent appends the line of an object's event to buf.
+func (k *nativeSink) appendEvent(buf *bytes.Buffer, typ string, it watchcache.Item) error {
 	cluster := it.Key.Cluster
 	rs, ok := k.info[cluster]
 	if !ok && time.Since(k.refreshed) > time.Second {
@@ -95,29 +118,37 @@ func (k *nativeSink) Event(typ string, it watchcache.Item) error {
 			}
 		}
 	}
-	line := k.line
-	line.Reset()
-	line.WriteString(`{"type":`)
-	writeName(line, typ)
-	line.WriteString(`,"cluster":`)
-	writeName(line, cluster)
-	line.WriteString(`,"object":`)
-	if err := k.s.appendEncoded(line, it.Object, rs); err != nil {
+	buf.WriteString(`{"type":`)
+	writeName(buf, typ)
+	buf.WriteString(`,"cluster":`)
+	writeName(buf, cluster)
+	buf.WriteString(`,"object":`)
+	if err := k.s.appendEncoded(buf, it.Object, rs); err != nil {
 		return err
 	}
-	line.WriteString("}\n")
-	_, err := k.w.Write(line.Bytes())
-	return err
+	buf.WriteString("}\n")
+	return nil
 }
 
 func (k *nativeSink) Bookmark(pos watchcache.Position, _ bool) error {
+	return k.bookmarkAt(pos.String())
+}
+
+// bookmarkAt writes a BOOKMARK at the position rv.
+func (k *nativeSink) bookmarkAt(rv string) error {
 	var b api.BookmarkObject
 	b.Kind = "Bookmark"
-	b.Metadata.ResourceVersion = pos.String()
+	b.Metadata.ResourceVersion = rv
 	return k.control(api.Bookmark, b)
 }
 
 func (k *nativeSink) Flush() { k.fl.Flush() }
+
+// gone ends the stream with an ERROR event: 410, list again.
+func (k *nativeSink) gone(err error) {
+	_ = k.control(api.ErrorEvent, errorObject(http.StatusGone, err.Error()))
+	k.fl.Flush()
+}
 
 // control writes a BOOKMARK or an ERROR event.
 func (k *nativeSink) control(typ string, obj any) error {
