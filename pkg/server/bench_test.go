@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +143,12 @@ func BenchmarkFanout(b *testing.B) {
 		{"single/kube-page-500", "/api/v1/pods?limit=500", "", single},
 		{"single/kube-all-60000", "/api/v1/pods", "", single},
 		{"single/native-page-500", "/multicache/v1/resources/pods?limit=500", "", single},
+		// Watches, read up to the end of their initial events: 60,000 ADDED, then the
+		// BOOKMARK that ends them (the Kubernetes API's watch-list; the native API's first).
+		{"kube-watchlist-60000", watchListPath, "", fanned},
+		{"native-watch-60000", "/multicache/v1/resources/pods?watch=true", "", fanned},
+		{"single/kube-watchlist-60000", watchListPath, "", single},
+		{"single/native-watch-60000", "/multicache/v1/resources/pods?watch=true", "", single},
 	} {
 		h := tc.h
 		b.Run(tc.name, func(b *testing.B) {
@@ -148,7 +156,56 @@ func BenchmarkFanout(b *testing.B) {
 			if tc.accept != "" {
 				req.Header.Set("Accept", tc.accept)
 			}
+			if strings.Contains(tc.path, "watch=") {
+				watchLoop(b, h, req)
+				return
+			}
 			serveLoop(b, h, req)
 		})
 	}
+}
+
+const watchListPath = "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+
+// watchLoop reads the watch req until its first BOOKMARK, b.N times.
+func watchLoop(b *testing.B, h http.Handler, req *http.Request) {
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(req.Context())
+		w := &untilBookmark{header: http.Header{}, cancel: cancel}
+		h.ServeHTTP(w, req.WithContext(ctx))
+		cancel()
+		if w.code != http.StatusOK || !w.seen {
+			b.Fatalf("%s: %d, bookmark seen: %v", req.URL, w.code, w.seen)
+		}
+		b.SetBytes(w.n)
+	}
+}
+
+// untilBookmark is a watch's client that leaves once it reads a BOOKMARK.
+type untilBookmark struct {
+	header http.Header
+	code   int
+	n      int64
+	seen   bool
+	cancel func()
+}
+
+func (u *untilBookmark) Header() http.Header { return u.header }
+func (u *untilBookmark) WriteHeader(code int) {
+	if u.code == 0 {
+		u.code = code
+	}
+}
+func (u *untilBookmark) Flush() {}
+func (u *untilBookmark) Write(p []byte) (int, error) {
+	u.WriteHeader(http.StatusOK)
+	if u.seen {
+		return 0, context.Canceled
+	}
+	u.n += int64(len(p))
+	if bytes.Contains(p, []byte(`"type":"BOOKMARK"`)) {
+		u.seen = true
+		u.cancel()
+	}
+	return len(p), nil
 }

@@ -155,9 +155,11 @@ func (s *Server) localKubeList(ctx context.Context, req *http.Request, p part) (
 			if err != nil {
 				return partList{}, fmt.Errorf("replica %q: encode row: %w", p.peer, err)
 			}
-			key := keyOfElement(b)
+			var key aggregate.Key
 			if len(rows) == len(l.items) {
 				key = l.items[i].Key
+			} else {
+				key = keyOfElement(b)
 			}
 			d.elements = append(d.elements, element{key: key, raw: b})
 		}

@@ -370,32 +370,55 @@ func decodePeerEvent(line []byte, kube bool) (partEvent, error) {
 	return ev, nil
 }
 
-// decodeKubeList reads a peer's list or Table, keeping its elements as the peer wrote them.
+// decodeKubeList reads a peer's list or Table in one pass, keeping its elements as the peer
+// wrote them: each element is scanned for its end, then for its key.
 func decodeKubeList(resp *http.Response) (partList, error) {
-	l := partList{warnings: resp.Header.Values("Warning")}
-	if err := json.NewDecoder(resp.Body).Decode(&l.head); err != nil {
-		return l, err
+	l := partList{warnings: resp.Header.Values("Warning"), head: map[string]json.RawMessage{}}
+	dec := json.NewDecoder(resp.Body)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return l, fmt.Errorf("not a list: %v %v", t, err)
 	}
-	field := "items"
-	if _, ok := l.head["rows"]; ok {
-		field, l.table = "rows", true
-	}
-	var raws []json.RawMessage
-	if raw, ok := l.head[field]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &raws); err != nil {
-			return l, fmt.Errorf("%s: %w", field, err)
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return l, err
 		}
-	}
-	var md metav1.ListMeta
-	if err := json.Unmarshal(l.head["metadata"], &md); err != nil && l.head["metadata"] != nil {
-		return l, fmt.Errorf("metadata: %w", err)
-	}
-	l.rv, l.cont = md.ResourceVersion, md.Continue
-	delete(l.head, field)
-	delete(l.head, "metadata")
-	l.elements = make([]element, len(raws))
-	for i, raw := range raws {
-		l.elements[i] = element{key: keyOfElement(raw), raw: raw}
+		name, _ := t.(string)
+		switch name {
+		case "items", "rows":
+			l.table = name == "rows"
+			if t, err = dec.Token(); err != nil {
+				return l, fmt.Errorf("%s: %w", name, err)
+			}
+			if t == nil { // null
+				continue
+			}
+			if t != json.Delim('[') {
+				return l, fmt.Errorf("%s: not an array", name)
+			}
+			for dec.More() {
+				var raw json.RawMessage
+				if err := dec.Decode(&raw); err != nil {
+					return l, fmt.Errorf("%s: %w", name, err)
+				}
+				l.elements = append(l.elements, element{key: keyOfElement(raw), raw: raw})
+			}
+			if _, err := dec.Token(); err != nil {
+				return l, fmt.Errorf("%s: %w", name, err)
+			}
+		case "metadata":
+			var md metav1.ListMeta
+			if err := dec.Decode(&md); err != nil {
+				return l, fmt.Errorf("metadata: %w", err)
+			}
+			l.rv, l.cont = md.ResourceVersion, md.Continue
+		default:
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return l, fmt.Errorf("%s: %w", name, err)
+			}
+			l.head[name] = raw
+		}
 	}
 	return l, nil
 }
