@@ -7,17 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/filters"
-	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // fanout answers, for the whole fleet, the requests that name clusters this replica may not
@@ -76,8 +71,7 @@ func (s *Server) fanoutNative(w http.ResponseWriter, r *http.Request) {
 			s.fanoutNativeWatch(w, r, pl)
 			return
 		}
-		res, _ := s.resolve(rest[0])
-		s.fanoutNativeList(w, r, pl, res, opts)
+		s.fanoutNativeList(w, r, pl)
 	case 4:
 		s.routeToOwner(w, r, rest[1])
 	default:
@@ -137,13 +131,13 @@ func copyFlushing(w http.ResponseWriter, body io.Reader) {
 	}
 }
 
-// mustRetry answers a part's 429 as it gave it, and reports whether it did. A part answers 429
-// when a cluster of its plan is not complete there yet (a move under way, a first sync): an
-// answer without that cluster's objects would read as their deletes to a client that relists.
-// whole (the Kubernetes API, whose lists are never partial) also turns a part that could not
-// be reached, or failed with a 5xx, into 503 with Retry-After, for the same reason; the native
-// API answers without it and names it unsynced in clusters[].
-func mustRetry[T any](w http.ResponseWriter, answers []answer[T], whole bool) bool {
+// mustRetry is the refusal a whole answer must be when a part refused so: a part answers 429
+// when a cluster of its plan is not complete there yet (a move under way, a first sync), and
+// an answer without that cluster's objects would read as their deletes to a client that
+// relists. whole (the Kubernetes API, whose lists are never partial) also turns a part that
+// could not be reached, or failed with a 5xx, into 503 with Retry-After, for the same reason;
+// the native API answers without it and names it unsynced in clusters[].
+func mustRetry[T any](answers []answer[T], whole bool) error {
 	var unreachable error
 	for _, a := range answers {
 		var pe *peerError
@@ -153,43 +147,49 @@ func mustRetry[T any](w http.ResponseWriter, answers []answer[T], whole bool) bo
 			// 429: a planned cluster is not complete there yet; 410: the part's position is
 			// gone (an exact list or continue page); 400: the request is bad everywhere. Any
 			// of them makes the whole answer so, never a partial one.
-			writePeerFailure(w, a.err)
-			return true
+			return pe
 		case !asPeerError(a.err, &pe) || pe.code >= 500:
 			unreachable = a.err
 		}
 	}
 	if whole && unreachable != nil {
-		w.Header().Set("Retry-After", "1")
-		filters.WriteError(w, http.StatusServiceUnavailable, "a replica that owns clusters of this answer did not answer: "+unreachable.Error()+"; retry")
-		return true
+		return refusal(http.StatusServiceUnavailable, "a replica that owns clusters of this answer did not answer: "+unreachable.Error()+"; retry", true)
 	}
-	return false
+	return nil
 }
 
-// failedAll answers the error every part failed with when none answered, and reports whether
-// it did: a fleet-wide answer fails only when no replica could answer (401 for all, say).
-func failedAll[T any](w http.ResponseWriter, answers []answer[T], down int) bool {
+// refused is what a fan-out answers instead of merging answers, nil when it merges them:
+// mustRetry's refusal, or failedAll's error. down is how many planned clusters have no owner.
+func refused[T any](answers []answer[T], whole bool, down int) error {
+	if err := mustRetry(answers, whole); err != nil {
+		return err
+	}
+	return failedAll(answers, down)
+}
+
+// failedAll is the error every part failed with when none answered: a fleet-wide answer fails
+// only when no replica could answer (401 for all, say).
+func failedAll[T any](answers []answer[T], down int) error {
 	if len(answers) == 0 || down > 0 {
-		return false
+		return nil
 	}
 	for _, a := range answers {
 		if a.err == nil {
-			return false
+			return nil
 		}
 	}
-	writePeerFailure(w, answers[0].err)
-	return true
+	return answers[0].err
 }
 
-// writePeerFailure answers a replica's refusal as it gave it (its code and Status), and any
-// other failure to reach it as 503.
+// writePeerFailure answers a refusal as it was given (its code and Status), and any other
+// failure to reach a replica as 503.
 func writePeerFailure(w http.ResponseWriter, err error) {
 	var pe *peerError
 	if asPeerError(err, &pe) {
-		if pe.code == http.StatusTooManyRequests {
+		if pe.code == http.StatusTooManyRequests || pe.retry {
 			w.Header().Set("Retry-After", "1") // the part's own advice; client-go waits for it
 		}
+		addWarnings(w.Header(), pe.warnings)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(pe.code)
 		_, _ = w.Write(pe.status)
@@ -226,89 +226,20 @@ func (s *Server) downFreshness(ctx context.Context, resource string, down map[st
 	return out
 }
 
-// fanoutNativeList answers a page of a list from the owners' pages: each part returns up to
-// limit items after the same key, so the first limit of their merge, in key order, are the
-// fleet's next page. opts are the query decoded (listOptions).
-func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl plan, resource string, opts metav1.ListOptions) {
-	q := r.URL.Query()
-	limit, err := nativeLimit(opts, q, s.opts.MaxPageSize)
+// fanoutNativeList answers a native list of the fleet.
+func (s *Server) fanoutNativeList(w http.ResponseWriter, r *http.Request, pl plan) {
+	l, err := s.fleet(r, pl).list(r.Context(), partQuery{path: r.URL.Path, query: r.URL.Query(), kind: "list"})
 	if err != nil {
-		filters.WriteError(w, http.StatusBadRequest, err.Error())
+		writePeerFailure(w, err)
 		return
 	}
-	var cont *watchcache.Continue
-	if tok := q.Get("continue"); tok != "" {
-		c, err := watchcache.ParseContinue(tok)
-		if err != nil {
-			filters.WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		cont = &c
-	}
-	query := func(p part) url.Values {
-		pq := restrictTo(q, p.clusters)
-		pq.Set("limit", strconv.Itoa(limit))
-		pq.Del("continue")
-		if cont != nil {
-			pq.Set("continue", partContinue(*cont, p))
-		}
-		return pq
-	}
-	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (partList, error) {
-		return rd.list(ctx, partQuery{path: r.URL.Path, query: query(p), kind: "list"})
-	})
-	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
-		return
-	}
-	mp := mergePages(answers, limit)
-	var fresh []api.ClusterFreshness
-	for _, a := range answers {
-		fresh = append(fresh, a.val.fresh...)
-	}
-	list := api.List{Items: make([]api.Item, len(mp.elements)), ResourceVersion: watchcache.Position{Parts: mp.rvs}.String()}
-	for i, el := range mp.elements {
+	list := api.List{Items: make([]api.Item, len(l.elements)), ResourceVersion: l.rv, Continue: l.cont, Clusters: l.fresh}
+	for i, el := range l.elements {
 		list.Items[i] = api.Item{Cluster: el.key.Cluster, Object: el.raw}
 	}
-	if mp.more && len(mp.elements) > 0 {
-		list.Continue = watchcache.Continue{Last: mp.elements[len(mp.elements)-1].key.String(), Position: watchcache.Position{Parts: mp.rvs}}.String()
-	}
-	fresh = append(fresh, s.downFreshness(r.Context(), resource, pl.down, mp.failed)...)
-	sort.Slice(fresh, func(i, j int) bool { return fresh[i].Name < fresh[j].Name })
-	list.Clusters = fresh
 	if err := writeRawList(w, list); err != nil {
 		filters.WriteError(w, http.StatusInternalServerError, err.Error())
 	}
-}
-
-// mergedPage is the fleet's page of a list: its parts' elements merged in key order, cut at
-// the limit.
-type mergedPage struct {
-	elements []element
-	more     bool
-	rvs      map[string]watchcache.PartPosition // each part's position
-	failed   map[string]error                   // the clusters of parts that did not answer
-}
-
-// mergePages merges the parts' pages: each holds up to limit elements after the same key, so
-// the first limit of their merge, in key order, are the fleet's next page. limit 0 keeps all.
-func mergePages(answers []answer[partList], limit int) mergedPage {
-	mp := mergedPage{rvs: map[string]watchcache.PartPosition{}, failed: map[string]error{}}
-	for _, a := range answers {
-		if a.err != nil {
-			for _, c := range a.part.clusters {
-				mp.failed[c] = a.err
-			}
-			continue
-		}
-		mp.rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.rv, Set: a.part.set()}
-		mp.more = mp.more || a.val.cont != ""
-		mp.elements = append(mp.elements, a.val.elements...)
-	}
-	sort.SliceStable(mp.elements, func(i, j int) bool { return less(mp.elements[i].key, mp.elements[j].key) })
-	if limit > 0 && len(mp.elements) > limit {
-		mp.more, mp.elements = true, mp.elements[:limit]
-	}
-	return mp
 }
 
 // localNativeList answers this replica's part of a fan-out native list in process, as
@@ -365,13 +296,14 @@ func (s *Server) fanoutClusters(w http.ResponseWriter, r *http.Request) {
 	pl := s.plan(nil)
 	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (api.Clusters, error) {
 		var c api.Clusters
-		b, err := rd.get(ctx, partQuery{path: r.URL.Path, query: r.URL.Query(), kind: "clusters"})
+		g, err := rd.get(ctx, partQuery{path: r.URL.Path, query: r.URL.Query(), kind: "clusters"})
 		if err == nil {
-			err = json.Unmarshal(b, &c)
+			err = json.Unmarshal(g.body, &c)
 		}
 		return c, err
 	})
-	if mustRetry(w, answers, false) || failedAll(w, answers, len(pl.down)) {
+	if err := refused(answers, false, len(pl.down)); err != nil {
+		writePeerFailure(w, err)
 		return
 	}
 	out := api.Clusters{Clusters: []api.Cluster{}}

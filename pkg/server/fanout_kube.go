@@ -6,18 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/filters"
-	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // fanoutKube routes the Kubernetes API: a request in one cluster's view goes to its owner; a
@@ -78,11 +75,11 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case watch:
-		s.fanoutKubeWatch(w, r, pl, opts)
+		s.fanoutKubeWatch(w, r, pl)
 	case p.name != "":
 		s.fanoutKubeGet(w, r, pl)
 	default:
-		s.fanoutKubeList(w, r, pl, opts)
+		s.fanoutKubeList(w, r, pl)
 	}
 }
 
@@ -211,89 +208,17 @@ func keyOfElement(raw json.RawMessage) aggregate.Key {
 	return k
 }
 
-// fanoutKubeList merges the owners' lists (or Tables) in key order, a page at a time: the
-// continue token carries the last key and every owner's position. opts are the query decoded
-// (listOptions).
-func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan, opts metav1.ListOptions) {
-	pl = pl.withSelf(s.opts.Fleet.Identity())
-	q := r.URL.Query()
-	if opts.Limit < 0 {
-		filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want a non-negative integer", q.Get("limit")))
+// fanoutKubeList answers a list (or Table) of the fleet: the first part's fields, the fleet's
+// metadata, then the elements as their owners wrote them, streamed, never encoded again.
+func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan) {
+	l, err := s.fleet(r, pl).list(r.Context(), partQuery{kube: true, path: r.URL.Path, query: r.URL.Query(), kind: "list"})
+	if err != nil {
+		writePeerFailure(w, err)
 		return
 	}
-	limit := int(min(opts.Limit, int64(s.opts.KubeMaxPageSize))) // 0, no limit, answers everything
-	exact := q.Get("resourceVersionMatch") == string(metav1.ResourceVersionMatchExact)
-	var from watchcache.Position
-	var cont *watchcache.Continue
-	if c := q.Get("continue"); c != "" {
-		fc, err := watchcache.ParseContinue(c)
-		if err != nil {
-			filters.WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		cont, from, exact = &fc, fc.Position, fc.Exact
-		// A page of an exact list reads every part at its position; any other page of any
-		// list continues after its key, each part at its position or from now (partContinue).
-		if err := resumable(from, pl); exact && err != nil {
-			filters.WriteError(w, http.StatusGone, "continue expired: "+err.Error()+"; list again")
-			return
-		}
-	} else if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
-		t, ok := parseMerged(rv)
-		if exact && (!ok || resumable(t, pl) != nil) {
-			filters.WriteError(w, http.StatusGone, "resourceVersion expired: the clusters moved between replicas since; list again")
-			return
-		}
-		from = t
-	}
-	query := func(p part) url.Values {
-		pq := restrictTo(q, p.clusters)
-		pq.Del("continue")
-		pq.Del("resourceVersion")
-		pq.Del("resourceVersionMatch")
-		rv, ok := partPosition(from, p)
-		switch {
-		case cont != nil:
-			pq.Set("continue", partContinue(*cont, p))
-		case ok && rv != "":
-			pq.Set("resourceVersion", rv)
-			if m := q.Get("resourceVersionMatch"); m != "" {
-				pq.Set("resourceVersionMatch", m)
-			}
-		}
-		return pq
-	}
-	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (partList, error) {
-		return rd.list(ctx, partQuery{kube: true, path: r.URL.Path, query: query(p), kind: "list"})
-	})
-	if mustRetry(w, answers, true) || failedAll(w, answers, len(pl.down)) {
-		return
-	}
-	i := slices.IndexFunc(answers, func(a answer[partList]) bool { return a.err == nil })
-	if i < 0 {
-		var errs []string
-		for _, a := range answers {
-			errs = append(errs, a.err.Error())
-		}
-		filters.WriteError(w, http.StatusServiceUnavailable, "no replica could answer: "+strings.Join(errs, "; "))
-		return
-	}
-	first := answers[i].val
-	for _, a := range answers {
-		for _, wv := range a.val.warnings {
-			if !slices.Contains(w.Header().Values("Warning"), wv) {
-				w.Header().Add("Warning", wv)
-			}
-		}
-	}
-	mp := mergePages(answers, limit)
-	s.warnDown(w, r.Context(), pl.down, mp.failed)
-	md := metav1.ListMeta{ResourceVersion: watchcache.Position{Parts: mp.rvs}.String()}
-	if mp.more && len(mp.elements) > 0 {
-		md.Continue = watchcache.Continue{Last: mp.elements[len(mp.elements)-1].key.String(), Position: watchcache.Position{Parts: mp.rvs}, Exact: exact}.String()
-	}
-	// The first answer's fields, its metadata replaced, then the elements as their owners
-	// wrote them: streamed, never encoded again.
+	addWarnings(w.Header(), l.warnings)
+	md := metav1.ListMeta{ResourceVersion: l.rv, Continue: l.cont}
+	first := l
 	field := "items"
 	if first.table {
 		field = "rows"
@@ -318,7 +243,7 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	buf.Write(mdb)
 	buf.WriteString(`,"` + field + `":[`)
 	w.Header().Set("Content-Type", "application/json")
-	for i, el := range mp.elements {
+	for i, el := range l.elements {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
@@ -334,102 +259,16 @@ func (s *Server) fanoutKubeList(w http.ResponseWriter, r *http.Request, pl plan,
 	_, _ = w.Write(buf.Bytes())
 }
 
-// warnDown adds a Warning for every cluster no replica answered for, that the caller may read.
-func (s *Server) warnDown(w http.ResponseWriter, ctx context.Context, down map[string]string, failed map[string]error) {
-	for _, f := range s.downFreshness(ctx, "", down, failed) {
-		if hv, err := utilnet.NewWarningHeader(299, "-", fmt.Sprintf("cluster %q: %s", f.Name, f.Error)); err == nil {
-			w.Header().Add("Warning", hv)
-		}
-	}
-}
-
-// fanoutKubeGet asks every owner for the object by name. One answer is relayed; a Table gets
-// every cluster's row; several objects are 409, as in one replica's fleet view.
+// fanoutKubeGet answers a get by name in the fleet view.
 func (s *Server) fanoutKubeGet(w http.ResponseWriter, r *http.Request, pl plan) {
-	type got struct {
-		body  []byte
-		table bool
-		head  map[string]json.RawMessage
-		rows  []json.RawMessage
+	g, err := s.fleet(r, pl).get(r.Context(), partQuery{kube: true, path: r.URL.Path, query: r.URL.Query(), kind: "get"})
+	if err != nil {
+		writePeerFailure(w, err)
+		return
 	}
-	// Each owner answers for its part's clusters only: one not started there yet is 429, and
-	// a cluster two replicas hold for a moment answers once.
-	answers := gather(r.Context(), s, r, pl, func(ctx context.Context, rd partReader, p part) (got, error) {
-		b, err := rd.get(ctx, partQuery{kube: true, path: r.URL.Path, query: restrictTo(r.URL.Query(), p.clusters), kind: "get"})
-		if err != nil {
-			return got{}, err
-		}
-		g := got{body: b}
-		if json.Unmarshal(b, &g.head) == nil {
-			if rows, ok := g.head["rows"]; ok {
-				g.table = true
-				_ = json.Unmarshal(rows, &g.rows)
-			}
-		}
-		return g, nil
-	})
-	var found []got
-	var notFound *peerError
-	failed := map[string]error{}
-	for _, a := range answers {
-		var pe *peerError
-		switch {
-		case a.err == nil:
-			found = append(found, a.val)
-		case asPeerError(a.err, &pe) && pe.code == http.StatusNotFound:
-			notFound = pe
-		case asPeerError(a.err, &pe) && (pe.code == http.StatusConflict || pe.code == http.StatusTooManyRequests || pe.code == http.StatusBadRequest):
-			// 409: two of its clusters hold the name; 429: a planned cluster is not complete
-			// there yet; 400: the request is bad everywhere.
-			if pe.code == http.StatusTooManyRequests {
-				w.Header().Set("Retry-After", "1")
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(pe.code)
-			_, _ = w.Write(pe.status)
-			return
-		default:
-			for _, c := range a.part.clusters {
-				failed[c] = a.err
-			}
-		}
-	}
-	s.warnDown(w, r.Context(), pl.down, failed)
-	switch {
-	case len(found) == 0 && (len(failed) > 0 || len(pl.down) > 0):
-		// Not found where replicas answered; the others may hold it.
-		filters.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("not found in the clusters that answered; %d clusters could not be read now (see the Warning headers)", len(failed)+len(pl.down)))
-	case len(found) == 0 && notFound != nil:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write(notFound.status)
-	case len(found) == 0:
-		filters.WriteError(w, http.StatusNotFound, "not found in any cluster")
-	case len(found) == 1:
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(found[0].body)
-	case found[0].table:
-		var rows []json.RawMessage
-		for _, g := range found {
-			rows = append(rows, g.rows...)
-		}
-		sort.SliceStable(rows, func(i, j int) bool { return less(keyOfElement(rows[i]), keyOfElement(rows[j])) })
-		out := found[0].head
-		out["rows"], _ = json.Marshal(rows)
-		writeJSON(w, out)
-	default:
-		var names []string
-		for _, g := range found {
-			names = append(names, keyOfElement(g.body).Cluster)
-		}
-		sort.Strings(names)
-		p, _, _ := parseKubePath(r.URL.Path)
-		var paths []string
-		for _, c := range names {
-			paths = append(paths, "/clusters/"+c+p.objectPath())
-		}
-		filters.WriteError(w, http.StatusConflict, fmt.Sprintf("%q exists in %d clusters (%s): read it from one of them, at %s", p.name, len(names), strings.Join(names, ", "), strings.Join(paths, " or ")))
-	}
+	addWarnings(w.Header(), g.warnings)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(g.body)
 }
 
 func asPeerError(err error, pe **peerError) bool {

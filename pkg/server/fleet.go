@@ -217,15 +217,20 @@ func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string,
 	return resp, nil
 }
 
-// peerError is a replica's non-200 answer.
+// peerError is a replica's non-200 answer, or the fan-out's own (refusal, no peer).
 type peerError struct {
-	peer   string
-	code   int
-	status []byte // the answer's body: a Status
-	msg    string
+	peer     string
+	code     int
+	status   []byte // the answer's body: a Status
+	msg      string
+	retry    bool     // answer with Retry-After
+	warnings []string // Warning headers to answer with
 }
 
 func (e *peerError) Error() string {
+	if e.peer == "" {
+		return e.msg
+	}
 	return fmt.Sprintf("replica %q answered %d: %s", e.peer, e.code, e.msg)
 }
 

@@ -20,13 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+
 	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/watchcache"
-	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/rest"
 )
 
 func TestParseKubePath(t *testing.T) {

@@ -264,10 +264,15 @@ func (k *kubeSink) control(typ string, obj any) error {
 
 // gone ends the stream with an ERROR event: 410, list again.
 func (k *kubeSink) gone(err error) {
+	_ = k.control(api.ErrorEvent, filters.StatusOf(http.StatusGone, goneMessage(err)))
+	k.fl.Flush()
+}
+
+// goneMessage is what a Kubernetes watch's 410 says of err, a watchcache.GoneError.
+func goneMessage(err error) string {
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "the fleet changed") {
 		msg = "resourceVersion expired: " + msg
 	}
-	_ = k.control(api.ErrorEvent, filters.StatusOf(http.StatusGone, msg))
-	k.fl.Flush()
+	return msg
 }

@@ -16,12 +16,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // movingFleet is a Fleet whose owners a test changes while requests run.

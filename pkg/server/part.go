@@ -34,7 +34,7 @@ type partReader interface {
 	// list reads the part's page of a list (the whole list without a limit).
 	list(ctx context.Context, q partQuery) (partList, error)
 	// get reads one answer that is not a list: an object (or its Table), or api.Clusters.
-	get(ctx context.Context, q partQuery) (json.RawMessage, error)
+	get(ctx context.Context, q partQuery) (partGot, error)
 	// watch opens the part's watch. It fails before any event when the part refuses (a 410
 	// for a position gone, 403, 429): the fan-in answers that before its stream starts.
 	watch(ctx context.Context, q partQuery) (*partStream, error)
@@ -67,11 +67,18 @@ type element struct {
 	raw json.RawMessage
 }
 
-// partStream is one part's watch.
+// partGot is an answer to a get: its body, and its Warning headers.
+type partGot struct {
+	body     json.RawMessage
+	warnings []string
+}
+
+// partStream is one part's watch, or the fleet's.
 type partStream struct {
-	part   part
-	events chan partEvent // closed when the watch ends
-	err    error          // why it ended, set before events closes
+	part     part
+	events   chan partEvent // closed when the watch ends
+	err      error          // why it ended, set before events closes
+	warnings []string       // Warning headers for its answer
 }
 
 // partEvent is one event of a part's watch.
@@ -125,7 +132,7 @@ func (l localPart) list(ctx context.Context, q partQuery) (partList, error) {
 	return l.s.localNativeList(ctx, l.request(ctx, q), l.p)
 }
 
-func (l localPart) get(ctx context.Context, q partQuery) (json.RawMessage, error) {
+func (l localPart) get(ctx context.Context, q partQuery) (partGot, error) {
 	req := l.request(ctx, q)
 	rec, err := l.s.inProcess(ctx, l.p, q.kind, func(ctx context.Context, rec *answerRecorder) bool {
 		req := req.WithContext(ctx)
@@ -141,9 +148,9 @@ func (l localPart) get(ctx context.Context, q partQuery) (json.RawMessage, error
 		return rec.code == 0 || rec.code == http.StatusOK
 	})
 	if err != nil {
-		return nil, err
+		return partGot{}, err
 	}
-	return rec.body, nil
+	return partGot{body: rec.body, warnings: rec.header.Values("Warning")}, nil
 }
 
 func (l localPart) watch(ctx context.Context, q partQuery) (*partStream, error) {
@@ -199,7 +206,11 @@ func (l localPart) watch(ctx context.Context, q partQuery) (*partStream, error) 
 		switch {
 		case watchcache.IsGone(err):
 			st.err = err
-			sink.send(partEvent{typ: api.ErrorEvent, gone: err.Error()})
+			msg := err.Error()
+			if q.kube {
+				msg = goneMessage(err)
+			}
+			_ = sink.send(partEvent{typ: api.ErrorEvent, gone: msg})
 		case err != nil:
 			st.err = err
 		case ctx.Err() != nil:
@@ -284,17 +295,17 @@ func (pp peerPart) list(ctx context.Context, q partQuery) (partList, error) {
 	return l, nil
 }
 
-func (pp peerPart) get(ctx context.Context, q partQuery) (json.RawMessage, error) {
+func (pp peerPart) get(ctx context.Context, q partQuery) (partGot, error) {
 	resp, err := pp.call(ctx, q)
 	if err != nil {
-		return nil, err
+		return partGot{}, err
 	}
 	defer drain(resp.Body)
 	var b json.RawMessage
 	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
-		return nil, fmt.Errorf("replica %q: %w", pp.p.peer, err)
+		return partGot{}, fmt.Errorf("replica %q: %w", pp.p.peer, err)
 	}
-	return b, nil
+	return partGot{body: b, warnings: resp.Header.Values("Warning")}, nil
 }
 
 func (pp peerPart) watch(ctx context.Context, q partQuery) (*partStream, error) {
