@@ -52,6 +52,12 @@ const (
 	PeerUserHeader = "X-Remote-User"
 	// PeerGroupHeader names one of its groups; repeated for each.
 	PeerGroupHeader = "X-Remote-Group"
+	// PeerUIDHeader carries its UID, when it has one.
+	PeerUIDHeader = "X-Remote-Uid"
+	// PeerExtraHeaderPrefix starts a header per key of its extra attributes (the key
+	// URL-path-escaped, as kube-apiserver sends them to aggregated API servers); repeated for
+	// each value.
+	PeerExtraHeaderPrefix = "X-Remote-Extra-"
 )
 
 // Everything is the Access of a caller who reads the whole fleet: every caller when auth is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -129,7 +130,7 @@ func New(opts Options) (*Delegated, error) {
 }
 
 // PeerAuthenticator reads who a peer replica says its caller is (PeerUserHeader,
-// PeerGroupHeader), believing it only from a request whose client certificate the CA
+// PeerUIDHeader, PeerGroupHeader, PeerExtraHeaderPrefix), believing it only from a request whose client certificate the CA
 // in caFile signed for one of names (the replicas' peer certificate's common name): k8s.io/
 // apiserver's request-header authenticator, as aggregated API servers use for kube-apiserver's
 // requests. A request without such a certificate is not authenticated by it (ok false); one
@@ -146,9 +147,29 @@ func PeerAuthenticator(caFile string, names []string) (authenticator.Request, er
 	if err != nil {
 		return nil, fmt.Errorf("sharding.peerCAFile %s: %w", caFile, err)
 	}
-	none := headerrequest.StaticStringSlice(nil)
 	return headerrequest.NewDynamicVerifyOptionsSecure(ca.VerifyOptions, headerrequest.StaticStringSlice(names),
-		headerrequest.StaticStringSlice{PeerUserHeader}, none, headerrequest.StaticStringSlice{PeerGroupHeader}, none), nil
+		headerrequest.StaticStringSlice{PeerUserHeader}, headerrequest.StaticStringSlice{PeerUIDHeader},
+		headerrequest.StaticStringSlice{PeerGroupHeader}, headerrequest.StaticStringSlice{PeerExtraHeaderPrefix}), nil
+}
+
+// SetPeerIdentity names u in the headers of a request to a peer replica, for its
+// PeerAuthenticator: name, groups, UID and extra attributes, as kube-apiserver names its
+// callers to aggregated API servers.
+func SetPeerIdentity(h http.Header, u user.Info) {
+	h.Set(PeerUserHeader, u.GetName())
+	for _, g := range u.GetGroups() {
+		h.Add(PeerGroupHeader, g)
+	}
+	if uid := u.GetUID(); uid != "" {
+		h.Set(PeerUIDHeader, uid)
+	}
+	for k, vs := range u.GetExtra() {
+		// The key escaped (it may hold '/'), as the request-header authenticator unescapes it.
+		name := PeerExtraHeaderPrefix + url.PathEscape(k)
+		for _, v := range vs {
+			h.Add(name, v)
+		}
+	}
 }
 
 // Authorize authenticates r: no credentials, an invalid token or an untrusted certificate is

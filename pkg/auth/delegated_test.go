@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -110,6 +111,16 @@ func TestPeerAuthenticator(t *testing.T) {
 	// for client auth too): only the peers' name is trusted.
 	if _, ok, _ := pa.AuthenticateRequest(peerRequest(peers.client(t, "someone-else"), "alice")); ok {
 		t.Error("headers with a certificate for another name were believed")
+	}
+	// Everything SetPeerIdentity names comes back: UID, and extra keys that hold '/' and '.'.
+	alice := &user.DefaultInfo{Name: "alice", UID: "uid-1", Groups: []string{"dev"}, Extra: map[string][]string{
+		"authentication.kubernetes.io/credential-id": {"JTI=abc"}, "scopes.example.com": {"read", "list"}}}
+	r := peerRequest(peers.client(t, "multicache-peer"), "")
+	SetPeerIdentity(r.Header, alice)
+	resp, ok, err = pa.AuthenticateRequest(r)
+	if err != nil || !ok || resp.User.GetName() != "alice" || resp.User.GetUID() != "uid-1" ||
+		!slices.Equal(resp.User.GetGroups(), []string{"dev"}) || !reflect.DeepEqual(resp.User.GetExtra(), alice.Extra) {
+		t.Errorf("SetPeerIdentity's alice came back as %+v (%v, %v)", resp, ok, err)
 	}
 	if _, err := PeerAuthenticator(filepath.Join(t.TempDir(), "missing.pem"), []string{"multicache-peer"}); err == nil {
 		t.Error("a missing peer CA file was accepted")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 
@@ -100,4 +101,10 @@ func (a Authentication) peer(r *http.Request) (auth.Access, bool) {
 func dropIdentity(h http.Header) {
 	h.Del(auth.PeerUserHeader)
 	h.Del(auth.PeerGroupHeader)
+	h.Del(auth.PeerUIDHeader)
+	for k := range h {
+		if strings.HasPrefix(k, auth.PeerExtraHeaderPrefix) {
+			h.Del(k)
+		}
+	}
 }

@@ -55,8 +55,10 @@ func TestAuthentication(t *testing.T) {
 	var seen string
 	h := Authentication{Authorizer: byHeader{}, Peers: vouching{}}.Wrap(func(w http.ResponseWriter, r *http.Request) {
 		seen = auth.UserOf(AccessOf(r.Context())).GetName()
-		if r.Header.Get(auth.PeerUserHeader) != "" {
-			t.Error("identity headers reached the handler")
+		for k := range r.Header {
+			if k == auth.PeerUserHeader || k == auth.PeerGroupHeader || k == auth.PeerUIDHeader || strings.HasPrefix(k, auth.PeerExtraHeaderPrefix) {
+				t.Errorf("identity header %s reached the handler", k)
+			}
 		}
 	})
 	do := func(ctx context.Context, headers map[string]string) (int, http.Header) {
@@ -80,7 +82,8 @@ func TestAuthentication(t *testing.T) {
 		t.Errorf("alice: %d as %q", code, seen)
 	}
 	// A header naming someone else, without a peer certificate, is dropped: the caller is alice.
-	if code, _ := do(bg, map[string]string{"X-Test-User": "alice", auth.PeerUserHeader: "admin"}); code != 200 || seen != "alice" {
+	if code, _ := do(bg, map[string]string{"X-Test-User": "alice", auth.PeerUserHeader: "admin", auth.PeerUIDHeader: "0",
+		auth.PeerExtraHeaderPrefix + "Scopes": "all"}); code != 200 || seen != "alice" {
 		t.Errorf("a forged identity header: %d as %q", code, seen)
 	}
 	if code, _ := do(bg, map[string]string{auth.PeerUserHeader: "admin"}); code != 401 {

@@ -19,9 +19,12 @@
 // readiness. The Kubernetes API: kubepath.go parses its paths, catalog.go builds discovery,
 // kube.go answers lists and gets, kubeobject.go negotiates and encodes objects and Tables,
 // kubewatch.go streams its watches, clusters.go serves clusters.multicache.io. With a Fleet,
-// fleet.go plans which replica answers which clusters, fanout.go and fanout_kube.go merge
-// their answers, planguard.go keeps every answer to its plan, peertrust.go tells owners who
-// the caller is. server.go holds the options and routes.
+// fleet.go plans which replica answers which clusters; part.go reads one replica's part of a
+// plan through a partReader (this replica's in process, a peer's over HTTP); fleetread.go is
+// the fleet as a partReader too, which splits a request over the parts and merges their
+// answers; fanout.go, fanout_kube.go and fanin.go route the fleet's requests and write what
+// a reader answers; planguard.go keeps every answer to its plan, peertrust.go tells owners
+// who the caller is. server.go holds the options and routes.
 //
 // Paging order is cluster, namespace, name. A continue token is the last key served, so a walk
 // visits every object that exists throughout it exactly once, whatever writes happen meanwhile.

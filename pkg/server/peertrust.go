@@ -20,13 +20,8 @@ func userOf(ctx context.Context) user.Info { return auth.UserOf(filters.AccessOf
 
 // setIdentity puts the caller of ctx in the headers of a request to a peer.
 func setIdentity(h http.Header, ctx context.Context) {
-	u := userOf(ctx)
-	if u == nil {
-		return
-	}
-	h.Set(auth.PeerUserHeader, u.GetName())
-	for _, g := range u.GetGroups() {
-		h.Add(auth.PeerGroupHeader, g)
+	if u := userOf(ctx); u != nil {
+		auth.SetPeerIdentity(h, u)
 	}
 }
 
