@@ -698,6 +698,14 @@ func TestScaleOut(t *testing.T) {
 	var relisters []*relister
 	for _, r := range rs {
 		relisters = append(relisters, e.relist("Kubernetes API, fleet, on "+r.id, r, e.kubeWire(r, "")), e.relist("native API, fleet, on "+r.id, r, e.nativeWire(r)))
+		if py := e.pythonRelister(r); py != nil {
+			relisters = append(relisters, py)
+		}
+	}
+	// A client-go informer on every member's /clusters/{name}, spread over the replicas.
+	var informers []*clusterInformer
+	for i, m := range e.members {
+		informers = append(informers, e.informOn(rs[i%len(rs)], m))
 	}
 
 	// SIGKILL the biggest owner while writes run.
@@ -772,15 +780,34 @@ func TestScaleOut(t *testing.T) {
 			survivingRelisters = append(survivingRelisters, rl)
 		}
 	}
-	harness.WaitFor(t, "every relisting watcher on a survivor equal to the API servers", time.Minute, func() bool {
+	var survivingInformers []*clusterInformer
+	for _, ci := range informers {
+		if !strings.HasPrefix(ci.name, "informer on "+victim.id+"/") {
+			survivingInformers = append(survivingInformers, ci)
+		}
+	}
+	harness.WaitFor(t, "every informer and relisting watcher on a survivor equal to the API servers", time.Minute, func() bool {
 		truth := e.truth()
 		for _, rl := range survivingRelisters {
 			if got, _, _ := rl.snapshot(); len(harness.Diff(truth, got)) > 0 {
 				return false
 			}
 		}
+		for _, ci := range survivingInformers {
+			if len(harness.Diff(onlyCluster(truth, ci.cluster), ci.state())) > 0 {
+				return false
+			}
+		}
 		return true
 	})
+	for _, ci := range survivingInformers {
+		ci.mu.Lock()
+		if len(ci.invented) > 0 {
+			t.Errorf("through the SIGKILL, %s: %d deletes of ConfigMaps nobody deleted, e.g. %v", ci.name, len(ci.invented), ci.invented[:min(3, len(ci.invented))])
+		}
+		ci.mu.Unlock()
+	}
+	t.Logf("through the SIGKILL: %d informers and %d relisting watchers on survivors checked", len(survivingInformers), len(survivingRelisters))
 	for _, rl := range survivingRelisters {
 		_, invented, relists := rl.snapshot()
 		if len(invented) > 0 {
