@@ -486,3 +486,36 @@ func TestHandoffIsNoDelete(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterHandler: a handler bound to one cluster is told of that cluster's objects only,
+// whether the cluster joined before or after it, and HasSynced waits for that cluster alone.
+func TestClusterHandler(t *testing.T) {
+	a := newAgg(t)
+	i1, _ := startInformer(t, &source{items: []corev1.ConfigMap{*cm("a", "x", "1", nil)}})
+	_ = a.join("c1", i1)
+	a.WaitForSync(context.Background(), 5*time.Second)
+	rec := &recorder{}
+	reg, err := a.AddEventHandlerWithOptions(rec, HandlerOptions{Cluster: "c2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reg.HasSynced() {
+		t.Error("HasSynced before its cluster joined: c1 is not its cluster")
+	}
+	block := make(chan struct{})
+	i2, _ := startInformer(t, &source{block: block, items: []corev1.ConfigMap{*cm("a", "y", "1", nil), *cm("b", "z", "1", nil)}})
+	_ = a.join("c2", i2)
+	if reg.HasSynced() {
+		t.Error("HasSynced before c2 synced")
+	}
+	close(block)
+	eq(t, "c2's objects only", sorted(rec.waitFor(t, 2)), []string{"add c2 a/y@1 initial=true", "add c2 b/z@1 initial=true"})
+	waitTrue(t, "HasSynced once c2 synced", reg.HasSynced)
+	a.leave("c1", false)
+	a.leave("c2", false)
+	eq(t, "c2's deletes only", sorted(rec.waitFor(t, 4)[2:]), []string{"delete c2 tombstone:a/y", "delete c2 tombstone:b/z"})
+	time.Sleep(50 * time.Millisecond)
+	if n := len(rec.snapshot()); n != 4 {
+		t.Errorf("told %d events, want 4: %v", n, rec.snapshot())
+	}
+}

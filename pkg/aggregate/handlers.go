@@ -104,6 +104,16 @@ type HandlerOptions struct {
 	// over the period, never one burst of the whole fleet. Minimum one second; not with
 	// EveryEvent.
 	ResyncPeriod time.Duration
+	// Cluster, when set, binds the handler to that cluster's members only: it is told of that
+	// cluster's objects and no other's, as an informer of that one cluster would tell it, and
+	// HasSynced waits for that cluster alone. The other clusters' events never reach its
+	// queue.
+	Cluster string
+}
+
+// accepts reports whether r is told of cluster's objects.
+func (r *Registration) accepts(cluster string) bool {
+	return r.opts.Cluster == "" || r.opts.Cluster == cluster
 }
 
 // AddEventHandler adds h with default options. It first receives every object already held,
@@ -145,7 +155,9 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 	a.mu.Unlock()
 	// Each member tells r what it has told every other handler, then every change.
 	for _, m := range members {
-		m.bind(r)
+		if r.accepts(m.cluster) {
+			m.bind(r)
+		}
 	}
 	go r.run()
 	if opts.ResyncPeriod > 0 {
@@ -159,7 +171,7 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 // cluster that leaves meanwhile is not kept in memory.
 func (r *Registration) resync(period time.Duration) {
 	for {
-		clusters := r.agg.Clusters()
+		clusters := slices.DeleteFunc(r.agg.Clusters(), func(c string) bool { return !r.accepts(c) })
 		n := max(1, len(clusters))
 		for i := range n {
 			select {
@@ -256,6 +268,9 @@ func (r *Registration) HasSynced() bool {
 	defer r.mu.Unlock()
 	some := false
 	for _, m := range members {
+		if !r.accepts(m.cluster) {
+			continue
+		}
 		if m.synced.Load() {
 			if r.synced[m.cluster] != m {
 				return false

@@ -126,6 +126,9 @@ func (a *Aggregate) join(cluster string, inf cache.SharedIndexInformer) error {
 	a.mu.Unlock()
 
 	for _, r := range regs {
+		if !r.accepts(cluster) {
+			continue
+		}
 		if _, ok := inherited[r]; ok {
 			m.bindings[r] = struct{}{}
 			m.ensureFeedLocked()
