@@ -73,6 +73,7 @@ bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 1
 	$(MAKE) --no-print-directory bench-kubectl
 	$(MAKE) --no-print-directory bench-auth
 	$(MAKE) --no-print-directory bench-events
+	$(MAKE) --no-print-directory bench-controller-runtime
 
 .PHONY: bench-queries
 bench-queries: ## P3: in-process queries (5 runs each) and hot paths, written to docs/BENCHMARKS.md
@@ -107,6 +108,13 @@ BENCH_KUBECTL_RUNS ?= 7
 .PHONY: bench-events
 bench-events: tools ## E1: heap per cached Event vs B (3 clusters x 5,000 Events), written to docs/BENCHMARKS.md
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_RUNS=$(BENCH_RUNS) $(GO) test -run '^$$' -bench EventsHeap -benchtime 1x -timeout 30m -v ./test/bench/
+
+BENCH_CR_PODS ?= 20000
+
+.PHONY: bench-controller-runtime
+bench-controller-runtime: tools ## R1: heap per Pod of a controller-runtime controller's caches, crcache vs controller-runtime's own (3 clusters x 20k Pods)
+	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_RUNS=$(BENCH_RUNS) MULTICACHE_BENCH_CR_PODS=$(BENCH_CR_PODS) \
+	  $(GO) test -run '^$$' -bench ControllerRuntimeHeap -benchtime 1x -timeout 30m -v ./test/bench/ | grep -v '^    fleet.go'
 
 .PHONY: bench-kubectl
 bench-kubectl: tools ## kubectl get pods -A -l SEL through the daemon vs a kubectl fan-out (3 clusters x 20k Pods)
