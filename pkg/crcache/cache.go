@@ -49,6 +49,7 @@ type Fleet struct {
 	mu      sync.Mutex
 	indexes map[string]map[string]bool // resource → field index names added
 	pending []pendingIndex             // IndexFields of kinds no cluster has resolved yet
+	kinds   map[schema.GroupKind]target // resolved once by any cluster; a kind's resource stays
 }
 
 // pendingIndex is an IndexField waiting for its kind to resolve.
@@ -70,7 +71,7 @@ func NewFleet(reg *clusterset.Registry, opts Options) (*Fleet, error) {
 	if opts.SyncPoll <= 0 {
 		opts.SyncPoll = 50 * time.Millisecond
 	}
-	return &Fleet{reg: reg, scheme: opts.Scheme, poll: opts.SyncPoll, indexes: map[string]map[string]bool{}}, nil
+	return &Fleet{reg: reg, scheme: opts.Scheme, poll: opts.SyncPoll, indexes: map[string]map[string]bool{}, kinds: map[schema.GroupKind]target{}}, nil
 }
 
 // Start runs the Registry until ctx ends, for a program that has no other owner of it.
@@ -121,36 +122,50 @@ func (f *Fleet) kindOf(obj runtime.Object) (schema.GroupVersionKind, error) {
 	return gvk, nil
 }
 
-// resolve finds the Registry's resource of gvk's group and kind: as cluster resolved it, or
-// as any other cluster did while cluster has not yet.
+// resolve finds the Registry's resource of gvk's group and kind, as any cluster resolved it
+// (once found, it is kept: reads do not look again).
 func (c *Cache) resolve(gvk schema.GroupVersionKind) (target, error) {
-	statuses := c.f.reg.Status()
-	slices.SortStableFunc(statuses, func(a, b clusterset.ClusterStatus) int {
-		switch {
-		case a.Name == c.cluster:
-			return -1
-		case b.Name == c.cluster:
-			return 1
-		}
-		return 0
-	})
-	for _, cs := range statuses {
+	gk := gvk.GroupKind()
+	c.f.mu.Lock()
+	t, ok := c.f.kinds[gk]
+	c.f.mu.Unlock()
+	if ok {
+		t.gvk = gvk
+		return t, nil
+	}
+	for _, cs := range c.f.reg.Status() {
 		for _, rs := range cs.Resources {
 			if rs.Group != gvk.Group || rs.Kind != gvk.Kind {
 				continue
-			}
-			if cs.Name == c.cluster && rs.State == clusterset.NotServed {
-				return target{}, &meta.NoKindMatchError{GroupKind: gvk.GroupKind(), SearchedVersions: []string{gvk.Version}}
 			}
 			agg, ok := c.f.reg.Aggregate(rs.Resource)
 			if !ok {
 				continue
 			}
-			return target{gvk: gvk, resource: rs.Resource, agg: agg, plural: rs.Plural, namespaced: rs.Namespaced}, nil
+			t := target{gvk: gvk, resource: rs.Resource, agg: agg, plural: rs.Plural, namespaced: rs.Namespaced}
+			c.f.mu.Lock()
+			c.f.kinds[gk] = t
+			c.f.mu.Unlock()
+			return t, nil
 		}
 	}
 	return target{}, fmt.Errorf("crcache: cluster %q: %w (multicache caches %s; add it to the Registry's resources)",
 		c.cluster, &cache.ErrResourceNotCached{GVK: gvk}, strings.Join(c.f.reg.Resources(), ", "))
+}
+
+// notServed is the error of a resource that cluster does not serve (a CRD it does not have),
+// nil while it does or may.
+func (c *Cache) notServed(t target) error {
+	cs, ok := c.f.reg.ClusterStatus(c.cluster)
+	if !ok {
+		return nil
+	}
+	for _, rs := range cs.Resources {
+		if rs.Resource == t.resource && rs.State == clusterset.NotServed {
+			return &meta.NoKindMatchError{GroupKind: t.gvk.GroupKind(), SearchedVersions: []string{t.gvk.Version}}
+		}
+	}
+	return nil
 }
 
 // resolveWait is resolve, waiting within ctx while no cluster has resolved the Registry's
@@ -193,11 +208,15 @@ func (c *Cache) gone() error {
 	return fmt.Errorf("crcache: cluster %q is not in the fleet", c.cluster)
 }
 
-// waitSynced waits until cluster's store of t has synced, the cluster leaves, or ctx ends.
+// waitSynced waits until cluster's store of t has synced, the cluster leaves, or ctx ends. A
+// resource the cluster does not serve is meta.NoKindMatchError, as controller-runtime's.
 func (c *Cache) waitSynced(ctx context.Context, t target) error {
 	for !t.agg.HasSynced(c.cluster) {
 		if c.f.reg.Loaded() && !slices.Contains(c.f.reg.Clusters(), c.cluster) {
 			return c.gone()
+		}
+		if err := c.notServed(t); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
