@@ -300,6 +300,14 @@ func (a *Aggregate) HasSynced(cluster string) bool {
 	return m != nil && m.fresh()
 }
 
+// HasList reports whether cluster's member holds a whole list: its informer has synced, even
+// if the cluster is degraded or its informer has stopped since (its answers are then its last
+// state, maybe stale, never partial). False while a new member's first list is under way.
+func (a *Aggregate) HasList(cluster string) bool {
+	m := a.member(cluster)
+	return m != nil && m.synced.Load()
+}
+
 // Unsynced lists the member clusters whose answers may be partial or stale: not synced yet,
 // informer stopped, or marked degraded. Sorted.
 func (a *Aggregate) Unsynced() []string {

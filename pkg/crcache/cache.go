@@ -46,10 +46,11 @@ type Fleet struct {
 	scheme *runtime.Scheme
 	poll   time.Duration
 
-	mu      sync.Mutex
-	indexes map[string]map[string]bool // resource → field index names added
-	pending []pendingIndex             // IndexFields of kinds no cluster has resolved yet
-	kinds   map[schema.GroupKind]target // resolved once by any cluster; a kind's resource stays
+	mu           sync.Mutex
+	indexes      map[string]map[string]bool // resource → field index names added
+	pending      []pendingIndex             // IndexFields of kinds no cluster has resolved yet
+	pendingTried time.Time
+	kinds        map[schema.GroupKind]target // resolved once by any cluster; a kind's resource stays
 }
 
 // pendingIndex is an IndexField waiting for its kind to resolve.
@@ -97,6 +98,7 @@ type Cache struct {
 
 	mu       sync.Mutex
 	handlers map[string][]*aggregate.Registration // by resource: those this Cache's informers added
+	stopped  bool                                 // Start's context ended: no handler is added
 }
 
 var _ cache.Cache = (*Cache)(nil)
@@ -114,7 +116,7 @@ type target struct {
 func (f *Fleet) kindOf(obj runtime.Object) (schema.GroupVersionKind, error) {
 	gvk, err := apiutil.GVKForObject(obj, f.scheme)
 	if err != nil {
-		return gvk, fmt.Errorf("crcache: %w", err)
+		return gvk, err // as it is: runtime.IsNotRegisteredError asserts its type
 	}
 	if _, isList := obj.(client.ObjectList); isList {
 		gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
@@ -208,10 +210,12 @@ func (c *Cache) gone() error {
 	return fmt.Errorf("crcache: cluster %q is not in the fleet", c.cluster)
 }
 
-// waitSynced waits until cluster's store of t has synced, the cluster leaves, or ctx ends. A
+// waitSynced waits until cluster's store of t holds a whole list (aggregate.HasList), the
+// cluster leaves, or ctx ends. Like controller-runtime's reads, it waits for the first sync
+// only: a cluster that fails later (degraded, its API server down) answers its last state. A
 // resource the cluster does not serve is meta.NoKindMatchError, as controller-runtime's.
 func (c *Cache) waitSynced(ctx context.Context, t target) error {
-	for !t.agg.HasSynced(c.cluster) {
+	for !t.agg.HasList(c.cluster) {
 		if c.f.reg.Loaded() && !slices.Contains(c.f.reg.Clusters(), c.cluster) {
 			return c.gone()
 		}
@@ -239,8 +243,8 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 		return err
 	}
 	k := key.Name
-	if key.Namespace != "" {
-		k = key.Namespace + "/" + key.Name
+	if key.Namespace != "" && t.namespaced {
+		k = key.Namespace + "/" + key.Name // a cluster-scoped object's key has no namespace
 	}
 	item, exists, err := store.GetByKey(k)
 	if err != nil {
@@ -410,7 +414,7 @@ func (c *Cache) copyInto(dst client.Object, src any, gvk schema.GroupVersionKind
 				return fmt.Errorf("crcache: cluster %q: %w", c.cluster, err)
 			}
 		default:
-			return fmt.Errorf("crcache: cluster %q caches %s as %T, which cannot be read into a %T (the Registry's mode for it is metadata only?)", c.cluster, gvk.GroupKind(), obj, dst)
+			return fmt.Errorf("crcache: cluster %q caches %s as %T, which cannot be read into a %T (the Registry caches it in another version, or metadata only)", c.cluster, gvk.GroupKind(), obj, dst)
 		}
 	}
 	dst.GetObjectKind().SetGroupVersionKind(gvk)
@@ -466,13 +470,14 @@ func (f *Fleet) IndexField(_ context.Context, obj client.Object, field string, e
 	return f.addIndex(t, obj, field, extract)
 }
 
-// allResolved reports whether some cluster has resolved every resource of the Registry: a kind
-// none of them is, is not cached.
+// allResolved reports whether some cluster has resolved every resource of the Registry (a
+// kind, or not served there): a kind that none of them has is then not cached. While no
+// cluster has, the Registry is starting, and reads of a kind not found wait.
 func (f *Fleet) allResolved() bool {
 	for _, cs := range f.reg.Status() {
 		resolved := true
 		for _, rs := range cs.Resources {
-			resolved = resolved && rs.Kind != ""
+			resolved = resolved && (rs.Kind != "" || rs.State == clusterset.NotServed)
 		}
 		if resolved && len(cs.Resources) > 0 {
 			return true
@@ -481,9 +486,15 @@ func (f *Fleet) allResolved() bool {
 	return false
 }
 
-// addPendingIndexes adds the pending IndexFields whose kind has resolved since.
+// addPendingIndexes adds the pending IndexFields whose kind has resolved since. It looks at
+// most once a second: reads call it, and it reads the Registry's status.
 func (f *Fleet) addPendingIndexes() {
 	f.mu.Lock()
+	if len(f.pending) == 0 || time.Since(f.pendingTried) < time.Second {
+		f.mu.Unlock()
+		return
+	}
+	f.pendingTried = time.Now()
 	pending := f.pending
 	f.pending = nil
 	f.mu.Unlock()
@@ -592,12 +603,14 @@ func (c *Cache) RemoveInformer(_ context.Context, obj client.Object) error {
 }
 
 // Start blocks until ctx ends: the Registry, not the Cache, runs the informers (Fleet.Start or
-// the daemon). When ctx ends, the handlers this Cache's informers added are removed.
+// the daemon). When ctx ends, the handlers this Cache's informers added are removed, and its
+// informers add no more.
 func (c *Cache) Start(ctx context.Context) error {
 	<-ctx.Done()
 	c.mu.Lock()
 	all := c.handlers
 	c.handlers = map[string][]*aggregate.Registration{}
+	c.stopped = true
 	c.mu.Unlock()
 	for _, regs := range all {
 		for _, r := range regs {
@@ -607,8 +620,9 @@ func (c *Cache) Start(ctx context.Context) error {
 	return nil
 }
 
-// WaitForCacheSync waits until every resource the cluster serves has synced, and reports
-// whether it did before ctx ended (false too for a cluster not in the fleet).
+// WaitForCacheSync waits until every resource the cluster serves has synced once (a whole list,
+// aggregate.HasList), and reports whether it did before ctx ended (false too for a cluster not
+// in the fleet).
 func (c *Cache) WaitForCacheSync(ctx context.Context) bool {
 	for {
 		cs, ok := c.f.reg.ClusterStatus(c.cluster)
@@ -621,7 +635,7 @@ func (c *Cache) WaitForCacheSync(ctx context.Context) bool {
 				continue
 			}
 			agg, ok := c.f.reg.Aggregate(rs.Resource)
-			synced = synced && ok && agg.HasSynced(c.cluster)
+			synced = synced && ok && agg.HasList(c.cluster)
 		}
 		if synced {
 			return true

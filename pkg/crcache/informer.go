@@ -47,13 +47,17 @@ func (i *informer) add(h toolscache.ResourceEventHandler, opts aggregate.Handler
 		return nil, errors.New("crcache: AddEventHandler: nil handler")
 	}
 	opts.Cluster = i.c.cluster
+	// Under the Cache's lock, so that a Cache that stops meanwhile removes it too.
+	i.c.mu.Lock()
+	defer i.c.mu.Unlock()
+	if i.c.stopped {
+		return nil, fmt.Errorf("crcache: cluster %q: the cache has stopped", i.c.cluster)
+	}
 	reg, err := i.t.agg.AddEventHandlerWithOptions(clusterHandler{h}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("crcache: cluster %q: %w", i.c.cluster, err)
 	}
-	i.c.mu.Lock()
 	i.c.handlers[i.t.resource] = append(i.c.handlers[i.t.resource], reg)
-	i.c.mu.Unlock()
 	return registration{reg}, nil
 }
 
@@ -87,8 +91,9 @@ func (i *informer) AddIndexers(indexers toolscache.Indexers) error {
 	return nil
 }
 
-// HasSynced reports whether the cluster's store of the resource has synced.
-func (i *informer) HasSynced() bool { return i.t.agg.HasSynced(i.c.cluster) }
+// HasSynced reports whether the cluster's store of the resource has synced once
+// (aggregate.HasList).
+func (i *informer) HasSynced() bool { return i.t.agg.HasList(i.c.cluster) }
 
 // HasSyncedChecker is HasSynced as a DoneChecker.
 func (i *informer) HasSyncedChecker() toolscache.DoneChecker {

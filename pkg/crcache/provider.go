@@ -59,9 +59,17 @@ type Provider struct {
 }
 
 type engagement struct {
-	cl     cluster.Cluster
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the cluster.Cluster's Start has returned
+	cl       cluster.Cluster
+	restarts int // the Registry's count for the cluster when engaged: its server and credentials
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the cluster.Cluster's Start has returned
+}
+
+// restartsOf is how often the Registry rebuilt name's stacks because its server or credentials
+// changed: a cluster.Cluster built before writes with the old ones.
+func (p *Provider) restartsOf(name string) int {
+	cs, _ := p.f.reg.ClusterStatus(name)
+	return cs.Restarts
 }
 
 // Provider returns the Fleet's Provider.
@@ -119,7 +127,9 @@ func (p *Provider) sync(ctx context.Context, aware Aware) error {
 	p.mu.Lock()
 	var gone []*engagement
 	for name, e := range p.engaged {
-		if !slices.Contains(want, name) {
+		// A cluster that left, or whose server or credentials changed: its cluster.Cluster
+		// goes, and one built with the new ones is engaged.
+		if !slices.Contains(want, name) || p.restartsOf(name) != e.restarts {
 			gone = append(gone, e)
 			delete(p.engaged, name)
 		}
@@ -146,6 +156,7 @@ func (p *Provider) sync(ctx context.Context, aware Aware) error {
 }
 
 func (p *Provider) engage(ctx context.Context, name string, aware Aware) error {
+	restarts := p.restartsOf(name)
 	cfg, ok := p.f.reg.RESTConfig(name)
 	if !ok {
 		return fmt.Errorf("cluster %q: no REST config", name)
@@ -161,7 +172,7 @@ func (p *Provider) engage(ctx context.Context, name string, aware Aware) error {
 		return fmt.Errorf("cluster %q: %w", name, err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	e := &engagement{cl: cl, cancel: cancel, done: make(chan struct{})}
+	e := &engagement{cl: cl, restarts: restarts, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
 		_ = cl.Start(cctx)
@@ -193,17 +204,19 @@ func (p *Provider) disengageAll() {
 // Kind is a source of obj's events in the engaged cluster name, as fleet-wide Requests, for a
 // controller-runtime controller of Requests (controller.NewTypedUnmanaged[Request]). It stops
 // when ctx, the cluster's engagement (Aware.Engage's), ends, or when the controller stops.
-func Kind[T client.Object](ctx context.Context, name string, cl cluster.Cluster, obj T, predicates ...predicate.TypedPredicate[T]) source.TypedSource[Request] {
+func Kind[T client.Object](ctx context.Context, name string, cl cluster.Cluster, obj T, predicates ...predicate.TypedPredicate[T]) source.TypedSyncingSource[Request] {
 	toRequest := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o T) []Request {
 		return []Request{{Cluster: name, NamespacedName: client.ObjectKeyFromObject(o)}}
 	})
-	return boundSource{ctx: ctx, src: source.TypedKind[T, Request](cl.GetCache(), obj, toRequest, predicates...)}
+	return boundSource{ctx: ctx, TypedSyncingSource: source.TypedKind[T, Request](cl.GetCache(), obj, toRequest, predicates...)}
 }
 
-// boundSource is a source that ends with ctx as well as with its controller.
+// boundSource is a syncing source that ends with ctx as well as with its controller. Its
+// WaitForSync is the inner source's: a controller waits for it (CacheSyncTimeout), and a kind
+// that is not cached fails there, as controller-runtime's source.Kind does.
 type boundSource struct {
 	ctx context.Context
-	src source.TypedSource[Request]
+	source.TypedSyncingSource[Request]
 }
 
 func (b boundSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[Request]) error {
@@ -213,7 +226,7 @@ func (b boundSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInt
 		<-ctx.Done()
 		stop()
 	}()
-	return b.src.Start(ctx, q)
+	return b.TypedSyncingSource.Start(ctx, q)
 }
 
-func (b boundSource) String() string { return fmt.Sprintf("crcache.Kind(%v)", b.src) }
+func (b boundSource) String() string { return fmt.Sprintf("crcache.Kind(%v)", b.TypedSyncingSource) }

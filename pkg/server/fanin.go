@@ -43,7 +43,12 @@ func (s *Server) writeWatch(w http.ResponseWriter, r *http.Request, fl http.Flus
 				fl.Flush()
 				return
 			}
-			if sink.event(w, ev) != nil {
+			if err := sink.event(w, ev); err != nil {
+				// The client went away, or an object could not be encoded: end with 410
+				// rather than cleanly, so that a client relists instead of resuming into
+				// the same event.
+				sink.gone(w, "this watch cannot go on ("+err.Error()+"); list again")
+				fl.Flush()
 				return
 			}
 			if len(st.events) == 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // twoReplicas is a fleet of clusters a, b and c over fake API servers, answered two ways: by
@@ -326,4 +327,27 @@ func TestFanInWatchMatchesOneReplica(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestPartEventsPositions: a local part's Kubernetes objects carry their position, as a peer's
+// do; its native objects carry none, so that the native fan-in moves a part's position by its
+// BOOKMARKs only. A native BOOKMARK never marks the end of initial events.
+func TestPartEventsPositions(t *testing.T) {
+	for _, kube := range []bool{true, false} {
+		ch := make(chan partEvent, 2)
+		ps := &partSink{ctx: context.Background(), out: ch, epoch: "e1", marksEnd: kube}
+		if err := ps.Event("ADDED", watchcache.Item{Seq: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ps.Bookmark(watchcache.Position{Epoch: "e1", Seq: 9}, true); err != nil {
+			t.Fatal(err)
+		}
+		obj, bm := <-ch, <-ch
+		if want := (watchcache.Position{Epoch: "e1", Seq: 7}).String(); kube && obj.rv != want || !kube && obj.rv != "" {
+			t.Errorf("kube %v: an object's position %q", kube, obj.rv)
+		}
+		if bm.rv != (watchcache.Position{Epoch: "e1", Seq: 9}).String() || bm.initialEnd != kube {
+			t.Errorf("kube %v: a BOOKMARK at %q, initial end %v", kube, bm.rv, bm.initialEnd)
+		}
+	}
 }

@@ -291,7 +291,7 @@ func (f fanout) get(ctx context.Context, q partQuery) (partGot, error) {
 		for _, c := range names {
 			paths = append(paths, "/clusters/"+c+p.objectPath())
 		}
-		return partGot{}, refusal(http.StatusConflict, fmt.Sprintf("%q exists in %d clusters (%s): read it from one of them, at %s", p.name, len(names), strings.Join(names, ", "), strings.Join(paths, " or ")), false)
+		return partGot{}, refusal(http.StatusConflict, fmt.Sprintf("%q exists in %d clusters (%s): read it from one of them, at %s", p.name, len(names), strings.Join(names, ", "), strings.Join(paths, " or ")), false, warnings...)
 	}
 }
 

@@ -231,7 +231,15 @@ func (k *kubeSink) appendEvent(buf *bytes.Buffer, typ string, it watchcache.Item
 // newKubeSink is the sink of a watch of kq, whose objects' positions are of epoch. Its line
 // buffer is the pool's.
 func (s *Server) newKubeSink(ctx context.Context, w io.Writer, fl http.Flusher, kq kubeRequest, epoch string) *kubeSink {
-	return &kubeSink{s: s, ctx: ctx, w: w, fl: fl, kr: kq.kr, f: kq.f, epoch: epoch, includeObject: string(kq.table.IncludeObject), line: getBuffer()}
+	k := s.kubeEncoder(ctx, kq, epoch)
+	k.w, k.fl, k.line = w, fl, getBuffer()
+	return k
+}
+
+// kubeEncoder is a kubeSink that only encodes (appendEvent, bookmarkAt into a buffer given as
+// its writer): a fan-in's local part.
+func (s *Server) kubeEncoder(ctx context.Context, kq kubeRequest, epoch string) *kubeSink {
+	return &kubeSink{s: s, ctx: ctx, kr: kq.kr, f: kq.f, epoch: epoch, includeObject: string(kq.table.IncludeObject)}
 }
 
 func (k *kubeSink) Bookmark(pos watchcache.Position, initialEnd bool) error {

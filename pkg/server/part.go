@@ -35,8 +35,10 @@ type partReader interface {
 	list(ctx context.Context, q partQuery) (partList, error)
 	// get reads one answer that is not a list: an object (or its Table), or api.Clusters.
 	get(ctx context.Context, q partQuery) (partGot, error)
-	// watch opens the part's watch. It fails before any event when the part refuses (a 410
-	// for a position gone, 403, 429): the fan-in answers that before its stream starts.
+	// watch opens the part's watch. It fails before any event when the part refuses (403,
+	// 429, a bad option; in the native API, 410 for a position gone): the fan-in answers that
+	// before its stream starts. A Kubernetes watch from a position gone opens, then ends with
+	// an ERROR 410 event, as kube-apiserver's does.
 	watch(ctx context.Context, q partQuery) (*partStream, error)
 }
 
@@ -172,7 +174,7 @@ func (l localPart) watch(ctx context.Context, q partQuery) (*partStream, error) 
 			return nil, rec.failure(l.p)
 		}
 		// One sink encodes every event of this part, from the fan-in's goroutine only.
-		ks := l.s.newKubeSink(ctx, nil, nil, kq, lw.from.Epoch)
+		ks := l.s.kubeEncoder(ctx, kq, lw.from.Epoch)
 		encode = func(buf *bytes.Buffer, typ string, it watchcache.Item, rv string, columnsSent bool) error {
 			ks.columnsSent = columnsSent
 			return ks.appendEvent(buf, typ, it, rv)
@@ -189,7 +191,7 @@ func (l localPart) watch(ctx context.Context, q partQuery) (*partStream, error) 
 		if !ok {
 			return nil, rec.failure(l.p)
 		}
-		ns := l.s.newNativeSink(nil, nil, rq.resource)
+		ns := l.s.nativeEncoder(rq.resource)
 		encode = func(buf *bytes.Buffer, typ string, it watchcache.Item, _ string, _ bool) error {
 			return ns.appendEvent(buf, typ, it)
 		}
@@ -228,18 +230,24 @@ type partSink struct {
 	ctx   context.Context
 	out   chan<- partEvent
 	epoch string
-	// marksEnd: the first BOOKMARK ends the initial events (the Kubernetes API); the native
-	// API's is a plain one.
+	// marksEnd: the Kubernetes API. Its first BOOKMARK ends the initial events, and its
+	// objects carry their positions; the native API's BOOKMARK is a plain one.
 	marksEnd bool
 	encode   func(buf *bytes.Buffer, typ string, it watchcache.Item, rv string, columnsSent bool) error
 	bookmark func(buf *bytes.Buffer, rv string, initialEnd bool) error
 }
 
 func (ps *partSink) Event(typ string, it watchcache.Item) error {
-	return ps.send(partEvent{typ: typ, rv: watchcache.Position{Epoch: ps.epoch, Seq: it.Seq}.String(),
-		render: func(buf *bytes.Buffer, rv string, columnsSent bool) error {
-			return ps.encode(buf, typ, it, rv, columnsSent)
-		}})
+	ev := partEvent{typ: typ, render: func(buf *bytes.Buffer, rv string, columnsSent bool) error {
+		return ps.encode(buf, typ, it, rv, columnsSent)
+	}}
+	if ps.marksEnd {
+		// A Kubernetes object carries its position, as a peer's does; a native one none: the
+		// native fan-in moves a part's position by its BOOKMARKs only, which come after its
+		// initial objects (whose own positions are older than the snapshot's).
+		ev.rv = watchcache.Position{Epoch: ps.epoch, Seq: it.Seq}.String()
+	}
+	return ps.send(ev)
 }
 
 func (ps *partSink) Bookmark(pos watchcache.Position, initialEnd bool) error {

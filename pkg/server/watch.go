@@ -87,7 +87,14 @@ type nativeSink struct {
 
 // newNativeSink is the sink of a native watch of resource. Its line buffer is the pool's.
 func (s *Server) newNativeSink(w io.Writer, fl http.Flusher, resource string) *nativeSink {
-	return &nativeSink{s: s, w: w, fl: fl, resource: resource, info: s.info(resource), refreshed: time.Now(), line: getBuffer()}
+	k := s.nativeEncoder(resource)
+	k.w, k.fl, k.line = w, fl, getBuffer()
+	return k
+}
+
+// nativeEncoder is a nativeSink that only encodes: a fan-in's local part.
+func (s *Server) nativeEncoder(resource string) *nativeSink {
+	return &nativeSink{s: s, resource: resource, info: s.info(resource), refreshed: time.Now()}
 }
 
 func (k *nativeSink) Event(typ string, it watchcache.Item) error {

@@ -25,6 +25,8 @@ import (
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/multicache/multicache/pkg/clusterset"
 	mcrcache "github.com/multicache/multicache/pkg/crcache"
@@ -69,7 +71,7 @@ func TestControllerRuntimeCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := clusterset.New(clusterset.Options{Source: src, Logger: zaptest.NewLogger(t), Resources: []clusterset.ResourceSpec{{Name: "configmaps"}}})
+	reg, err := clusterset.New(clusterset.Options{Source: src, Logger: zaptest.NewLogger(t), Resources: []clusterset.ResourceSpec{{Name: "configmaps"}, {Name: "namespaces"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +82,11 @@ func TestControllerRuntimeCache(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = fl.Start(runCtx) }()
+
+	// A Provider of the same Fleet, told of every engagement.
+	aware := &recordingAware{ctxs: map[string]context.Context{}}
+	provider := fl.Provider(mcrcache.ProviderOptions{Resync: 200 * time.Millisecond})
+	go func() { _ = provider.Start(runCtx, aware) }()
 
 	c1 := fl.Cache(names[0])
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -162,6 +169,22 @@ func TestControllerRuntimeCache(t *testing.T) {
 		}
 		if got, w := names0(l.Items), truth("parity=even"); !slices.Equal(got, w) || len(w) != 3 {
 			t.Errorf("labels: %v, the API server %v", got, w)
+		}
+		// Items are copies, with their kind set.
+		for i := range l.Items {
+			if l.Items[i].Kind != "ConfigMap" || l.Items[i].APIVersion != "v1" {
+				t.Errorf("a listed item's kind: %q %q", l.Items[i].APIVersion, l.Items[i].Kind)
+			}
+			l.Items[i].Labels["parity"] = "mutated"
+		}
+		var again corev1.ConfigMapList
+		if err := c1.List(ctx, &again, client.InNamespace(ns), client.MatchingLabels{"parity": "even"}); err != nil || len(again.Items) != 3 {
+			t.Errorf("after changing the listed items: %d items, %v: the list handed out cached objects", len(again.Items), err)
+		}
+		// A cluster-scoped object: the key's namespace, if any, is not part of it.
+		var nsObj corev1.Namespace
+		if err := c1.Get(ctx, client.ObjectKey{Namespace: "anything", Name: ns}, &nsObj); err != nil || nsObj.Name != ns {
+			t.Errorf("a Namespace, with a namespace in the key: %v", err)
 		}
 		if err := c1.List(ctx, &l, client.InNamespace(ns), client.Limit(2)); err != nil || len(l.Items) != 2 {
 			t.Errorf("limit 2: %d items, %v", len(l.Items), err)
@@ -322,6 +345,48 @@ func TestControllerRuntimeCache(t *testing.T) {
 		}
 	})
 
+	t.Run("manager.Manager", func(t *testing.T) {
+		mgr, err := manager.New(f.Clusters[0].Config(), manager.Options{NewCache: fl.NewCacheFunc(names[0]),
+			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mgrCtx, stopMgr := context.WithCancel(ctx)
+		defer stopMgr()
+		go func() { _ = mgr.Start(mgrCtx) }()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			t.Fatal("the manager's cache never synced")
+		}
+		var cm corev1.ConfigMap
+		if err := mgr.GetClient().Get(ctx, key, &cm); err != nil || cm.ResourceVersion != want.ResourceVersion {
+			t.Errorf("the manager's client: %v, %s@%s, the API server has %s", err, cm.Name, cm.ResourceVersion, want.ResourceVersion)
+		}
+	})
+
+	t.Run("Provider", func(t *testing.T) {
+		harness.WaitFor(t, "every cluster engaged", 30*time.Second, func() bool {
+			aware.mu.Lock()
+			defer aware.mu.Unlock()
+			for _, n := range names {
+				if aware.ctxs[n] == nil {
+					return false
+				}
+			}
+			return true
+		})
+		cl, err := provider.Get(ctx, names[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cm corev1.ConfigMap
+		if err := cl.GetClient().Get(ctx, key, &cm); err != nil || cm.ResourceVersion != want.ResourceVersion {
+			t.Errorf("an engaged cluster's client: %v", err)
+		}
+		if _, err := provider.Get(ctx, "nope"); !errors.Is(err, mcrcache.ErrClusterNotFound) {
+			t.Errorf("Get of a cluster not in the fleet: %v", err)
+		}
+	})
+
 	t.Run("a cluster that leaves", func(t *testing.T) {
 		last := names[len(names)-1]
 		c3 := fl.Cache(last)
@@ -337,5 +402,64 @@ func TestControllerRuntimeCache(t *testing.T) {
 		if c3.WaitForCacheSync(ctx) {
 			t.Error("WaitForCacheSync of a cluster that left said it synced")
 		}
+		// The Provider disengages it: its engagement's context ends, and Get no longer finds it.
+		aware.mu.Lock()
+		engaged := aware.ctxs[last]
+		aware.mu.Unlock()
+		select {
+		case <-engaged.Done():
+		case <-time.After(30 * time.Second):
+			t.Error("the engagement of a cluster that left never ended")
+		}
+		if _, err := provider.Get(ctx, last); !errors.Is(err, mcrcache.ErrClusterNotFound) {
+			t.Errorf("Get of a cluster that left: %v", err)
+		}
 	})
+
+	t.Run("a cluster that comes back", func(t *testing.T) {
+		last := names[len(names)-1]
+		writeKubeconfig(t, f, kubeconfig, names, withBroken)
+		harness.WaitFor(t, last+" back in the Registry", 30*time.Second, func() bool { return slices.Contains(reg.Clusters(), last) })
+		c3 := fl.Cache(last)
+		if !c3.WaitForCacheSync(ctx) {
+			t.Fatal("it never synced again")
+		}
+		// The field index added before it left is computed in its new stack too.
+		cs3, _ := f.Clientset(last)
+		all, err := cs3.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w []string
+		for _, cm := range all.Items {
+			if cm.Data["owner"] == "team-2" {
+				w = append(w, cm.Name+"@"+cm.ResourceVersion)
+			}
+		}
+		sort.Strings(w)
+		var l corev1.ConfigMapList
+		if err := c3.List(ctx, &l, client.InNamespace(ns), client.MatchingFields{"data.owner": "team-2"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := names0(l.Items); !slices.Equal(got, w) || len(w) == 0 {
+			t.Errorf("data.owner=team-2 in %s after it came back: %v, the API server %v", last, got, w)
+		}
+		harness.WaitFor(t, "the Provider engages it again", 30*time.Second, func() bool {
+			_, err := provider.Get(ctx, last)
+			return err == nil
+		})
+	})
+}
+
+// recordingAware records the context of every engagement.
+type recordingAware struct {
+	mu   sync.Mutex
+	ctxs map[string]context.Context
+}
+
+func (a *recordingAware) Engage(ctx context.Context, name string, _ cluster.Cluster) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ctxs[name] = ctx
+	return nil
 }
