@@ -143,26 +143,55 @@ func (k *kubeFanSink) event(w io.Writer, ev partEvent) error {
 		if err := ev.render(buf, ev.rv, k.columnsSent); err != nil {
 			return err
 		}
-	} else {
-		obj := ev.obj
-		if cd, ok := obj["columnDefinitions"]; ok && k.columnsSent && string(cd) != "null" && string(cd) != "[]" {
-			delete(obj, "columnDefinitions")
-		}
-		ev.meta["resourceVersion"], _ = json.Marshal(ev.rv)
-		obj["metadata"], _ = json.Marshal(ev.meta)
-		ob, err := json.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		if err := json.NewEncoder(buf).Encode(rawKubeEvent{Type: ev.typ, Object: ob}); err != nil {
-			return err
-		}
+	} else if err := k.rewrite(buf, ev); err != nil {
+		return err
 	}
 	if ev.typ != api.Bookmark {
 		k.columnsSent = true // a Table watch's first object carries them
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// rewrite appends a peer's event with the fleet's position (ev.rv) as its object's
+// resourceVersion. The position the peer gave it is a token of base64 characters: in the
+// object's JSON, `"resourceVersion":"<token>"` is a key and its value (inside a string value
+// the quotes would be escaped), so it is replaced where it is, and nothing is re-encoded. A
+// Table whose columns were sent already, or an object without that key, is decoded, changed
+// and encoded again.
+func (k *kubeFanSink) rewrite(buf *bytes.Buffer, ev partEvent) error {
+	buf.WriteString(`{"type":`)
+	writeName(buf, ev.typ)
+	buf.WriteString(`,"object":`)
+	old := []byte(`"resourceVersion":"` + ev.sent + `"`)
+	if i := bytes.Index(ev.object, old); ev.sent != "" && i >= 0 && !(ev.table && k.columnsSent) {
+		buf.Write(ev.object[:i])
+		buf.WriteString(`"resourceVersion":`)
+		writeName(buf, ev.rv)
+		buf.Write(ev.object[i+len(old):])
+		buf.WriteString("}\n")
+		return nil
+	}
+	var obj, meta map[string]json.RawMessage
+	if err := json.Unmarshal(ev.object, &obj); err != nil {
+		return err
+	}
+	if k.columnsSent {
+		delete(obj, "columnDefinitions")
+	}
+	_ = json.Unmarshal(obj["metadata"], &meta)
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	meta["resourceVersion"], _ = json.Marshal(ev.rv)
+	obj["metadata"], _ = json.Marshal(meta)
+	ob, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	buf.Write(ob)
+	buf.WriteString("}\n")
+	return nil
 }
 
 func (k *kubeFanSink) gone(w io.Writer, msg string) {

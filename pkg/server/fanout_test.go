@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -348,6 +350,49 @@ func TestPartEventsPositions(t *testing.T) {
 		}
 		if bm.rv != (watchcache.Position{Epoch: "e1", Seq: 9}).String() || bm.initialEnd != kube {
 			t.Errorf("kube %v: a BOOKMARK at %q, initial end %v", kube, bm.rv, bm.initialEnd)
+		}
+	}
+}
+
+// TestPeerEventRewrite: a peer's Kubernetes event, rewritten with the fleet's position in
+// place, is the event decoded, given that resourceVersion and encoded again: for an object
+// (whose data holds a quoted "resourceVersion" too), a BOOKMARK that ends the initial events,
+// and a Table, whose columns go once they were sent.
+func TestPeerEventRewrite(t *testing.T) {
+	const part, fleet = "cGFydA", "ZmxlZXQ"
+	for _, tc := range []struct {
+		name, line  string
+		columnsSent bool
+	}{
+		{"object", `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","data":{"x":"\"resourceVersion\":\"cGFydA\""},"metadata":{"name":"a","resourceVersion":"cGFydA","annotations":{"multicache.io/cluster":"c"}}}}`, false},
+		{"bookmark", `{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"cGFydA","annotations":{"k8s.io/initial-events-end":"true"}}}}`, false},
+		{"table, first", `{"type":"ADDED","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"cGFydA"},"columnDefinitions":[{"name":"Name"}],"rows":[{"cells":["a"]}]}}`, false},
+		{"table, columns sent", `{"type":"MODIFIED","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"cGFydA"},"columnDefinitions":[{"name":"Name"}],"rows":[{"cells":["a"]}]}}`, true},
+	} {
+		ev, err := decodePeerEvent([]byte(tc.line), true)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if ev.sent != part || (tc.name == "bookmark") != ev.initialEnd {
+			t.Errorf("%s: decoded position %q, initial end %v", tc.name, ev.sent, ev.initialEnd)
+		}
+		ev.rv = fleet
+		var buf bytes.Buffer
+		if err := (&kubeFanSink{columnsSent: tc.columnsSent}).rewrite(&buf, ev); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got, want map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+			t.Fatalf("%s: %v: %s", tc.name, err, buf.Bytes())
+		}
+		_ = json.Unmarshal([]byte(tc.line), &want)
+		obj := want["object"].(map[string]any)
+		obj["metadata"].(map[string]any)["resourceVersion"] = fleet
+		if tc.columnsSent {
+			delete(obj, "columnDefinitions")
+		}
+		if g, w := fmt.Sprint(got), fmt.Sprint(want); g != w {
+			t.Errorf("%s:\n%s\nwant\n%s", tc.name, g, w)
 		}
 	}
 }

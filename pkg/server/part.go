@@ -92,10 +92,13 @@ type partEvent struct {
 	// the Kubernetes API only) to buf, without a Table's columns when columnsSent. A local
 	// part's events are encoded here, once, by render.
 	render func(buf *bytes.Buffer, rv string, columnsSent bool) error
-	// line is a peer's event as it sent it; obj and meta its object's fields and metadata
-	// (the Kubernetes API), to rewrite its resourceVersion.
-	line      []byte
-	obj, meta map[string]json.RawMessage
+	// line is a peer's event as it sent it. In the Kubernetes API, object is its object and
+	// sent the resourceVersion the peer gave it (its own position), which the fan-in replaces
+	// with the fleet's; table says it is a Table that carries columns.
+	line   []byte
+	object json.RawMessage
+	sent   string
+	table  bool
 	// gone says why a local part's watch ended with 410.
 	gone string
 }
@@ -372,20 +375,23 @@ func decodePeerEvent(line []byte, kube bool) (partEvent, error) {
 	if err := json.Unmarshal(line, &raw); err != nil {
 		return ev, err
 	}
-	if err := json.Unmarshal(raw.Object, &ev.obj); err != nil {
+	// Only what the fan-in needs of the object: its position, the end of the initial events,
+	// whether it carries a Table's columns. The object itself stays as the peer wrote it.
+	var head struct {
+		Metadata struct {
+			ResourceVersion string            `json:"resourceVersion"`
+			Annotations     map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		ColumnDefinitions json.RawMessage `json:"columnDefinitions"`
+	}
+	if err := json.Unmarshal(raw.Object, &head); err != nil {
 		return ev, err
 	}
-	ev.typ = raw.Type
-	_ = json.Unmarshal(ev.obj["metadata"], &ev.meta)
-	if ev.meta == nil {
-		ev.meta = map[string]json.RawMessage{}
-	}
-	_ = json.Unmarshal(ev.meta["resourceVersion"], &ev.rv)
-	if raw.Type == api.Bookmark {
-		var ann map[string]string
-		_ = json.Unmarshal(ev.meta["annotations"], &ann)
-		ev.initialEnd = ann[initialEventsEnd] == "true"
-	}
+	ev.typ, ev.object = raw.Type, raw.Object
+	ev.rv, ev.sent = head.Metadata.ResourceVersion, head.Metadata.ResourceVersion
+	ev.initialEnd = raw.Type == api.Bookmark && head.Metadata.Annotations[initialEventsEnd] == "true"
+	cd := string(head.ColumnDefinitions)
+	ev.table = cd != "" && cd != "null" && cd != "[]"
 	return ev, nil
 }
 
