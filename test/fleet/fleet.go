@@ -359,3 +359,50 @@ func (c *Cluster) AdminConfig() *rest.Config {
 		UserAgent:       "multicache-fleet/" + runtime.Version(),
 	}
 }
+
+// AliasName is the name of cluster's k-th alias (k from 1): "fleet-1-a07".
+func AliasName(cluster string, k int) string { return fmt.Sprintf("%s-a%02d", cluster, k) }
+
+// WriteAliases writes to path a kubeconfig in which each cluster of the fleet appears
+// perCluster times, as contexts AliasName(cluster, 1…perCluster), all with its server and its
+// revocable token. To multicache these are perCluster × len(Clusters) clusters, each with its
+// own stacks and cache, and each alias of a cluster holds that cluster's objects: a fleet of a
+// hundred clusters and millions of cached objects on one machine, from a few API servers.
+//
+// The API servers are shared: a LIST or WATCH of an alias is one of its cluster's, so the
+// members' load is the aliases' load on fewer servers, and their CPU competes with the cache's
+// on the same cores. Equal objects in aliases of one cluster share their strings in the cache
+// (package intern), so the cache's heap per object is lower than over as many distinct clusters.
+// It returns the aliases' names, sorted.
+func (f *Fleet) WriteAliases(path string, perCluster int) ([]string, error) {
+	if perCluster < 1 || perCluster > 99 {
+		return nil, fmt.Errorf("aliases per cluster: %d out of range 1..99", perCluster)
+	}
+	cfg := clientcmdapi.NewConfig()
+	var names []string
+	for _, c := range f.Clusters {
+		ca, err := os.ReadFile(c.pki().CACert)
+		if err != nil {
+			return nil, err
+		}
+		for k := 1; k <= perCluster; k++ {
+			name := AliasName(c.Name, k)
+			cfg.Clusters[name] = &clientcmdapi.Cluster{Server: c.URL(), CertificateAuthorityData: ca}
+			cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: c.Token}
+			cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	if len(names) > 0 {
+		cfg.CurrentContext = names[0]
+	}
+	b, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(path, b); err != nil {
+		return nil, err
+	}
+	return names, nil
+}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -42,7 +43,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&dir, "dir", ".fleet", "the fleet's directory")
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 
-	var clusters int
+	var clusters, aliases int
 	var cm bool
 	var bin string
 	up := &cobra.Command{
@@ -57,10 +58,19 @@ func newRoot() *cobra.Command {
 				return err
 			}
 			fmt.Printf("kubeconfig: %s\ncontexts:   %s\n", f.Kubeconfig(), strings.Join(f.Names(), " "))
+			if aliases > 0 {
+				path := filepath.Join(f.Dir, "aliases.kubeconfig")
+				names, err := f.WriteAliases(path, aliases)
+				if err != nil {
+					return fmt.Errorf("--aliases: %w", err)
+				}
+				fmt.Printf("aliases:    %s (%d contexts, %d per cluster, sharing its API server)\n", path, len(names), aliases)
+			}
 			return nil
 		},
 	}
 	up.Flags().IntVar(&clusters, "clusters", 3, "how many clusters")
+	up.Flags().IntVar(&aliases, "aliases", 0, "also write aliases.kubeconfig, where each cluster appears this many times (1..99), as clusters of their own to multicache")
 	up.Flags().BoolVar(&cm, "controller-manager", false, "also run kube-controller-manager in every cluster")
 	up.Flags().StringVar(&bin, "bin-dir", "", "where etcd and kube-apiserver are (default: the checkout's bin/)")
 

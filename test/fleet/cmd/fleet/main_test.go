@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/multicache/multicache/test/fleet"
 )
 
@@ -31,15 +33,18 @@ func TestCLI(t *testing.T) {
 	if !strings.Contains(out, "no fleet in this directory") {
 		t.Errorf("status without a fleet: %q", out)
 	}
-	out = run(true, "up", "--clusters", "2")
+	out = run(true, "up", "--clusters", "2", "--aliases", "3")
 	t.Cleanup(func() {
 		// Stop by PID even if an assertion below failed.
 		if f, err := fleet.Load(dir); err == nil {
 			_ = f.Stop()
 		}
 	})
-	if !strings.Contains(out, "fleet-1 fleet-2") {
+	if !strings.Contains(out, "fleet-1 fleet-2") || !strings.Contains(out, "aliases.kubeconfig (6 contexts, 3 per cluster") {
 		t.Errorf("up output: %q", out)
+	}
+	if kc, err := clientcmd.LoadFromFile(filepath.Join(dir, "aliases.kubeconfig")); err != nil || len(kc.Contexts) != 6 || kc.Contexts["fleet-2-a03"] == nil {
+		t.Errorf("aliases.kubeconfig: %v %v", err, kc)
 	}
 	f, err := fleet.Load(dir)
 	if err != nil {
