@@ -49,12 +49,14 @@ type Fleet struct {
 	mu           sync.Mutex
 	indexes      map[string]map[string]bool // resource → field index names added
 	pending      []pendingIndex             // IndexFields of kinds no cluster has resolved yet
+	adding       sync.Mutex                 // held while pending IndexFields are added: a read waits for them
 	pendingTried time.Time
 	kinds        map[schema.GroupKind]target // resolved once by any cluster; a kind's resource stays
 }
 
 // pendingIndex is an IndexField waiting for its kind to resolve.
 type pendingIndex struct {
+	gk      schema.GroupKind
 	obj     client.Object
 	field   string
 	extract client.IndexerFunc
@@ -194,7 +196,8 @@ func (c *Cache) read(ctx context.Context, gvk schema.GroupVersionKind) (target, 
 	if err != nil {
 		return t, nil, err
 	}
-	c.f.addPendingIndexes()
+	gk := gvk.GroupKind()
+	c.f.addPendingIndexes(&gk)
 	if err := c.waitSynced(ctx, t); err != nil {
 		return t, nil, err
 	}
@@ -211,9 +214,11 @@ func (c *Cache) gone() error {
 }
 
 // waitSynced waits until cluster's store of t holds a whole list (aggregate.HasList), the
-// cluster leaves, or ctx ends. Like controller-runtime's reads, it waits for the first sync
-// only: a cluster that fails later (degraded, its API server down) answers its last state. A
-// resource the cluster does not serve is meta.NoKindMatchError, as controller-runtime's.
+// cluster leaves, or ctx ends. Like controller-runtime's reads, it waits for a stack's first
+// sync only: a cluster that fails later (degraded, its API server down) answers its last
+// state. A cluster the Registry restarted (new server or credentials) has a new stack, and
+// reads wait for its first sync again. A resource the cluster does not serve is
+// meta.NoKindMatchError, as controller-runtime's.
 func (c *Cache) waitSynced(ctx context.Context, t target) error {
 	for !t.agg.HasList(c.cluster) {
 		if c.f.reg.Loaded() && !slices.Contains(c.f.reg.Clusters(), c.cluster) {
@@ -460,7 +465,7 @@ func (f *Fleet) IndexField(_ context.Context, obj client.Object, field string, e
 	var nc *cache.ErrResourceNotCached
 	if errors.As(err, &nc) && !f.allResolved() {
 		f.mu.Lock()
-		f.pending = append(f.pending, pendingIndex{obj: obj, field: field, extract: extract})
+		f.pending = append(f.pending, pendingIndex{gk: gvk.GroupKind(), obj: obj, field: field, extract: extract})
 		f.mu.Unlock()
 		return nil
 	}
@@ -470,35 +475,52 @@ func (f *Fleet) IndexField(_ context.Context, obj client.Object, field string, e
 	return f.addIndex(t, obj, field, extract)
 }
 
-// allResolved reports whether some cluster has resolved every resource of the Registry (a
-// kind, or not served there): a kind that none of them has is then not cached. While no
-// cluster has, the Registry is starting, and reads of a kind not found wait.
+// allResolved reports whether every resource of the Registry has been resolved by some cluster
+// (its group and kind are known): a kind that matches none of them is then not cached. While
+// one is not (its clusters are starting, unreachable, or none serves it), a kind not found
+// may be that one: reads of it wait, and its IndexFields wait (pending).
 func (f *Fleet) allResolved() bool {
-	for _, cs := range f.reg.Status() {
-		resolved := true
-		for _, rs := range cs.Resources {
-			resolved = resolved && (rs.Kind != "" || rs.State == clusterset.NotServed)
+	statuses := f.reg.Status()
+	for _, res := range f.reg.Resources() {
+		resolved := false
+		for _, cs := range statuses {
+			for _, rs := range cs.Resources {
+				resolved = resolved || (rs.Resource == res && rs.Kind != "")
+			}
 		}
-		if resolved && len(cs.Resources) > 0 {
-			return true
+		if !resolved {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
-// addPendingIndexes adds the pending IndexFields whose kind has resolved since. It looks at
-// most once a second: reads call it, and it reads the Registry's status.
-func (f *Fleet) addPendingIndexes() {
+// addPendingIndexes adds the pending IndexFields whose kind has resolved since (all kinds
+// when gk is nil; only gk's otherwise, which reads ask for before they read gk: its kind
+// resolved, so the index is added without looking at the Registry's status). A look at every
+// kind happens at most once a second: it reads the Registry's status.
+func (f *Fleet) addPendingIndexes(gk *schema.GroupKind) {
+	f.adding.Lock()
+	defer f.adding.Unlock()
 	f.mu.Lock()
-	if len(f.pending) == 0 || time.Since(f.pendingTried) < time.Second {
+	var todo, keep []pendingIndex
+	for _, pi := range f.pending {
+		if gk == nil || pi.gk == *gk {
+			todo = append(todo, pi)
+		} else {
+			keep = append(keep, pi)
+		}
+	}
+	if len(todo) == 0 || (gk == nil && time.Since(f.pendingTried) < time.Second) {
 		f.mu.Unlock()
 		return
 	}
-	f.pendingTried = time.Now()
-	pending := f.pending
-	f.pending = nil
+	if gk == nil {
+		f.pendingTried = time.Now()
+	}
+	f.pending = keep
 	f.mu.Unlock()
-	for _, pi := range pending {
+	for _, pi := range todo {
 		if err := f.IndexField(context.Background(), pi.obj, pi.field, pi.extract); err != nil {
 			f.mu.Lock()
 			f.pending = append(f.pending, pi)

@@ -111,7 +111,7 @@ func (p *Provider) Start(ctx context.Context, aware Aware) error {
 		if err := p.sync(ctx, aware); err != nil {
 			return err
 		}
-		p.f.addPendingIndexes()
+		p.f.addPendingIndexes(nil)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -203,20 +203,22 @@ func (p *Provider) disengageAll() {
 
 // Kind is a source of obj's events in the engaged cluster name, as fleet-wide Requests, for a
 // controller-runtime controller of Requests (controller.NewTypedUnmanaged[Request]). It stops
-// when ctx, the cluster's engagement (Aware.Engage's), ends, or when the controller stops.
-func Kind[T client.Object](ctx context.Context, name string, cl cluster.Cluster, obj T, predicates ...predicate.TypedPredicate[T]) source.TypedSyncingSource[Request] {
+// when ctx, the cluster's engagement (Aware.Engage's), ends, or when the controller stops. The
+// controller does not wait for it to sync (see boundSource).
+func Kind[T client.Object](ctx context.Context, name string, cl cluster.Cluster, obj T, predicates ...predicate.TypedPredicate[T]) source.TypedSource[Request] {
 	toRequest := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o T) []Request {
 		return []Request{{Cluster: name, NamespacedName: client.ObjectKeyFromObject(o)}}
 	})
-	return boundSource{ctx: ctx, TypedSyncingSource: source.TypedKind[T, Request](cl.GetCache(), obj, toRequest, predicates...)}
+	return boundSource{ctx: ctx, src: source.TypedKind[T, Request](cl.GetCache(), obj, toRequest, predicates...)}
 }
 
-// boundSource is a syncing source that ends with ctx as well as with its controller. Its
-// WaitForSync is the inner source's: a controller waits for it (CacheSyncTimeout), and a kind
-// that is not cached fails there, as controller-runtime's source.Kind does.
+// boundSource is a source that ends with ctx as well as with its controller. It is not a
+// syncing source on purpose: a controller waits for those when it starts (CacheSyncTimeout)
+// and fails if one does not sync, so one slow or unreachable cluster would stop the fleet's
+// controller. Each cluster's requests come once its own stack has synced.
 type boundSource struct {
 	ctx context.Context
-	source.TypedSyncingSource[Request]
+	src source.TypedSource[Request]
 }
 
 func (b boundSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[Request]) error {
@@ -226,7 +228,7 @@ func (b boundSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInt
 		<-ctx.Done()
 		stop()
 	}()
-	return b.TypedSyncingSource.Start(ctx, q)
+	return b.src.Start(ctx, q)
 }
 
-func (b boundSource) String() string { return fmt.Sprintf("crcache.Kind(%v)", b.TypedSyncingSource) }
+func (b boundSource) String() string { return fmt.Sprintf("crcache.Kind(%v)", b.src) }

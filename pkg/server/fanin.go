@@ -156,15 +156,18 @@ func (k *kubeFanSink) event(w io.Writer, ev partEvent) error {
 // rewrite appends a peer's event with the fleet's position (ev.rv) as its object's
 // resourceVersion. The position the peer gave it is a token of base64 characters: in the
 // object's JSON, `"resourceVersion":"<token>"` is a key and its value (inside a string value
-// the quotes would be escaped), so it is replaced where it is, and nothing is re-encoded. A
-// Table whose columns were sent already, or an object without that key, is decoded, changed
-// and encoded again.
+// the quotes would be escaped). When it occurs once, it is the object's own, and it is replaced
+// where it is: nothing is re-encoded. Otherwise (another field holds the same key and token, or
+// the object has none, as a Table's metadata), and for a Table whose columns were sent already,
+// the object is decoded, changed and encoded again.
 func (k *kubeFanSink) rewrite(buf *bytes.Buffer, ev partEvent) error {
 	buf.WriteString(`{"type":`)
-	writeName(buf, ev.typ)
+	writeString(buf, ev.typ) // the peer's, escaped
 	buf.WriteString(`,"object":`)
 	old := []byte(`"resourceVersion":"` + ev.sent + `"`)
-	if i := bytes.Index(ev.object, old); ev.sent != "" && i >= 0 && !(ev.table && k.columnsSent) {
+	// Only where the token is the key's value once: a field of the object that holds the same
+	// key and token (written to match it) takes the decoding path.
+	if i := bytes.Index(ev.object, old); ev.sent != "" && i >= 0 && bytes.Count(ev.object, old) == 1 && !(ev.table && k.columnsSent) {
 		buf.Write(ev.object[:i])
 		buf.WriteString(`"resourceVersion":`)
 		writeName(buf, ev.rv)
