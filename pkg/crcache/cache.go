@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +52,8 @@ type Fleet struct {
 	pending      []pendingIndex             // IndexFields of kinds no cluster has resolved yet
 	adding       sync.Mutex                 // held while pending IndexFields are added: a read waits for them
 	pendingTried time.Time
-	kinds        map[schema.GroupKind]target // resolved once by any cluster; a kind's resource stays
+	kinds        sync.Map     // schema.GroupKind → target: resolved once by any cluster, it stays
+	pendingN     atomic.Int32 // len(pending), read without the lock on every read
 }
 
 // pendingIndex is an IndexField waiting for its kind to resolve.
@@ -74,7 +76,7 @@ func NewFleet(reg *clusterset.Registry, opts Options) (*Fleet, error) {
 	if opts.SyncPoll <= 0 {
 		opts.SyncPoll = 50 * time.Millisecond
 	}
-	return &Fleet{reg: reg, scheme: opts.Scheme, poll: opts.SyncPoll, indexes: map[string]map[string]bool{}, kinds: map[schema.GroupKind]target{}}, nil
+	return &Fleet{reg: reg, scheme: opts.Scheme, poll: opts.SyncPoll, indexes: map[string]map[string]bool{}}, nil
 }
 
 // Start runs the Registry until ctx ends, for a program that has no other owner of it.
@@ -130,10 +132,8 @@ func (f *Fleet) kindOf(obj runtime.Object) (schema.GroupVersionKind, error) {
 // (once found, it is kept: reads do not look again).
 func (c *Cache) resolve(gvk schema.GroupVersionKind) (target, error) {
 	gk := gvk.GroupKind()
-	c.f.mu.Lock()
-	t, ok := c.f.kinds[gk]
-	c.f.mu.Unlock()
-	if ok {
+	if v, ok := c.f.kinds.Load(gk); ok {
+		t := v.(target)
 		t.gvk = gvk
 		return t, nil
 	}
@@ -147,9 +147,7 @@ func (c *Cache) resolve(gvk schema.GroupVersionKind) (target, error) {
 				continue
 			}
 			t := target{gvk: gvk, resource: rs.Resource, agg: agg, plural: rs.Plural, namespaced: rs.Namespaced}
-			c.f.mu.Lock()
-			c.f.kinds[gk] = t
-			c.f.mu.Unlock()
+			c.f.kinds.Store(gk, t)
 			return t, nil
 		}
 	}
@@ -466,6 +464,7 @@ func (f *Fleet) IndexField(_ context.Context, obj client.Object, field string, e
 	if errors.As(err, &nc) && !f.allResolved() {
 		f.mu.Lock()
 		f.pending = append(f.pending, pendingIndex{gk: gvk.GroupKind(), obj: obj, field: field, extract: extract})
+		f.pendingN.Store(int32(len(f.pending)))
 		f.mu.Unlock()
 		return nil
 	}
@@ -498,8 +497,13 @@ func (f *Fleet) allResolved() bool {
 // addPendingIndexes adds the pending IndexFields whose kind has resolved since (all kinds
 // when gk is nil; only gk's otherwise, which reads ask for before they read gk: its kind
 // resolved, so the index is added without looking at the Registry's status). A look at every
-// kind happens at most once a second: it reads the Registry's status.
+// kind happens at most once a second: it reads the Registry's status. With nothing pending,
+// as in the steady state, it takes no lock: reads call it. pendingN stays above zero until the
+// IndexFields taken out have been added, so that a concurrent read waits for them.
 func (f *Fleet) addPendingIndexes(gk *schema.GroupKind) {
+	if f.pendingN.Load() == 0 {
+		return
+	}
 	f.adding.Lock()
 	defer f.adding.Unlock()
 	f.mu.Lock()
@@ -527,6 +531,9 @@ func (f *Fleet) addPendingIndexes(gk *schema.GroupKind) {
 			f.mu.Unlock()
 		}
 	}
+	f.mu.Lock()
+	f.pendingN.Store(int32(len(f.pending)))
+	f.mu.Unlock()
 }
 
 func (f *Fleet) addIndex(t target, obj client.Object, field string, extract client.IndexerFunc) error {
