@@ -285,13 +285,19 @@ func describeResource(ctx context.Context, dc *discovery.DiscoveryClient, cached
 	}
 	r.aliases = append(r.aliases, r.api.ShortNames...)
 	if !scheme.Scheme.IsGroupRegistered(r.gvr.Group) {
-		r.columns = printerColumns(ctx, dc, r.gvr)
+		if r.definition = definition(ctx, dc, r.gvr); r.definition != nil {
+			for _, v := range r.definition.Spec.Versions {
+				if v.Name == r.gvr.Version {
+					r.columns = v.AdditionalPrinterColumns
+				}
+			}
+		}
 	}
 }
 
-// printerColumns reads the additionalPrinterColumns of gvr's CustomResourceDefinition for its
-// version; nil when there is no definition (an aggregated API) or it cannot be read.
-func printerColumns(ctx context.Context, dc *discovery.DiscoveryClient, gvr schema.GroupVersionResource) []apiextensionsv1.CustomResourceColumnDefinition {
+// definition reads gvr's CustomResourceDefinition, without its managedFields; nil when there
+// is none (an aggregated API) or it cannot be read.
+func definition(ctx context.Context, dc *discovery.DiscoveryClient, gvr schema.GroupVersionResource) *apiextensionsv1.CustomResourceDefinition {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	raw, err := dc.RESTClient().Get().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", gvr.Resource+"."+gvr.Group).Do(ctx).Raw()
@@ -302,12 +308,8 @@ func printerColumns(ctx context.Context, dc *discovery.DiscoveryClient, gvr sche
 	if json.Unmarshal(raw, &crd) != nil {
 		return nil
 	}
-	for _, v := range crd.Spec.Versions {
-		if v.Name == gvr.Version {
-			return v.AdditionalPrinterColumns
-		}
-	}
-	return nil
+	crd.ManagedFields = nil
+	return &crd
 }
 
 // ResolveResource maps a resource name as ResourceSpec.Name takes it (plural, kind, short name

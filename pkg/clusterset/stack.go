@@ -83,6 +83,7 @@ type resolved struct {
 	aliases    []string
 	api        metav1.APIResource // name, singular, short names, categories, kind, scope
 	columns    []apiextensionsv1.CustomResourceColumnDefinition
+	definition *apiextensionsv1.CustomResourceDefinition // a custom resource's; read-only once set
 }
 
 // build creates the informer for r with the decoding spec.Mode asks for.
@@ -263,7 +264,7 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 	s.st.Group, s.st.Version, s.st.Kind = r.gvk.Group, r.gvk.Version, r.gvk.Kind
 	s.st.Namespaced, s.st.Aliases = r.namespaced, r.aliases
 	s.st.Plural, s.st.Singular, s.st.ShortNames, s.st.Categories = r.api.Name, r.api.SingularName, r.api.ShortNames, r.api.Categories
-	s.st.PrinterColumns = r.columns
+	s.st.PrinterColumns, s.st.Definition = r.columns, r.definition
 	if s.st.State == Pending || s.st.State == NotServed {
 		s.setStateLocked(Syncing, "")
 	}

@@ -55,7 +55,11 @@ type ResourceStatus struct {
 	Plural, Singular       string
 	ShortNames, Categories []string
 	PrinterColumns         []apiextensionsv1.CustomResourceColumnDefinition
-	State                  State
+	// Definition is a custom resource's CustomResourceDefinition as this cluster served it when
+	// the resource was resolved (nil for built-in and aggregated resources, and when it cannot
+	// be read). It is shared: never modify it.
+	Definition *apiextensionsv1.CustomResourceDefinition `json:"-"`
+	State      State
 	// Since is when the resource entered State.
 	Since    time.Time
 	Error    string    // the last error, in words; empty when healthy

@@ -37,6 +37,10 @@ type kubeResource struct {
 	clusters []string // the clusters that resolved it, sorted
 }
 
+// cached reports whether k is served from the clusters' caches: not clusters.multicache.io
+// nor the definitions (crds.go), which the daemon makes up from its clusters' status.
+func (k *kubeResource) cached() bool { return k != clustersResource && k != crdsResource }
+
 func (k *kubeResource) groupResource() schema.GroupResource {
 	return schema.GroupResource{Group: k.gvk.Group, Resource: k.api.Name}
 }
@@ -126,7 +130,7 @@ func buildCatalog(statuses []clusterset.ClusterStatus, only string) *catalog {
 	for _, name := range order {
 		c.resources = append(c.resources, byName[name])
 	}
-	c.resources = append(c.resources, clustersResource)
+	c.resources = append(c.resources, clustersResource, crdsResource)
 	return c
 }
 

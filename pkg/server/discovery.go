@@ -118,7 +118,7 @@ func versionDiscovery(cat *catalog, group, version string, stale []string) apidi
 func (s *Server) staleGroupVersions(cat *catalog) []string {
 	fresh, all := map[string]bool{}, map[string]bool{}
 	for _, kr := range cat.resources {
-		if kr == clustersResource {
+		if !kr.cached() {
 			continue
 		}
 		info := s.info(kr.name)

@@ -44,6 +44,12 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 		s.local.ServeHTTP(w, r)
 		return
 	}
+	if isCRDPath(p) {
+		if kq, ok := s.parseKube(w, r); ok {
+			s.serveCRDs(w, r, kq, s.fleetCRDs)
+		}
+		return
+	}
 	vals := r.URL.Query()
 	reqs, _, err := clusterRequirements(vals.Get("labelSelector"))
 	if err != nil {

@@ -43,6 +43,10 @@ func (s *Server) handleKube(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if kq.kr == crdsResource {
+		s.serveCRDs(w, r, kq, s.localCRDs)
+		return
+	}
 	if kq.watch {
 		s.limits.Watch(w, func() { s.kubeWatch(w, r, kq) })
 		return
@@ -98,6 +102,9 @@ func (s *Server) parseKube(w http.ResponseWriter, r *http.Request) (kubeRequest,
 		what := r.URL.Path
 		if p.resource != "" {
 			what = p.resource
+		}
+		if p.subresource != "" {
+			what += "/" + p.subresource
 		}
 		filters.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not supported on %s: multicache serves reads only (get, list, watch)", strings.ToLower(r.Method), what))
 		return kubeRequest{}, false

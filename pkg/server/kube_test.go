@@ -347,7 +347,7 @@ func TestKubeDiscoveryAndAuth(t *testing.T) {
 	}
 	var groups metav1.APIGroupList
 	get("/apis", &groups)
-	if len(groups.Groups) != 1 || groups.Groups[0].Name != "multicache.io" {
+	if len(groups.Groups) != 2 || groups.Groups[0].Name != "apiextensions.k8s.io" || groups.Groups[1].Name != "multicache.io" {
 		t.Errorf("/apis: %+v", groups)
 	}
 	var clusters metav1.APIResourceList
@@ -703,8 +703,8 @@ func TestAggregatedDiscovery(t *testing.T) {
 		}
 		code, _, body = do(t, hs, "GET", prefix+"/apis", accept)
 		list = apidiscoveryv2.APIGroupDiscoveryList{}
-		if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Items) != 1 || list.Items[0].Name != "multicache.io" ||
-			list.Items[0].Versions[0].Resources[0].Resource != "clusters" {
+		if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Items) != 2 || list.Items[1].Name != "multicache.io" ||
+			list.Items[1].Versions[0].Resources[0].Resource != "clusters" || list.Items[0].Versions[0].Resources[0].Resource != "customresourcedefinitions" {
 			t.Errorf("%s/apis aggregated: %d %s", prefix, code, body)
 		}
 		// Legacy, for a client that does not ask.
@@ -738,7 +738,7 @@ func TestAggregatedDiscovery(t *testing.T) {
 			names = append(names, l.GroupVersion+"/"+r.Name)
 		}
 	}
-	if slices.Sort(names); !slices.Equal(names, []string{"multicache.io/v1/clusters", "v1/pods"}) {
+	if slices.Sort(names); !slices.Equal(names, []string{"apiextensions.k8s.io/v1/customresourcedefinitions", "multicache.io/v1/clusters", "v1/pods"}) {
 		t.Errorf("client-go discovery: %v", names)
 	}
 	mu.Lock()

@@ -311,8 +311,11 @@ func (s *Server) kubeTable(ctx context.Context, kr *kubeResource, items []item, 
 
 // convertor is kr's table.Convertor.
 func (s *Server) convertor(kr *kubeResource) (table.Convertor, error) {
-	if kr == clustersResource {
+	switch kr {
+	case clustersResource:
 		return clusterColumns{}, nil
+	case crdsResource:
+		return crdColumns{}, nil
 	}
 	return s.tables.For(kr.gvk, kr.columns, kr.mode == clusterset.ModeMetadata)
 }

@@ -97,7 +97,7 @@ func (s *Server) wantedOpenAPI(cluster string) (map[string]string, bool) {
 	}
 	count := map[string]map[string]int{} // gv → cluster → resources
 	for _, kr := range cat.resources {
-		if kr == clustersResource || len(kr.clusters) == 0 {
+		if !kr.cached() || len(kr.clusters) == 0 {
 			continue
 		}
 		gv := "api/" + kr.gvk.Version

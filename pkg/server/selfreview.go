@@ -141,13 +141,13 @@ func (s *Server) mayRead(ctx context.Context, cat *catalog, cluster string, ra a
 // and why in words. An error is one the access check could not decide.
 func (s *Server) readable(ctx context.Context, kr *kubeResource, cluster string) ([]string, string, error) {
 	resource := kr.name
-	if kr == clustersResource {
-		resource = "" // the clusters themselves: no Secrets
+	if !kr.cached() {
+		resource = "" // the clusters themselves, or their definitions: no Secrets
 	}
 	// The clusters that serve it here, and those other replicas run, whose resources this
 	// replica does not know: as a list or get through the fan-out would ask them.
 	candidates := kr.clusters
-	if kr == clustersResource {
+	if !kr.cached() {
 		candidates = s.reg.Clusters()
 	}
 	candidates = append(slices.Clone(candidates), s.elsewhere()...)
@@ -180,8 +180,10 @@ func (s *Server) readable(ctx context.Context, kr *kubeResource, cluster string)
 
 // findResource is the resource of gr, at any version; clusters.multicache.io included.
 func (c *catalog) findResource(gr schema.GroupResource) *kubeResource {
-	if gr == clustersResource.groupResource() {
-		return clustersResource
+	for _, kr := range []*kubeResource{clustersResource, crdsResource} {
+		if gr == kr.groupResource() {
+			return kr
+		}
 	}
 	for _, kr := range c.resources {
 		if kr.groupResource() == gr {

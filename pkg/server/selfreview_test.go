@@ -85,7 +85,7 @@ func TestSelfAccessReview(t *testing.T) {
 		t.Errorf("a review without attributes: %v, want 400", err)
 	}
 
-	// Rules: pods and clusters, read verbs only; for a caller who reads no cluster, none of pods.
+	// Rules: pods, clusters and definitions, read verbs only; for a caller who reads no cluster, none of pods.
 	rules, err := client("ta", "").AuthorizationV1().SelfSubjectRulesReviews().Create(context.Background(),
 		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: "ns"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -95,7 +95,7 @@ func TestSelfAccessReview(t *testing.T) {
 	for _, r := range rules.Status.ResourceRules {
 		got[r.APIGroups[0]] = strings.Join(r.Resources, ",") + ":" + strings.Join(r.Verbs, ",")
 	}
-	if got[""] != "pods:get,list,watch" || got["multicache.io"] != "clusters:get,list" || len(got) != 2 {
+	if got[""] != "pods:get,list,watch" || got["multicache.io"] != "clusters:get,list" || got["apiextensions.k8s.io"] != "customresourcedefinitions:get,list,watch" || len(got) != 3 {
 		t.Errorf("rules of ta: %v", got)
 	}
 	rules, err = client("none", "").AuthorizationV1().SelfSubjectRulesReviews().Create(context.Background(),

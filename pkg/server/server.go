@@ -172,6 +172,7 @@ type Server struct {
 	cat       catalogCache
 	tables    *table.Set
 	openapi   openAPIViews   // the OpenAPI v3 documents of each view, read from the members
+	openapiV2 openAPIV2Views // the OpenAPI v2 document of each view, merged from the members' own
 	discovery discoveryViews // the aggregated discovery documents of each view
 
 	// local is this replica's own API, without fan-out: what peers and the fan-out call.
@@ -230,6 +231,7 @@ func (s *Server) Handler() http.Handler {
 	for _, prefix := range []string{"", "/clusters/{cluster}"} {
 		api("GET "+prefix+"/openapi/v3", limited(timed(s.handleOpenAPIV3)))
 		api("GET "+prefix+"/openapi/v3/", limited(timed(s.handleOpenAPIV3)))
+		api("GET "+prefix+"/openapi/v2", limited(timed(s.handleOpenAPIV2)))
 	}
 	for path, h := range selfReviewPaths {
 		for _, prefix := range []string{"", "/clusters/{cluster}"} {

@@ -105,8 +105,9 @@ func k9sCount(pane, view string) int {
 
 // TestK9s drives k9s, built from the Go module proxy by `make tools`, against the daemon with an
 // ordinary kubeconfig and the CLUSTER columns of configs/k9s/views.yaml: its Pods, Deployments,
-// Nodes and a CRD's views, a filter, a cluster's label filter, an object's YAML and describe,
-// and a Pod created meanwhile. Its rows are checked against the API servers.
+// Nodes, a CRD's and the CustomResourceDefinitions' views, a filter, a cluster's label filter,
+// an object's YAML and describe, the logs view's refusal, and a Pod created meanwhile. Its rows
+// are checked against the API servers, and its log for the definitions it could not load.
 func TestK9s(t *testing.T) {
 	bin := filepath.Join(fleet.DefaultBinDir(), "k9s")
 	_, statErr := os.Stat(bin)
@@ -246,6 +247,16 @@ current-context: fleet
 		t.Errorf("describe of k9s-live:\n%s", pane)
 	}
 	back()
+	// Logs: k9s asks whether it may (a SelfSubjectAccessReview of pods/log), is told no, and
+	// says so itself; the daemon would answer the log request with a 404 Status.
+	k.keys("l")
+	k.await("the logs view", func(p string) bool { return strings.Contains(p, "Logs(load-0/k9s-live") })
+	harness.WaitFor(t, "k9s's own refusal of the logs", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "k9s-fleet-2.log"))
+		return strings.Contains(string(b), "not authorized to view pod logs")
+	})
+	k.keys("Escape")
+	k.await("the pods view again", func(p string) bool { return k9sCount(p, "pods") == 1 })
 	k.keys("Escape") // the filter
 	time.Sleep(300 * time.Millisecond)
 
@@ -259,6 +270,7 @@ current-context: fleet
 		{":deploy", "deployments", 2 * 2, true},
 		{":nodes", "nodes", 3, true},
 		{":widgets", "widgets", 2 * 2, false},
+		{":crds", "customresourcedefinitions", 1, false},
 	} {
 		k.command(v.cmd)
 		pane := k.await("the "+v.view+" view", func(p string) bool { return k9sCount(p, v.view) == v.want })
@@ -267,6 +279,16 @@ current-context: fleet
 		}
 		if header, rows := k9sRows(pane, "CLUSTER"); len(header) == 0 || anyRow(rows, func(r []string) bool { return r[0] != "fleet-2" }) {
 			t.Errorf("%s: header %v, rows %v; want fleet-2 in CLUSTER", v.view, header, rows)
+		}
+	}
+	// k9s read the definitions it builds its resource list from, in both contexts.
+	for _, context := range []string{"fleet", "fleet-2"} {
+		b, err := os.ReadFile(filepath.Join(dir, "k9s-"+context+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "CRDs load Fail") {
+			t.Errorf("k9s (%s) could not load the CustomResourceDefinitions: %s", context, tail(string(b), 2000))
 		}
 	}
 }

@@ -20,8 +20,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
@@ -328,7 +334,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
-	t.Run("explain: OpenAPI v3 read from the members", func(t *testing.T) {
+	t.Run("explain: OpenAPI v3 and v2 read from the members", func(t *testing.T) {
 		for args, want := range map[string][]string{
 			"pods":                      {"KIND:", "Pod", "VERSION:", "v1", "spec"},
 			"deployments.spec.replicas": {"FIELD: replicas", "integer"},
@@ -373,6 +379,44 @@ func TestKubectl(t *testing.T) {
 		resp.Body.Close()
 		if err != nil || !strings.Contains(doc.Info.Description, "multicache.io/cluster") {
 			t.Errorf("/openapi/v3/api/v1: info.description %q (%v)", doc.Info.Description, err)
+		}
+
+		// OpenAPI v2: one document merged from the members' own, read by kubectl's v2 explain.
+		for args, want := range map[string][]string{
+			"pods":                      {"KIND:", "Pod", "VERSION:", "v1", "spec"},
+			"deployments.spec.replicas": {"FIELD:", "replicas", "integer"},
+			"widgets":                   {"KIND:", "Widget", "example.multicache.io"},
+		} {
+			out := k.ok(append([]string{"explain", "--output=plaintext-openapiv2"}, strings.Fields(args)...)...)
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("kubectl explain --output=plaintext-openapiv2 %s: no %q in\n%s", args, w, out)
+				}
+			}
+		}
+		if _, errs, ok := newKubectl(t, "--server", d.URL+"/clusters/fleet-3").run("explain", "--output=plaintext-openapiv2", "widgets"); ok {
+			t.Errorf("explain (v2) widgets in fleet-3's view: succeeded (stderr %q)", errs)
+		}
+		var v2 struct {
+			Swagger string `json:"swagger"`
+			Info    struct {
+				Description string `json:"description"`
+			} `json:"info"`
+			Paths map[string]json.RawMessage `json:"paths"`
+		}
+		resp, err = http.Get(d.URL + "/clusters/fleet-3/openapi/v2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&v2)
+		resp.Body.Close()
+		if err != nil || v2.Swagger != "2.0" || !strings.Contains(v2.Info.Description, "multicache.io/cluster") || v2.Paths["/api/v1/pods"] == nil {
+			t.Errorf("/clusters/fleet-3/openapi/v2: %v, swagger %q, description %q, %d paths", err, v2.Swagger, v2.Info.Description, len(v2.Paths))
+		}
+		for p := range v2.Paths {
+			if strings.HasPrefix(p, "/apis/example.multicache.io/") || strings.HasPrefix(p, "/apis/rbac.authorization.k8s.io/") {
+				t.Errorf("/clusters/fleet-3/openapi/v2: path %s of a group-version the view does not serve", p)
+			}
 		}
 	})
 
@@ -597,6 +641,29 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
+	// After the Pod rows: port-forward wants a running Pod (setStatuses runs load-0's pod-0).
+	t.Run("logs, exec, port-forward and top: a clear refusal, at once", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			// In the fleet view kubectl reads the Pod first: it names the clusters to ask.
+			{[]string{"logs", "pod-3", "-n", "load-1"}, "exists in 3 clusters"},
+			{[]string{"--server", d.URL + "/clusters/fleet-2", "logs", "pod-3", "-n", "load-1"}, `subresource "log" of pods is not served`},
+			{[]string{"--server", d.URL + "/clusters/fleet-2", "exec", "pod-3", "-n", "load-1", "--", "true"}, "post is not supported on pods/exec"},
+			{[]string{"--server", d.URL + "/clusters/fleet-2", "port-forward", "pod/pod-0", "-n", "load-0", "18080:80"}, "post is not supported on pods/portforward"},
+			{[]string{"top", "pods", "-A"}, "Metrics API not available"},
+			{[]string{"--server", d.URL + "/clusters/fleet-2", "top", "nodes"}, "Metrics API not available"},
+		} {
+			start := time.Now()
+			_, errs, ok := k.run(tc.args...)
+			if ok || !strings.Contains(errs, tc.want) {
+				t.Errorf("kubectl %s: ok=%t, stderr %q, want %q", strings.Join(tc.args, " "), ok, errs, tc.want)
+			}
+			t.Logf("kubectl %s: refused in %v: %s", strings.Join(tc.args, " "), time.Since(start).Round(time.Millisecond), strings.TrimSpace(errs))
+		}
+	})
+
 	t.Run("a failing cluster: kubectl prints a warning, the others answer", func(t *testing.T) {
 		cl, _ := f.Cluster("fleet-3")
 		if err := cl.StopAPIServer(); err != nil {
@@ -619,6 +686,85 @@ func TestKubectl(t *testing.T) {
 		}
 		if len(byCluster) != 3 || byCluster["fleet-3"] < len(podKeys(truth, true, func(c string, _ corev1.Pod) bool { return c == "fleet-3" })) {
 			t.Errorf("with fleet-3 down: rows by cluster %v: want fleet-3's last state beside the others'", byCluster)
+		}
+	})
+
+	// Last: it installs the CRD in fleet-3.
+	t.Run("customresourcedefinitions: one entry per definition, with its clusters; a watch sees a cluster join", func(t *testing.T) {
+		const name = "widgets.example.multicache.io"
+		tb := parseTable(k.ok("get", "crd"))
+		if want := []string{"CLUSTER", "NAME", "CREATED AT"}; !slices.Equal(tb.header, want) {
+			t.Errorf("get crd: header %v, want %v", tb.header, want)
+		}
+		if len(tb.rows) != 1 || tb.rows[0][0] != "fleet-1,fleet-2" || tb.rows[0][1] != name {
+			t.Errorf("get crd: rows %v, want one: fleet-1,fleet-2 %s", tb.rows, name)
+		}
+		uid := func(cluster string) string {
+			cl, _ := f.Cluster(cluster)
+			crd, err := apiextensionsclient.NewForConfigOrDie(cl.AdminConfig()).ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s: %v", cluster, err)
+			}
+			return string(crd.UID)
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := json.Unmarshal([]byte(k.ok("get", "crd", name, "-o", "json")), &crd); err != nil {
+			t.Fatal(err)
+		}
+		if string(crd.UID) != uid("fleet-1") || crd.Annotations["multicache.io/clusters"] != "fleet-1,fleet-2" || crd.Annotations["multicache.io/cluster"] != "fleet-1" || crd.Spec.Names.Kind != "Widget" {
+			t.Errorf("get crd %s: uid %s, annotations %v, kind %s: want fleet-1's definition, served by fleet-1 and fleet-2", name, crd.UID, crd.Annotations, crd.Spec.Names.Kind)
+		}
+		var list apiextensionsv1.CustomResourceDefinitionList
+		if err := json.Unmarshal([]byte(k.ok("get", "crd", "-l", "multicache.io/cluster=fleet-2", "-o", "json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 || string(list.Items[0].UID) != uid("fleet-2") || list.Items[0].Annotations["multicache.io/clusters"] != "fleet-2" {
+			t.Errorf("get crd -l multicache.io/cluster=fleet-2: %d items: want fleet-2's definition alone", len(list.Items))
+		}
+		if err := json.Unmarshal([]byte(k.ok("get", "--raw", "/clusters/fleet-3/apis/apiextensions.k8s.io/v1/customresourcedefinitions")), &list); err != nil || len(list.Items) != 0 {
+			t.Errorf("/clusters/fleet-3 serves no CRD the daemon caches: %d items (%v)", len(list.Items), err)
+		}
+		if _, errs, ok := k.run("get", "crd", "nothing.example.io"); ok || !strings.Contains(errs, "NotFound") {
+			t.Errorf("get crd nothing.example.io: ok=%t, stderr %q: want NotFound", ok, errs)
+		}
+		if _, errs, ok := k.run("delete", "crd", name); ok || !strings.Contains(errs, "MethodNotAllowed") {
+			t.Errorf("delete crd: ok=%t, stderr %q: want MethodNotAllowed", ok, errs)
+		}
+
+		// client-go's informer: it lists, watches, and sees fleet-3 join as an update.
+		events := newEventCounts()
+		inf := dynamicinformer.NewDynamicSharedInformerFactory(dynamic.NewForConfigOrDie(&rest.Config{Host: d.URL}), 0).
+			ForResource(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")).Informer()
+		if _, err := inf.AddEventHandler(events.handler()); err != nil {
+			t.Fatal(err)
+		}
+		ictx, stop := context.WithCancel(ctx)
+		defer stop()
+		go inf.Run(ictx.Done())
+		if !cache.WaitForCacheSync(ictx.Done(), inf.HasSynced) || len(inf.GetStore().List()) != 1 {
+			t.Fatalf("CRD informer: synced with %d objects, want 1", len(inf.GetStore().List()))
+		}
+		loader, err := fleet.NewLoader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := loader.EnsureCRD(ctx, "fleet-3"); err != nil {
+			t.Fatal(err)
+		}
+		// fleet-3 looks for the resource again every discovery interval (30 s), then the watch
+		// polls the definitions every 5 s.
+		harness.WaitFor(t, "the informer's definition served by fleet-3 too", 2*time.Minute, func() bool {
+			objs := inf.GetStore().List()
+			if len(objs) != 1 {
+				return false
+			}
+			m, _ := meta.Accessor(objs[0])
+			return m.GetAnnotations()["multicache.io/clusters"] == "fleet-1,fleet-2,fleet-3"
+		})
+		events.mu.Lock()
+		defer events.mu.Unlock()
+		if events.adds["fleet-1"] != 1 || events.updates["fleet-1"] < 1 || len(events.delete) != 0 {
+			t.Errorf("CRD informer: adds %v, updates %v, deletes %v: want one add, an update, no delete", events.adds, events.updates, events.delete)
 		}
 	})
 }

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/discovery"
+	"k8s.io/kube-openapi/pkg/aggregator"
+	"k8s.io/kube-openapi/pkg/handler"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+
+	"github.com/multicache/multicache/pkg/filters"
+)
+
+// OpenAPI v2, for clients that still read the single Swagger document (/openapi/v2). A view's
+// document is made of the same sources as its v3 documents (wantedOpenAPI): from each cluster
+// chosen for some group-versions, the paths of those group-versions and the definitions they
+// use, merged by kube-openapi's aggregator as kube-aggregator merges its APIs' documents
+// (conflicting definitions renamed, the first path kept). kube-openapi's OpenAPIService serves
+// it: JSON or protobuf, ETags, gzip.
+//
+// The document is built on the first request and again when the view's sources change or it
+// is older than openAPIMaxAge; a source that cannot be read leaves the last document served.
+
+type openAPIV2Views struct {
+	mu    sync.Mutex
+	views map[string]*openAPIV2View // by cluster; "" is the fleet
+}
+
+type openAPIV2View struct {
+	mu      sync.Mutex // held while the document is built
+	mux     *http.ServeMux
+	svc     *handler.OpenAPIService
+	sources string // the sources the document was built from (wantedOpenAPI, rendered)
+	at      time.Time
+}
+
+// handleOpenAPIV2 serves /openapi/v2, at the root or under /clusters/{cluster}.
+func (s *Server) handleOpenAPIV2(w http.ResponseWriter, r *http.Request) {
+	cluster := r.PathValue("cluster")
+	if cluster != "" {
+		if _, _, err := s.scope(r.Context(), "", []string{cluster}, nil); err != nil {
+			writeScopeError(w, err)
+			return
+		}
+	}
+	want, ok := s.wantedOpenAPI(cluster)
+	if !ok {
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", cluster))
+		return
+	}
+	v, err := s.openAPIV2View(r.Context(), cluster, want)
+	if err != nil {
+		filters.WriteError(w, http.StatusServiceUnavailable, "openapi/v2: "+err.Error())
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/openapi/v2"
+	v.mux.ServeHTTP(w, r2)
+}
+
+// openAPIV2View returns cluster's view with a document built from want, building it when it
+// has none, its sources changed or it is older than openAPIMaxAge. Requests for the same view
+// wait for one build.
+func (s *Server) openAPIV2View(ctx context.Context, cluster string, want map[string]string) (*openAPIV2View, error) {
+	s.openapiV2.mu.Lock()
+	if s.openapiV2.views == nil {
+		s.openapiV2.views = map[string]*openAPIV2View{}
+	}
+	v := s.openapiV2.views[cluster]
+	if v == nil {
+		v = &openAPIV2View{}
+		s.openapiV2.views[cluster] = v
+	}
+	s.openapiV2.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	sources := renderSources(want)
+	if v.svc != nil && v.sources == sources && time.Since(v.at) < openAPIMaxAge {
+		return v, nil
+	}
+	doc, err := s.buildOpenAPIV2(ctx, want)
+	if err != nil {
+		if v.svc != nil {
+			s.log.Warn("openapi/v2: serving the last document", zap.String("view", cluster), zap.Error(err))
+			return v, nil
+		}
+		return nil, err
+	}
+	if v.svc == nil {
+		v.svc, v.mux = handler.NewOpenAPIService(doc), http.NewServeMux()
+		v.svc.RegisterOpenAPIVersionedService("/openapi/v2", v.mux)
+	} else if err := v.svc.UpdateSpec(doc); err != nil {
+		return nil, err
+	}
+	v.sources, v.at = sources, time.Now()
+	return v, nil
+}
+
+// renderSources renders want (group-version path → cluster) in a stable order.
+func renderSources(want map[string]string) string {
+	keys := make([]string, 0, len(want))
+	for gv, c := range want {
+		keys = append(keys, gv+"="+c)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+// buildOpenAPIV2 reads each source cluster's /openapi/v2 once, keeps the paths of the
+// group-versions chosen from it, and merges them, the clusters taken by name.
+func (s *Server) buildOpenAPIV2(ctx context.Context, want map[string]string) (*spec.Swagger, error) {
+	prefixes := map[string][]string{} // cluster → path prefixes of its group-versions
+	for gv, c := range want {
+		prefixes[c] = append(prefixes[c], "/"+gv+"/")
+	}
+	clusters := make([]string, 0, len(prefixes))
+	for c := range prefixes {
+		clusters = append(clusters, c)
+	}
+	sort.Strings(clusters)
+	merged := &spec.Swagger{SwaggerProps: spec.SwaggerProps{Swagger: "2.0", Paths: &spec.Paths{Paths: map[string]spec.PathItem{}},
+		Definitions: spec.Definitions{}, Info: &spec.Info{InfoProps: spec.InfoProps{Title: "multicache", Version: serverVersion().GitVersion}}}}
+	for _, c := range clusters {
+		doc, err := s.fetchOpenAPIV2(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		part := aggregator.FilterSpecByPathsWithoutSideEffects(doc, prefixes[c])
+		if err := aggregator.MergeSpecsIgnorePathConflictRenamingDefinitionsAndParameters(merged, part); err != nil {
+			return nil, fmt.Errorf("cluster %q: merge: %w", c, err)
+		}
+	}
+	note := "Served by multicache from the member clusters " + strings.Join(clusters, ", ") + "."
+	if len(clusters) == 1 {
+		note = fmt.Sprintf(openAPINote, clusters[0])
+	} else {
+		note += " " + strings.TrimPrefix(fmt.Sprintf(openAPINote, ""), `Served by multicache from the member cluster "". `)
+	}
+	merged.Info.Description = note
+	return merged, nil
+}
+
+// fetchOpenAPIV2 reads a member cluster's /openapi/v2, as JSON.
+func (s *Server) fetchOpenAPIV2(ctx context.Context, cluster string) (*spec.Swagger, error) {
+	cfg, ok := s.reg.RESTConfig(cluster)
+	if !ok {
+		return nil, fmt.Errorf("cluster %q: not running here", cluster)
+	}
+	cfg.Timeout = s.opts.PeerTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", cluster, err)
+	}
+	b, err := dc.RESTClient().Get().AbsPath("/openapi/v2").SetHeader("Accept", "application/json").Do(ctx).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: openapi/v2: %w", cluster, err)
+	}
+	var doc spec.Swagger
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("cluster %q: openapi/v2: %w", cluster, err)
+	}
+	return &doc, nil
+}
