@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
 
@@ -460,6 +461,8 @@ func TestRollingRestart(t *testing.T) {
 
 	w := e.writeOps(5, true)
 	time.Sleep(2 * time.Second)
+	readsBefore := e.memberReads()
+	e.logMemberReads("to start the 3 replicas", map[string]fleet.Reads{}, readsBefore)
 	for i, r := range rs {
 		restarting <- r.id
 		start := time.Now()
@@ -471,6 +474,7 @@ func TestRollingRestart(t *testing.T) {
 		t.Logf("%s restarted and the fleet settled in %s", r.id, time.Since(start).Round(10*time.Millisecond))
 	}
 	time.Sleep(2 * time.Second)
+	e.logMemberReads("during the rolling restart", readsBefore, e.memberReads())
 	w.end()
 	stopSampling()
 	<-sampled

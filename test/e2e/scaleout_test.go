@@ -151,7 +151,7 @@ func unowned(members []string, holders map[string]string, renewed map[string]tim
 // replicas' Leases, the members' Secrets), the others are members, each with 30 ConfigMaps
 // cm-0 … cm-29 in namespace scale.
 func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) {
-	env := harness.Start(t, harness.Options{Clusters: n, Timeout: 20 * time.Minute})
+	env := harness.Start(t, harness.Options{Clusters: n, Timeout: 20 * time.Minute, AuditReads: true})
 	ctx, f := env.Ctx, env.Fleet
 	names := f.Names()
 	mgmt, err := f.Clientset(names[0])
@@ -927,4 +927,39 @@ func TestScaleOut(t *testing.T) {
 		t.Logf("list of %s/configmaps in 6 clusters from %s: p50 %s (min %s, max %s), p99 %s (min %s, max %s); median of %d rounds of %d queries",
 			scaleNS, id, p50s[len(p50s)/2], p50s[0], p50s[len(p50s)-1], p99s[len(p99s)/2], p99s[0], p99s[len(p99s)-1], rounds, per)
 	}
+}
+
+// memberReads counts, per member, the reads of whole collections the replicas sent it so far
+// (their User-Agent is multicache/VERSION; the test's own clients' is multicache-fleet/…),
+// from the API servers' audit logs.
+func (e *scaleEnv) memberReads() map[string]fleet.Reads {
+	e.t.Helper()
+	out := map[string]fleet.Reads{}
+	for _, m := range e.members {
+		c, _ := e.f.Cluster(m)
+		r, err := c.ReadsBy("multicache/")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[m] = r
+	}
+	return out
+}
+
+// logMemberReads reports what the members served the replicas between two counts: full
+// lists of the cached resource (LIST without continue, and watches with initial events),
+// against the one full list of the fleet that a start costs.
+func (e *scaleEnv) logMemberReads(what string, before, after map[string]fleet.Reads) int {
+	e.t.Helper()
+	total := 0
+	var lines []string
+	for _, m := range e.members {
+		d := after[m].Sub(before[m])
+		n := d.Full[scaleResource]
+		total += n
+		lines = append(lines, fmt.Sprintf("%s %d (lists %d, pages %d, watch-lists %d; limit=1 probes %d, other watches %d)", m, n, d.Lists, d.ListPages, d.WatchLists, d.Probes, d.Watches))
+	}
+	e.t.Logf("full lists of %s the members served the replicas %s: %d over %d members, %.2f× one full list of the fleet; %s",
+		scaleResource, what, total, len(e.members), float64(total)/float64(len(e.members)), strings.Join(lines, "; "))
+	return total
 }

@@ -38,6 +38,8 @@ type Cluster struct {
 	ControllerManager bool   `json:"controllerManager"`
 	// ExtraArgs are appended to kube-apiserver's flags.
 	ExtraArgs []string `json:"extraArgs,omitempty"`
+	// AuditReads logs every list and watch request to audit.log in Dir (ReadsBy).
+	AuditReads bool `json:"auditReads,omitempty"`
 	// Token is the current ServiceAccount token of the revocable admin identity.
 	Token string `json:"token"`
 
@@ -191,7 +193,7 @@ func (c *Cluster) apiserverArgs() []string {
 		"--profiling=false",
 		"--endpoint-reconciler-type=none",
 		"--v=0",
-	}, c.ExtraArgs...)
+	}, append(c.auditArgs(), c.ExtraArgs...)...)
 }
 
 // StartAPIServer starts the API server again on its recorded port and etcd, and waits for
@@ -203,6 +205,11 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 func (c *Cluster) startAPIServer(ctx context.Context, timeout time.Duration) error {
 	if c.APIServer.alive() {
 		return fmt.Errorf("cluster %q: kube-apiserver already running (pid %d)", c.Name, c.APIServer.PID)
+	}
+	if c.AuditReads {
+		if err := os.WriteFile(filepath.Join(c.Dir, "audit-policy.yaml"), []byte(auditPolicy), 0o600); err != nil {
+			return fmt.Errorf("cluster %q: audit policy: %w", c.Name, err)
+		}
 	}
 	p, err := startProc(filepath.Join(c.BinDir, "kube-apiserver"), c.apiserverArgs(), filepath.Join(c.Dir, "kube-apiserver.log"), c.detach())
 	if err != nil {

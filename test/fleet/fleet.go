@@ -42,6 +42,9 @@ type Options struct {
 	ControllerManager bool
 	// APIServerArgs are appended to every kube-apiserver's flags (a later flag wins).
 	APIServerArgs []string
+	// AuditReads has every API server log the list and watch requests it serves to
+	// audit.log in its directory, for Cluster.ReadsBy.
+	AuditReads bool
 	// ReadyTimeout bounds the wait for each cluster's /readyz. Default 2 minutes.
 	ReadyTimeout time.Duration
 	// Logf receives progress lines. Default: discard.
@@ -151,6 +154,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 			BinDir:            bin,
 			ControllerManager: opts.ControllerManager,
 			ExtraArgs:         opts.APIServerArgs,
+			AuditReads:        opts.AuditReads,
 			fleet:             f,
 		})
 	}

@@ -33,6 +33,8 @@ type Options struct {
 	Timeout time.Duration
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
+	// AuditReads has the API servers log list and watch requests (fleet.Cluster.ReadsBy).
+	AuditReads bool
 }
 
 // Env is a started, seeded fleet and a context for the test.
@@ -54,7 +56,7 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	t.Cleanup(cancel)
-	f := fleet.StartT(t, fleet.Options{Clusters: opts.Clusters, APIServerArgs: opts.APIServerArgs})
+	f := fleet.StartT(t, fleet.Options{Clusters: opts.Clusters, APIServerArgs: opts.APIServerArgs, AuditReads: opts.AuditReads})
 	loader, err := fleet.NewLoader(f)
 	if err != nil {
 		t.Fatal(err)
