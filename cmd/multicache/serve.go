@@ -399,6 +399,32 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	// stops each cluster before its fence moves), then stop serving.
 	stopCoord()
 	<-coordDone
+	if coord != nil {
+		// The clusters' next owners take the state this replica kept of them (a handover
+		// costs their API servers no list); wait for them, briefly, and not at all when no
+		// other replica stays to take them (the whole fleet is stopping).
+		waitCtx, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+		go func() {
+			for waitCtx.Err() == nil {
+				staying := false
+				for _, p := range coord.Peers() {
+					staying = staying || (!p.Self && p.Live && !p.Leaving)
+				}
+				if !staying {
+					cancelWait()
+					return
+				}
+				select {
+				case <-waitCtx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}()
+		if left := reg.WaitShelfTaken(waitCtx); left > 0 {
+			log.Info("handoff: states not taken by the next owners; they list from the clusters", zap.Int("left", left))
+		}
+		cancelWait()
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	endRequests()

@@ -107,6 +107,9 @@ type Registry struct {
 
 	loaded chan struct{} // closed once the source has been loaded the first time
 
+	shelf shelf // states of clusters handed off, for their next owners (handover.go)
+	taker Taker // finds the states other replicas handed off; nil: none
+
 	mu       sync.Mutex
 	clusters map[string]*runner
 	retiring map[string]*runner // stopping (and, if removed, leaving); a cluster's next runner waits for it

@@ -94,6 +94,7 @@ func (r *runner) retire(how retirement) {
 			mem.Leave(r.cfg.Name)
 		}
 	case handoff:
+		r.shelve()
 		for _, mem := range r.reg.mems {
 			mem.Handoff(r.cfg.Name)
 		}
@@ -173,7 +174,7 @@ func (r *runner) run() {
 			}
 			switch {
 			case err == nil:
-				inf, mode, berr := s.build(cfg, res)
+				inf, mode, berr := s.build(cfg, res, r.reg.taker)
 				if berr != nil {
 					r.leaveStale(s)
 					s.set(Failed, berr.Error())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -37,6 +38,9 @@ type stack struct {
 	hasErr   bool   // the reflector reported an error and has not made progress since
 	probeErr bool   // the cluster's health probe is failing
 	progress progress
+	key      string // HandedState.Key of the running informer; under mu
+	// handedOver is set once the informer started from another replica's state.
+	handedOver atomic.Bool
 }
 
 func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {
@@ -86,8 +90,9 @@ type resolved struct {
 	definition *apiextensionsv1.CustomResourceDefinition // a custom resource's; read-only once set
 }
 
-// build creates the informer for r with the decoding spec.Mode asks for.
-func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, Mode, error) {
+// build creates the informer for r with the decoding spec.Mode asks for. With take, its first
+// initial list starts from the state another replica handed over, when there is one.
+func (s *stack) build(cfg *rest.Config, r resolved, take Taker) (cache.SharedIndexInformer, Mode, error) {
 	mode := s.spec.Mode
 	if mode == ModeAuto {
 		mode = ModeUnstructured
@@ -99,8 +104,10 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 	if r.namespaced {
 		ns = s.spec.Namespace
 	}
-	var lw cache.ListerWatcher
 	var example runtime.Object
+	var client any
+	var list func(context.Context, metav1.ListOptions) (runtime.Object, error)
+	var watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)
 	switch mode {
 	case ModeTyped:
 		if !scheme.Scheme.Recognizes(r.gvk) {
@@ -115,31 +122,48 @@ func (s *stack) build(cfg *rest.Config, r resolved) (cache.SharedIndexInformer, 
 		if err != nil {
 			return nil, mode, err
 		}
-		lw = listWatch(s.spec, &s.progress, rc,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.Watch = true
-				return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Watch(ctx)
-			})
+		client = rc
+		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
+		}
+		watchFn = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.Watch = true
+			return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Watch(ctx)
+		}
 	case ModeUnstructured:
 		dc, err := dynamic.NewForConfig(cfg)
 		if err != nil {
 			return nil, mode, err
 		}
 		ri := dc.Resource(r.gvr).Namespace(ns)
-		example = &unstructured.Unstructured{}
-		lw = listWatch(s.spec, &s.progress, dc, asList(ri.List), ri.Watch)
+		example, client, list, watchFn = &unstructured.Unstructured{}, dc, asList(ri.List), ri.Watch
 	case ModeMetadata:
 		mc, err := metadata.NewForConfig(cfg)
 		if err != nil {
 			return nil, mode, err
 		}
 		ri := mc.Resource(r.gvr).Namespace(ns)
-		example = &metav1.PartialObjectMetadata{}
-		lw = listWatch(s.spec, &s.progress, mc, asList(ri.List), ri.Watch)
+		example, client, list, watchFn = &metav1.PartialObjectMetadata{}, mc, asList(ri.List), ri.Watch
 	}
+	key := stateKey(s.spec, r.gvr.String(), mode)
+	if take != nil {
+		server := cfg.Host
+		watchFn = s.handedWatch(func(ctx context.Context) (*Handed, bool) {
+			h, ok, err := take(ctx, s.cluster, key)
+			if err != nil {
+				s.log.Info("handoff: no state taken from the other replicas; listing from the cluster", zap.Error(err))
+			}
+			if ok && h.Server != server {
+				s.log.Info("handoff: the state handed over is of another server; listing from the cluster")
+				return nil, false
+			}
+			return h, ok && h.Key == key
+		}, func() runtime.Object { return example.DeepCopyObject() }, watchFn)
+	}
+	s.mu.Lock()
+	s.key = key
+	s.mu.Unlock()
+	lw := listWatch(s.spec, &s.progress, client, list, watchFn)
 	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{
 		Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		ObjectDescription: s.cluster + "/" + r.gvr.String(),

@@ -214,6 +214,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if opts.Fleet != nil {
+		opts.Registry.SetTaker(s.takeHandover)
+	}
 	return s, nil
 }
 
@@ -228,6 +231,7 @@ func (s *Server) Handler() http.Handler {
 	api("GET /multicache/v1/clusters", limited(timed(s.handleClusters)))
 	api("GET /multicache/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
 	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(timed(s.handleGet)))
+	api("GET "+handoverPath+"/{cluster}", limited(s.handleHandover))
 	for _, prefix := range []string{"", "/clusters/{cluster}"} {
 		api("GET "+prefix+"/openapi/v3", limited(timed(s.handleOpenAPIV3)))
 		api("GET "+prefix+"/openapi/v3/", limited(timed(s.handleOpenAPIV3)))

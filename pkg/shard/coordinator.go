@@ -21,9 +21,11 @@ type Peer struct {
 	ID     string
 	URL    string
 	Weight int
-	Live   bool      // its peer Lease was renewed within LeaseDuration, as observed
-	Since  time.Time // when this replica first saw it live (continuously)
-	Self   bool
+	Live   bool // its peer Lease was renewed within LeaseDuration, as observed
+	// Leaving: its replica is shutting down (it takes no cluster any more).
+	Leaving bool
+	Since   time.Time // when this replica first saw it live (continuously)
+	Self    bool
 }
 
 // Owner is a cluster's fence holder as this replica observes it.
@@ -33,6 +35,9 @@ type Owner struct {
 	URL     string // the holder's advertise URL, "" when unknown
 	Live    bool   // the holder is a live peer
 	Self    bool   // the holder is this replica
+	// From is the advertise URL of the replica that handed the fence over to Holder, "" when
+	// Holder took it (free, or its holder dead): where the cluster's cached state may wait.
+	From string
 }
 
 // Coordinator shares the fleet with the other replicas. It is a clusterset.Source yielding

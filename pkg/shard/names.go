@@ -24,6 +24,9 @@ const (
 	annoWeight  = "multicache.io/weight"
 	annoCluster = "multicache.io/cluster" // on every fence: the cluster's real name
 	annoLeaving = "multicache.io/leaving" // "true" on a peer Lease whose replica is shutting down
+	// annoHandedFrom, on a fence its holder handed over, is that holder's advertise URL: the
+	// new holder takes the cluster's cached state from there (Owner.From).
+	annoHandedFrom = "multicache.io/handed-over-from"
 )
 
 // peerLeaseName is the name of a replica's peer Lease. Options.Validate makes it a DNS label.

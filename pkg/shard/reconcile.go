@@ -245,7 +245,11 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 		f := fences[name]
 		h := holderOf(f)
 		isHeld, live := held(name, h)
-		owners = append(owners, Owner{Cluster: name, Holder: h, URL: c.urlOf(h, peers), Live: live, Self: h == self})
+		var from string
+		if f != nil && h != "" {
+			from = f.Annotations[annoHandedFrom]
+		}
+		owners = append(owners, Owner{Cluster: name, Holder: h, URL: c.urlOf(h, peers), Live: live, Self: h == self, From: from})
 		if !live {
 			unowned++
 		}
@@ -468,7 +472,7 @@ func (c *Coordinator) urlOf(holder string, peers map[string]peerView) string {
 func (c *Coordinator) peerList(peers map[string]peerView, selfLive bool) []Peer {
 	out := make([]Peer, 0, len(peers)+1)
 	for _, p := range peers {
-		out = append(out, Peer{ID: p.ID, URL: p.URL, Weight: p.Weight, Live: p.Live, Since: p.Since})
+		out = append(out, Peer{ID: p.ID, URL: p.URL, Weight: p.Weight, Live: p.Live, Leaving: p.Leaving, Since: p.Since})
 	}
 	me := Peer{ID: c.opts.Identity, URL: c.opts.AdvertiseURL, Weight: c.opts.Weight, Live: selfLive, Self: true}
 	if selfLive {
@@ -590,6 +594,13 @@ func (c *Coordinator) withHolder(l *coordv1.Lease, cluster, to string, now time.
 		n.Spec.HolderIdentity = nil
 	} else {
 		n.Spec.HolderIdentity = &to
+	}
+	// A fence this replica hands to another names where the cluster's state waits; any other
+	// write (a take) clears that.
+	if holderOf(l) == c.opts.Identity && to != "" && to != c.opts.Identity && c.opts.AdvertiseURL != "" {
+		n.Annotations[annoHandedFrom] = c.opts.AdvertiseURL
+	} else {
+		delete(n.Annotations, annoHandedFrom)
 	}
 	t := metav1.NewMicroTime(now)
 	n.Spec.AcquireTime = &t

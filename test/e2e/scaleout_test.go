@@ -95,10 +95,11 @@ func (e *scaleEnv) startAt(id, addr string, extra ...string) replica {
 		"--lease-duration", shardLease.String()}, extra...)
 	d := harness.StartDaemonAt(e.t, scheme, client, addr, args...)
 	d.Token = scaleToken
-	// On failure, the replica's last log lines (its warnings and state changes) go into the
-	// test's output: a move that goes wrong is only diagnosable from them.
+	// On failure (or with MULTICACHE_E2E_LOGS set), the replica's last log lines (its warnings
+	// and state changes) go into the test's output: a move that goes wrong is only
+	// diagnosable from them.
 	e.t.Cleanup(func() {
-		if !e.t.Failed() {
+		if !e.t.Failed() && os.Getenv("MULTICACHE_E2E_LOGS") == "" {
 			return
 		}
 		if b, err := os.ReadFile(d.Log); err == nil {
@@ -820,6 +821,7 @@ func TestScaleOut(t *testing.T) {
 	// watch either ends with 410 or goes on delivering.
 	watches := []*rawWatch{e.rawWatch(survivors[0]), e.rawWatch(survivors[1])}
 	w = e.writeOps(5, true)
+	readsBefore := e.memberReads()
 	r4 := e.start("r4")
 	live["r4"] = true
 	joined := time.Now()
@@ -846,6 +848,9 @@ func TestScaleOut(t *testing.T) {
 		t.Errorf("while r4 joined, %d clusters had no live owner at once; want none", maxUnowned)
 	}
 	time.Sleep(2 * shardLease)
+	if n := e.logMemberReads("while r4 joined and took "+strings.Join(moved, ", "), readsBefore, e.memberReads()); n > 0 {
+		t.Errorf("clusters that moved between live replicas were listed again from their API servers %d times: a move hands the state over", n)
+	}
 	w.end()
 	// One more change in every member: a watch still open must deliver it.
 	for _, m := range e.members {

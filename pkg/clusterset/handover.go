@@ -1,0 +1,291 @@
+package clusterset
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// Handovers: a cluster that moves between live replicas keeps its cache. The replica that
+// stops it for a handoff (HandoffSource.Retains) keeps each resource's final store, and the
+// resourceVersion it is consistent at, on a shelf (Registry.Shelved); the replica that starts
+// it next asks its peers for that state (Registry.SetTaker) and starts its reflector from it:
+// the first watch that asks for initial events gets the handed objects as its initial events,
+// then the member API server's watch from the handed resourceVersion. Anything that fails
+// (no state, a different spec or server, a watch the member refuses, 410 Gone) falls back to
+// what a fresh start does, a full list from the member.
+//
+// The resourceVersion is the store's own (cache.Store.LastStoreSyncResourceVersion, which
+// client-go keeps with its AtomicFIFO): the last object or bookmark the store applied, so that
+// the objects and the version agree even though the informer stopped with events still
+// queued. Without it (the feature off) nothing is shelved.
+
+// ShelfTTL is how long a handed-off cluster's state waits for its next owner.
+var ShelfTTL = 2 * time.Minute
+
+// HandedState is one resource of a cluster as a replica's stopped stack left it.
+type HandedState struct {
+	// Key names the resource and everything that decides what its store holds: the
+	// configured spec, the resolved GroupVersionResource and the decoding. A taker uses the
+	// state only when its own key is the same.
+	Key string
+	// ResourceVersion is the member's resourceVersion the objects are consistent at.
+	ResourceVersion string
+	// Items are the store's objects, shared with nothing that changes them (read-only).
+	Items []any
+	// Server is the member's API server URL, so that a state is never used against another.
+	Server string
+}
+
+// Handed is a HandedState as a taker receives it: objects as JSON, decoded by the stack.
+type Handed struct {
+	Key             string            `json:"key"`
+	ResourceVersion string            `json:"resourceVersion"`
+	Server          string            `json:"server"`
+	Items           []json.RawMessage `json:"items"`
+}
+
+// Taker asks the other replicas for the state one left cluster's resource in (key:
+// HandedState.Key); ok is false when none has it.
+type Taker func(ctx context.Context, cluster, key string) (h *Handed, ok bool, err error)
+
+// SetTaker sets how stacks find handed state. Call it before Start.
+func (r *Registry) SetTaker(t Taker) { r.taker = t }
+
+// shelf holds the states of clusters handed off, until taken or ShelfTTL.
+type shelf struct {
+	mu      sync.Mutex
+	entries map[string]shelfEntry // cluster + "\x00" + key
+	changed chan struct{}         // closed and replaced whenever entries shrink
+}
+
+type shelfEntry struct {
+	state HandedState
+	until time.Time
+}
+
+func shelfKey(cluster, key string) string { return cluster + "\x00" + key }
+
+func (s *shelf) put(cluster string, states []HandedState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries == nil {
+		s.entries = map[string]shelfEntry{}
+	}
+	until := time.Now().Add(ShelfTTL)
+	for _, st := range states {
+		s.entries[shelfKey(cluster, st.Key)] = shelfEntry{state: st, until: until}
+	}
+	s.expireLocked()
+}
+
+// take removes and returns cluster's state for key.
+func (s *shelf) take(cluster, key string) (HandedState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked()
+	e, ok := s.entries[shelfKey(cluster, key)]
+	if ok {
+		delete(s.entries, shelfKey(cluster, key))
+		s.shrunkLocked()
+	}
+	return e.state, ok
+}
+
+func (s *shelf) expireLocked() {
+	now := time.Now()
+	n := len(s.entries)
+	for k, e := range s.entries {
+		if now.After(e.until) {
+			delete(s.entries, k)
+		}
+	}
+	if len(s.entries) < n {
+		s.shrunkLocked()
+	}
+}
+
+func (s *shelf) shrunkLocked() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
+// Shelved returns, once, the state this replica kept of cluster's resource (key) when it
+// handed the cluster off.
+func (r *Registry) Shelved(cluster, key string) (HandedState, bool) {
+	return r.shelf.take(cluster, key)
+}
+
+// WaitShelfTaken waits until every handed-off state has been taken or has expired, or ctx
+// ends; it returns how many are left. A replica shutting down calls it after handing its
+// clusters off, so that their next owners can take them before it exits.
+func (r *Registry) WaitShelfTaken(ctx context.Context) int {
+	for {
+		r.shelf.mu.Lock()
+		r.shelf.expireLocked()
+		n := len(r.shelf.entries)
+		if n == 0 {
+			r.shelf.mu.Unlock()
+			return 0
+		}
+		if r.shelf.changed == nil {
+			r.shelf.changed = make(chan struct{})
+		}
+		ch := r.shelf.changed
+		r.shelf.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return n
+		case <-time.After(time.Second): // expiry
+		}
+	}
+}
+
+// stateKey is HandedState.Key for a stack of spec resolved as gvr and decoded as mode.
+func stateKey(spec ResourceSpec, gvr string, mode Mode) string {
+	t := spec.Transform
+	return fmt.Sprintf("%s|ns=%s|l=%s|f=%s|%s|%s|mf=%t|la=%t|dup=%t|func=%t", spec.Name, spec.Namespace, spec.LabelSelector, spec.FieldSelector,
+		gvr, mode, t.KeepManagedFields, t.KeepLastApplied, t.KeepDuplicates, t.Func != nil)
+}
+
+// shelve keeps the final state of each of the runner's stopped stacks, for the replica that
+// runs the cluster next. The informers have stopped: their stores are final.
+func (r *runner) shelve() {
+	var states []HandedState
+	for _, s := range r.stacks {
+		s.mu.Lock()
+		inf, key := s.informer, s.key
+		s.mu.Unlock()
+		if inf == nil || key == "" || !inf.HasSynced() {
+			continue
+		}
+		store := inf.GetIndexer()
+		rv := store.LastStoreSyncResourceVersion()
+		if rv == "" {
+			continue
+		}
+		states = append(states, HandedState{Key: key, ResourceVersion: rv, Items: store.List(), Server: r.cfg.Config.Host})
+	}
+	if len(states) > 0 {
+		r.reg.shelf.put(r.cfg.Name, states)
+		r.reg.log.Info("handoff: state shelved for the next owner", zap.String("cluster", r.cfg.Name), zap.Int("resources", len(states)))
+	}
+}
+
+// handedWatch wraps a stack's watch of its member: the first watch that asks for initial
+// events is answered from the state another replica handed over, if any, then continues as
+// the member's watch from that state's resourceVersion. Later watches, and a first one with
+// no state to take, go to the member unchanged.
+func (s *stack) handedWatch(take func(ctx context.Context) (*Handed, bool), newObject func() runtime.Object,
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	var once sync.Once
+	return func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		if o.SendInitialEvents == nil || !*o.SendInitialEvents {
+			return watchFn(ctx, o)
+		}
+		var h *Handed
+		once.Do(func() {
+			if got, ok := take(ctx); ok {
+				h = got
+			}
+		})
+		if h == nil {
+			return watchFn(ctx, o)
+		}
+		items := make([]runtime.Object, 0, len(h.Items))
+		for i, raw := range h.Items {
+			obj := newObject()
+			if err := json.Unmarshal(raw, obj); err != nil {
+				s.log.Warn("handoff: cannot decode the handed state; listing from the cluster", zap.Int("item", i), zap.Error(err))
+				return watchFn(ctx, o)
+			}
+			items = append(items, obj)
+		}
+		end := newObject()
+		m, err := metaOf(end)
+		if err != nil {
+			return watchFn(ctx, o)
+		}
+		m.SetResourceVersion(h.ResourceVersion)
+		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+		from := o
+		from.SendInitialEvents, from.ResourceVersionMatch, from.ResourceVersion, from.AllowWatchBookmarks = nil, "", h.ResourceVersion, true
+		s.log.Info("handoff: starting from the state the previous owner left", zap.Int("objects", len(items)), zap.String("resourceVersion", h.ResourceVersion))
+		s.handedOver.Store(true)
+		return newHandedWatch(ctx, items, end, func(ctx context.Context) (watch.Interface, error) { return watchFn(ctx, from) }), nil
+	}
+}
+
+// handedWatch sends the handed objects as initial events, the bookmark that ends them, then
+// relays the member's watch. If the member's watch cannot be opened the stream just ends: the
+// reflector then watches again from the handed resourceVersion, and lists again on 410.
+type handedStream struct {
+	out     chan watch.Event
+	stop    chan struct{}
+	stopped sync.Once
+}
+
+func newHandedWatch(ctx context.Context, items []runtime.Object, end runtime.Object, open func(context.Context) (watch.Interface, error)) *handedStream {
+	w := &handedStream{out: make(chan watch.Event), stop: make(chan struct{})}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(w.out)
+		defer cancel()
+		go func() {
+			select {
+			case <-w.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		send := func(ev watch.Event) bool {
+			select {
+			case w.out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, obj := range items {
+			if !send(watch.Event{Type: watch.Added, Object: obj}) {
+				return
+			}
+		}
+		if !send(watch.Event{Type: watch.Bookmark, Object: end}) {
+			return
+		}
+		inner, err := open(ctx)
+		if err != nil {
+			return
+		}
+		defer inner.Stop()
+		for {
+			select {
+			case ev, ok := <-inner.ResultChan():
+				if !ok || !send(ev) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *handedStream) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *handedStream) Stop() { w.stopped.Do(func() { close(w.stop) }) }
+
+func metaOf(obj runtime.Object) (metav1.Object, error) { return meta.Accessor(obj) }

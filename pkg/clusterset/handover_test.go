@@ -1,0 +1,187 @@
+package clusterset
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// TestShelf: a state is taken once; WaitShelfTaken returns once every state is taken or
+// expired.
+func TestShelf(t *testing.T) {
+	r := &Registry{}
+	r.shelf.put("a", []HandedState{{Key: "k1", ResourceVersion: "5"}, {Key: "k2", ResourceVersion: "6"}})
+	if st, ok := r.Shelved("a", "k1"); !ok || st.ResourceVersion != "5" {
+		t.Fatalf("take k1: %+v %t", st, ok)
+	}
+	if _, ok := r.Shelved("a", "k1"); ok {
+		t.Error("k1 taken twice")
+	}
+	if _, ok := r.Shelved("b", "k2"); ok {
+		t.Error("another cluster's state taken")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if left := r.WaitShelfTaken(ctx); left != 1 {
+		t.Errorf("WaitShelfTaken with k2 untaken: %d left, want 1", left)
+	}
+	done := make(chan int)
+	go func() { done <- r.WaitShelfTaken(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	r.Shelved("a", "k2")
+	select {
+	case left := <-done:
+		if left != 0 {
+			t.Errorf("WaitShelfTaken: %d left", left)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitShelfTaken did not return once every state was taken")
+	}
+	defer func(d time.Duration) { ShelfTTL = d }(ShelfTTL)
+	ShelfTTL = time.Millisecond
+	r.shelf.put("a", []HandedState{{Key: "k3"}})
+	time.Sleep(5 * time.Millisecond)
+	if _, ok := r.Shelved("a", "k3"); ok {
+		t.Error("an expired state was taken")
+	}
+}
+
+// fakeWatches records the watches a stack opens and answers each with a FakeWatcher.
+type fakeWatches struct {
+	mu     sync.Mutex
+	opened []metav1.ListOptions
+	w      []*watch.FakeWatcher
+}
+
+// seen returns the options of the watches opened so far, and the watchers.
+func (f *fakeWatches) seen() ([]metav1.ListOptions, []*watch.FakeWatcher) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]metav1.ListOptions(nil), f.opened...), append([]*watch.FakeWatcher(nil), f.w...)
+}
+
+func (f *fakeWatches) watch(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opened = append(f.opened, o)
+	w := watch.NewFakeWithChanSize(10, false)
+	f.w = append(f.w, w)
+	return w, nil
+}
+
+func handedOf(t *testing.T, rv string, names ...string) *Handed {
+	h := &Handed{Key: "k", ResourceVersion: rv}
+	for _, n := range names {
+		b, err := json.Marshal(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "ns", ResourceVersion: "3"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Items = append(h.Items, b)
+	}
+	return h
+}
+
+func next(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	return watch.Event{}
+}
+
+// TestHandedWatch: the first watch that asks for initial events gets the handed objects, the
+// bookmark that ends them at the handed resourceVersion, then the member's watch from there;
+// every other watch, and one with nothing to take or state that does not decode, goes to the
+// member as asked.
+func TestHandedWatch(t *testing.T) {
+	s := &stack{cluster: "a", log: zap.NewNop()}
+	newCM := func() runtime.Object { return &corev1.ConfigMap{} }
+	yes := true
+	initial := metav1.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true, LabelSelector: "x=y", TimeoutSeconds: ptrTo(int64(300))}
+
+	f := &fakeWatches{}
+	takes := 0
+	wf := s.handedWatch(func(context.Context) (*Handed, bool) { takes++; return handedOf(t, "42", "one", "two"), true }, newCM, f.watch)
+	w, err := wf(context.Background(), initial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"one", "two"} {
+		ev := next(t, w)
+		if cm, ok := ev.Object.(*corev1.ConfigMap); ev.Type != watch.Added || !ok || cm.Name != want {
+			t.Fatalf("initial event %v %T, want ADDED %s", ev.Type, ev.Object, want)
+		}
+	}
+	ev := next(t, w)
+	m, _ := metaOf(ev.Object)
+	if ev.Type != watch.Bookmark || m.GetResourceVersion() != "42" || m.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Fatalf("after the initial events: %v rv %q annotations %v, want the bookmark that ends them at 42", ev.Type, m.GetResourceVersion(), m.GetAnnotations())
+	}
+	// The member's watch, from 42, relayed.
+	deadline := time.Now().Add(5 * time.Second)
+	opened, ws := f.seen()
+	for len(opened) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		opened, ws = f.seen()
+	}
+	if len(opened) != 1 {
+		t.Fatalf("member watches opened: %d", len(opened))
+	}
+	o := opened[0]
+	if o.ResourceVersion != "42" || o.SendInitialEvents != nil || o.ResourceVersionMatch != "" || !o.AllowWatchBookmarks || o.LabelSelector != "x=y" || o.TimeoutSeconds == nil {
+		t.Errorf("member watch options %+v: want from 42, no initial events, bookmarks, the same selector and timeout", o)
+	}
+	ws[0].Modify(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "ns", ResourceVersion: "43"}})
+	if ev := next(t, w); ev.Type != watch.Modified {
+		t.Errorf("relayed %v, want MODIFIED", ev.Type)
+	}
+	ws[0].Stop() // the member's watch ends: so does the handed one
+	select {
+	case _, ok := <-w.ResultChan():
+		if ok {
+			t.Error("an event after the member's watch ended")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the handed watch did not end with the member's")
+	}
+	// Once only: the next initial list goes to the member.
+	_, err = wf(context.Background(), initial)
+	if opened, _ = f.seen(); err != nil || takes != 1 || len(opened) != 2 || opened[1].SendInitialEvents == nil {
+		t.Errorf("second initial watch: err %v, takes %d, member watches %d: want the member's own initial list", err, takes, len(opened))
+	}
+
+	// Nothing to take, or state that does not decode: the member's.
+	for name, take := range map[string]func(context.Context) (*Handed, bool){
+		"none": func(context.Context) (*Handed, bool) { return nil, false },
+		"broken": func(context.Context) (*Handed, bool) {
+			return &Handed{ResourceVersion: "9", Items: []json.RawMessage{[]byte(`"x"`)}}, true
+		},
+	} {
+		f := &fakeWatches{}
+		if _, err := s.handedWatch(take, newCM, f.watch)(context.Background(), initial); err != nil || len(f.opened) != 1 || f.opened[0].SendInitialEvents == nil {
+			t.Errorf("%s: member watches %+v: want the member's initial list", name, f.opened)
+		}
+	}
+	// A watch without initial events never takes.
+	f = &fakeWatches{}
+	takes = 0
+	if _, err := s.handedWatch(func(context.Context) (*Handed, bool) { takes++; return nil, false }, newCM, f.watch)(context.Background(), metav1.ListOptions{ResourceVersion: "7"}); err != nil || takes != 0 || len(f.opened) != 1 {
+		t.Errorf("a plain watch: takes %d, member watches %d", takes, len(f.opened))
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/shard"
+)
+
+// Handovers between replicas (clusterset/handover.go): the replica that handed a cluster off
+// answers its next owner with the state it kept, once; the next owner asks every other live
+// replica for it. The endpoint is the replicas' own, not an API for clients: it answers only
+// callers who may read the whole fleet (the replicas share the token file), and each state
+// only once.
+
+// handoverPath is followed by /{cluster}?key=….
+const handoverPath = "/multicache/v1/handover"
+
+// handleHandover answers GET /multicache/v1/handover/{cluster}?key=K with the state this
+// replica kept of cluster's resource K when it handed the cluster off: 404 when it has none.
+func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
+	all, err := filters.AccessOf(r.Context()).All(r.Context())
+	if err != nil || !all {
+		filters.WriteError(w, http.StatusForbidden, "forbidden: the handover of a cluster's state is for replicas, which may read the whole fleet")
+		return
+	}
+	cluster, key := r.PathValue("cluster"), r.URL.Query().Get("key")
+	if key == "" {
+		filters.WriteError(w, http.StatusBadRequest, "key: required")
+		return
+	}
+	st, ok := s.reg.Shelved(cluster, key)
+	if !ok {
+		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q: no state kept for %q here", cluster, key))
+		return
+	}
+	buf := getBuffer()
+	defer putBuffer(buf)
+	head, _ := json.Marshal(struct {
+		Key             string `json:"key"`
+		ResourceVersion string `json:"resourceVersion"`
+		Server          string `json:"server"`
+	}{st.Key, st.ResourceVersion, st.Server})
+	buf.Write(head[:len(head)-1])
+	buf.WriteString(`,"items":[`)
+	for i, obj := range st.Items {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		b, err := json.Marshal(obj)
+		if err != nil {
+			filters.WriteError(w, http.StatusInternalServerError, fmt.Sprintf("cluster %q: encode the kept state: %v", cluster, err))
+			return
+		}
+		buf.Write(b)
+	}
+	buf.WriteString("]}\n")
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// takeHandover asks every other live replica for the state one of them kept of cluster's
+// resource key; the first that has it answers. Only with credentials a replica accepts from
+// another without a caller: none (auth off) or a shared token.
+func (s *Server) takeHandover(ctx context.Context, cluster, key string) (*clusterset.Handed, bool, error) {
+	if s.opts.Fleet == nil || s.peers == nil {
+		return nil, false, nil
+	}
+	if s.opts.PeerAuthenticator != nil || s.opts.Authorizer != nil {
+		return nil, false, fmt.Errorf("cluster %q: handovers need token auth or none (peer certificates vouch for callers, and a handover has none)", cluster)
+	}
+	// First the replica that handed the fence over (it may have left the fleet since, its
+	// Lease deleted, and still be waiting for its states to be taken), then every live peer.
+	type peer struct{ id, url string }
+	var peers []peer
+	seen := map[string]bool{}
+	add := func(id, u string) {
+		if u != "" && !seen[u] {
+			seen[u] = true
+			peers = append(peers, peer{id, u})
+		}
+	}
+	for _, o := range s.opts.Fleet.Owners() {
+		if o.Cluster == cluster && o.Self && o.From != "" {
+			add("the replica that handed "+cluster+" over", o.From)
+		}
+	}
+	if pf, ok := s.opts.Fleet.(interface{ Peers() []shard.Peer }); ok {
+		for _, p := range pf.Peers() {
+			if !p.Self && p.Live {
+				add(p.ID, p.URL)
+			}
+		}
+	}
+	var errs []string
+	for _, p := range peers {
+		h, ok, err := s.askHandover(ctx, p.id, p.url, cluster, key)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if ok {
+			return h, true, nil
+		}
+	}
+	if len(errs) > 0 {
+		return nil, false, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil, false, nil
+}
+
+func (s *Server) askHandover(ctx context.Context, peer, base, cluster, key string) (*clusterset.Handed, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
+	defer cancel()
+	target := strings.TrimSuffix(base, "/") + handoverPath + "/" + url.PathEscape(cluster) + "?" + url.Values{"key": {key}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("replica %q: %w", peer, err)
+	}
+	req.Header.Set(peerHeader, "1")
+	if len(s.opts.Tokens) > 0 {
+		if plainRemote(target) {
+			return nil, false, fmt.Errorf("replica %q: refusing to send a token over plain http to %s", peer, base)
+		}
+		req.Header.Set("Authorization", "Bearer "+s.opts.Tokens[0])
+	}
+	resp, err := s.peers.client.Do(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("replica %q: %w", peer, err)
+	}
+	defer drain(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return nil, false, nil
+	default:
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return nil, false, fmt.Errorf("replica %q: handover of cluster %q: %d %s", peer, cluster, resp.StatusCode, strings.TrimSpace(b.String()))
+	}
+	var h clusterset.Handed
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return nil, false, fmt.Errorf("replica %q: handover of cluster %q: %w", peer, cluster, err)
+	}
+	return &h, true, nil
+}
