@@ -103,6 +103,17 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reply(200, map[string]any{"openapi": "3.0.0", "info": map[string]string{"title": "fake", "version": "v1"},
 			"components": map[string]any{"schemas": map[string]any{"io.k8s.api.core.v1.Pod": map[string]any{
 				"description": "Pod is a collection of containers.", "type": "object"}}}})
+	case "/openapi/v2":
+		// Two group-versions, each with a path and a definition that name this server.
+		reply(200, map[string]any{"swagger": "2.0", "info": map[string]string{"title": "fake", "version": "v1"},
+			"paths": map[string]any{
+				"/api/v1/pods":         map[string]any{"get": map[string]any{"description": "pods of " + f.srv.URL, "responses": map[string]any{"200": map[string]any{"description": "OK", "schema": map[string]string{"$ref": "#/definitions/io.k8s.api.core.v1.Pod"}}}}},
+				"/apis/x.io/v1/things": map[string]any{"get": map[string]any{"description": "things of " + f.srv.URL, "responses": map[string]any{"200": map[string]any{"description": "OK", "schema": map[string]string{"$ref": "#/definitions/io.x.v1.Thing"}}}}},
+			},
+			"definitions": map[string]any{
+				"io.k8s.api.core.v1.Pod": map[string]any{"description": "Pod of " + f.srv.URL, "type": "object"},
+				"io.x.v1.Thing":          map[string]any{"description": "Thing of " + f.srv.URL, "type": "object"},
+			}})
 	case "/api/v1/pods":
 		switch {
 		case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":

@@ -51,8 +51,14 @@ func newRunner(parent context.Context, reg *Registry, cfg ClusterConfig, prev *r
 	if prev != nil {
 		r.after = prev.retired
 	}
-	for _, spec := range reg.opts.Resources {
+	for i, spec := range reg.opts.Resources {
 		s := newStack(cfg.Name, spec, &reg.board, r.log)
+		if prev != nil && i < len(prev.stacks) {
+			// A restart keeps the definition until the new stack reads it again.
+			prev.stacks[i].mu.Lock()
+			s.st.Definition = prev.stacks[i].st.Definition
+			prev.stacks[i].mu.Unlock()
+		}
 		mem := reg.mems[spec.Name]
 		s.onState = func(st State) { mem.SetDegraded(cfg.Name, st == Degraded || st == Failed) }
 		r.stacks = append(r.stacks, s)
@@ -296,8 +302,8 @@ func describeResource(ctx context.Context, dc *discovery.DiscoveryClient, cached
 	}
 }
 
-// definition reads gvr's CustomResourceDefinition, without its managedFields; nil when there
-// is none (an aggregated API) or it cannot be read.
+// definition reads gvr's CustomResourceDefinition, without its managedFields and its versions'
+// schemas; nil when there is none (an aggregated API) or it cannot be read.
 func definition(ctx context.Context, dc *discovery.DiscoveryClient, gvr schema.GroupVersionResource) *apiextensionsv1.CustomResourceDefinition {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -310,6 +316,9 @@ func definition(ctx context.Context, dc *discovery.DiscoveryClient, gvr schema.G
 		return nil
 	}
 	crd.ManagedFields = nil
+	for i := range crd.Spec.Versions {
+		crd.Spec.Versions[i].Schema = nil // the OpenAPI documents serve it; this is kept per cluster
+	}
 	return &crd
 }
 

@@ -288,7 +288,10 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 	s.st.Group, s.st.Version, s.st.Kind = r.gvk.Group, r.gvk.Version, r.gvk.Kind
 	s.st.Namespaced, s.st.Aliases = r.namespaced, r.aliases
 	s.st.Plural, s.st.Singular, s.st.ShortNames, s.st.Categories = r.api.Name, r.api.SingularName, r.api.ShortNames, r.api.Categories
-	s.st.PrinterColumns, s.st.Definition = r.columns, r.definition
+	s.st.PrinterColumns = r.columns
+	if r.definition != nil { // else the last one read, if any: it could not be read this time
+		s.st.Definition = r.definition
+	}
 	if s.st.State == Pending || s.st.State == NotServed {
 		s.setStateLocked(Syncing, "")
 	}

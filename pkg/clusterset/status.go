@@ -56,8 +56,9 @@ type ResourceStatus struct {
 	ShortNames, Categories []string
 	PrinterColumns         []apiextensionsv1.CustomResourceColumnDefinition
 	// Definition is a custom resource's CustomResourceDefinition as this cluster served it when
-	// the resource was resolved (nil for built-in and aggregated resources, and when it cannot
-	// be read). It is shared: never modify it.
+	// the resource was last resolved (kept across restarts until read again), without its
+	// versions' schemas and managedFields; nil for built-in and aggregated resources, and when
+	// it could never be read. It is shared: never modify it.
 	Definition *apiextensionsv1.CustomResourceDefinition `json:"-"`
 	State      State
 	// Since is when the resource entered State.

@@ -130,7 +130,11 @@ func buildCatalog(statuses []clusterset.ClusterStatus, only string) *catalog {
 	for _, name := range order {
 		c.resources = append(c.resources, byName[name])
 	}
-	c.resources = append(c.resources, clustersResource, crdsResource)
+	c.resources = append(c.resources, clustersResource)
+	if !slices.ContainsFunc(c.resources, func(kr *kubeResource) bool { return kr.groupResource() == crdsResource.groupResource() }) {
+		// Unless the definitions are cached as a resource of their own (configured).
+		c.resources = append(c.resources, crdsResource)
+	}
 	return c
 }
 

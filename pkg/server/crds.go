@@ -74,10 +74,12 @@ type crdGather func(ctx context.Context, r *http.Request, kq kubeRequest) ([]crd
 
 // localCRDs are the definitions of this replica's clusters: of kq's cluster only in its view,
 // of a fleet part's clusters only when a peer asks for its part, of the clusters its label
-// selector's cluster requirements select, and of the clusters the caller may read.
+// selector's cluster requirements select, and of the clusters the caller may read; each
+// cluster's definition only when it matches the selector's other requirements, so that an
+// entry is shown from the first cluster whose definition is selected wherever it is merged.
 func (s *Server) localCRDs(ctx context.Context, _ *http.Request, kq kubeRequest) ([]crdEntry, error) {
 	only := s.partOf(kq.vals)
-	clusterReqs, _, err := clusterRequirements(kq.opts.LabelSelector)
+	clusterReqs, objects, err := clusterRequirements(kq.opts.LabelSelector)
 	if err != nil {
 		return nil, err
 	}
@@ -92,13 +94,29 @@ func (s *Server) localCRDs(ctx context.Context, _ *http.Request, kq kubeRequest)
 	if err != nil {
 		return nil, err
 	}
+	if only != nil {
+		// A fleet part: a cluster planned here that has not started or resolved its
+		// resources yet (it is moving here) would be missing from the answer, as if its
+		// definitions were gone. Ask again.
+		var waiting []string
+		for _, c := range selectClusters(only, clusterReqs) {
+			if slices.Contains(allowed, c) || !slices.Contains(names, c) {
+				if s.resolving(c) {
+					waiting = append(waiting, c)
+				}
+			}
+		}
+		if len(waiting) > 0 {
+			return nil, &errMoving{waiting}
+		}
+	}
 	byName := map[string]*crdEntry{}
 	for _, cs := range statuses {
 		if !slices.Contains(allowed, cs.Name) {
 			continue
 		}
 		for _, rs := range cs.Resources {
-			if rs.Definition == nil || rs.State == clusterset.NotServed {
+			if rs.Definition == nil || rs.State == clusterset.NotServed || !objects.Matches(labels.Set(rs.Definition.Labels)) {
 				continue
 			}
 			e := byName[rs.Definition.Name]
@@ -124,11 +142,12 @@ func sortedEntries(byName map[string]*crdEntry) []crdEntry {
 	return out
 }
 
-// errMoving is a fleet's gather while a cluster has no live owner.
+// errMoving is a gather while a cluster it spans has no live owner, or has not started or
+// resolved its resources at its owner yet: its definitions would read as gone.
 type errMoving struct{ clusters []string }
 
 func (e *errMoving) Error() string {
-	return "no live replica answers for " + strings.Join(e.clusters, ", ") + " yet; retry"
+	return "clusters " + strings.Join(e.clusters, ", ") + " are moving between replicas or starting; retry"
 }
 
 // fleetCRDs are the definitions of every replica's part, merged: one entry per name, from the
@@ -150,7 +169,9 @@ func (s *Server) fleetCRDs(ctx context.Context, r *http.Request, kq kubeRequest)
 		if p.self {
 			got, err = s.localCRDs(ctx, r, kubeRequest{vals: restrictTo(nil, p.clusters), opts: kq.opts})
 		} else {
-			got, err = s.peerCRDs(ctx, r, p, kq.opts.LabelSelector)
+			pctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
+			got, err = s.peerCRDs(pctx, r, p, kq.opts.LabelSelector)
+			cancel()
 		}
 		if err != nil {
 			return nil, err
@@ -208,6 +229,12 @@ func (s *Server) peerCRDs(ctx context.Context, r *http.Request, p part, selector
 	for i := range list.Items {
 		def := &list.Items[i]
 		e := crdEntry{def: def, from: def.Annotations[api.ClusterAnnotation], clusters: strings.Split(def.Annotations[ClustersAnnotation], ",")}
+		// Back to the definition as its cluster serves it: the peer's resourceVersion is a
+		// hash of its own set, and the annotations are added again when served.
+		def.ResourceVersion = def.Annotations[api.ResourceVersionAnnotation]
+		for _, a := range []string{api.ClusterAnnotation, ClustersAnnotation, api.ResourceVersionAnnotation} {
+			delete(def.Annotations, a)
+		}
 		e.clusters = slices.DeleteFunc(e.clusters, func(c string) bool { return !slices.Contains(p.clusters, c) })
 		if e.from == "" || len(e.clusters) == 0 {
 			continue
@@ -421,7 +448,7 @@ func (s *Server) watchCRDs(w http.ResponseWriter, r *http.Request, kq kubeReques
 		return sink.control(typ, obj)
 	}
 	initial := initialEvents(kq.opts)
-	if !initial && kq.opts.ResourceVersion != rv {
+	if from := kq.opts.ResourceVersion; !initial && from != "" && from != "0" && from != rv {
 		sink.gone(fmt.Errorf("%s: the definitions changed since resourceVersion %s (now %s): list them again", crdsResource.groupResource(), kq.opts.ResourceVersion, rv))
 		return
 	}
@@ -447,6 +474,10 @@ func (s *Server) watchCRDs(w http.ResponseWriter, r *http.Request, kq kubeReques
 			return
 		case <-tick.C:
 		}
+		if kq.p.cluster != "" && !slices.Contains(s.reg.Clusters(), kq.p.cluster) {
+			sink.gone(fmt.Errorf("the fleet changed: cluster %q is not run by this replica any more; list again", kq.p.cluster))
+			return
+		}
 		next, err := gather(ctx, r, kq)
 		if err != nil {
 			continue // a peer that does not answer, or a move: look again at the next tick
@@ -462,8 +493,17 @@ func (s *Server) watchCRDs(w http.ResponseWriter, r *http.Request, kq kubeReques
 			continue
 		}
 		now, _ := crdSelect(next, kq.opts, "")
-		for _, ev := range crdDiff(shown, now) {
-			if send(ev.typ, ev.entry, nrv) != nil {
+		// Each event at its own resourceVersion, the last at the set's: a client that
+		// resumes from one in the middle (its stream broke there) gets 410, not a gap.
+		events := crdDiff(shown, now)
+		partial := slices.Clone(shown)
+		for i, ev := range events {
+			at := nrv
+			if i < len(events)-1 {
+				partial = applyCRDEvent(partial, ev)
+				at = "1" + crdVersion(partial)
+			}
+			if send(ev.typ, ev.entry, at) != nil {
 				return
 			}
 		}
@@ -499,6 +539,15 @@ func crdDiff(before, after []crdEntry) []crdEvent {
 		if _, gone := old[e.def.Name]; gone {
 			out = append(out, crdEvent{"DELETED", e})
 		}
+	}
+	return out
+}
+
+// applyCRDEvent is entries after ev.
+func applyCRDEvent(entries []crdEntry, ev crdEvent) []crdEntry {
+	out := slices.DeleteFunc(entries, func(e crdEntry) bool { return e.def.Name == ev.entry.def.Name })
+	if ev.typ != "DELETED" {
+		out = append(out, ev.entry)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -44,10 +45,11 @@ func (p *crdPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, apiextensionsv1.CustomResourceDefinitionList{Items: p.items})
 }
 
-// peerCRD is a definition as a peer serves it: shown from from, served by clusters.
+// peerCRD is a definition as a peer serves it: shown from from, served by clusters, its
+// cluster's resourceVersion 5 in the annotation and the peer's own (777) in metadata.
 func peerCRD(name, from, uid string, clusters ...string) apiextensionsv1.CustomResourceDefinition {
-	return apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), ResourceVersion: "5",
-		Annotations: map[string]string{api.ClusterAnnotation: from, ClustersAnnotation: strings.Join(clusters, ",")}}}
+	return apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), ResourceVersion: "777",
+		Annotations: map[string]string{api.ClusterAnnotation: from, ClustersAnnotation: strings.Join(clusters, ","), api.ResourceVersionAnnotation: "5"}}}
 }
 
 // TestCRDsFleetMerge: in a sharded fleet's view, the definitions of every replica's part merge
@@ -86,8 +88,8 @@ func TestCRDsFleetMerge(t *testing.T) {
 	var got []string
 	for _, it := range list.Items {
 		got = append(got, it.Name+"="+it.Annotations[api.ClusterAnnotation]+":"+it.Annotations[ClustersAnnotation]+":"+string(it.UID))
-		if it.ResourceVersion != list.ResourceVersion {
-			t.Errorf("%s: resourceVersion %s, the list's %s", it.Name, it.ResourceVersion, list.ResourceVersion)
+		if it.ResourceVersion != list.ResourceVersion || it.Annotations[api.ResourceVersionAnnotation] != "5" {
+			t.Errorf("%s: resourceVersion %s (the list's %s), its cluster's %q (want 5, not the peer's)", it.Name, it.ResourceVersion, list.ResourceVersion, it.Annotations[api.ResourceVersionAnnotation])
 		}
 	}
 	want := []string{"gadgets.example.io=b:b:uid-gb", "things.example.io=c:c:uid-c", "widgets.example.io=a:a,b:uid-a"}
@@ -174,5 +176,33 @@ func TestCRDDiff(t *testing.T) {
 	}
 	if crdVersion(before) == crdVersion(after) || crdVersion(before) != crdVersion(slices.Clone(before)) {
 		t.Error("crdVersion: equal sets must hash equal, and different ones differ")
+	}
+}
+
+// TestOpenAPIV2Merge: the v2 document takes each group-version's paths, and the definitions
+// they use, from the member chosen for it; a member that cannot be read is left out.
+func TestOpenAPIV2Merge(t *testing.T) {
+	src, a, b := fakeClustersAB(t)
+	_, s := kubeFixtureOf(t, src, Options{})
+	doc, failed, err := s.buildOpenAPIV2(context.Background(), map[string]string{"api/v1": "a", "apis/x.io/v1": "b", "apis/y.io/v1": "nowhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(failed, []string{"nowhere"}) {
+		t.Errorf("failed %v, want [nowhere]", failed)
+	}
+	pods, things := doc.Paths.Paths["/api/v1/pods"], doc.Paths.Paths["/apis/x.io/v1/things"]
+	if pods.Get == nil || pods.Get.Description != "pods of "+a.Config().Host || things.Get == nil || things.Get.Description != "things of "+b.Config().Host {
+		t.Errorf("paths: pods %+v, things %+v: want pods from a, things from b", pods.Get, things.Get)
+	}
+	pod, thing := doc.Definitions["io.k8s.api.core.v1.Pod"], doc.Definitions["io.x.v1.Thing"]
+	if pod.Description != "Pod of "+a.Config().Host || thing.Description != "Thing of "+b.Config().Host {
+		t.Errorf("definitions: Pod %q, Thing %q: want each from the member its paths came from", pod.Description, thing.Description)
+	}
+	if len(doc.Paths.Paths) != 2 || !strings.Contains(doc.Info.Description, "a, b") || !strings.Contains(doc.Info.Description, api.ClusterAnnotation) {
+		t.Errorf("%d paths, description %q", len(doc.Paths.Paths), doc.Info.Description)
+	}
+	if _, _, err := s.buildOpenAPIV2(context.Background(), map[string]string{"api/v1": "nowhere"}); err == nil {
+		t.Error("no member readable: want an error")
 	}
 }

@@ -44,7 +44,7 @@ func (s *Server) fanoutKube(w http.ResponseWriter, r *http.Request) {
 		s.local.ServeHTTP(w, r)
 		return
 	}
-	if isCRDPath(p) {
+	if cat, _ := s.catalog(""); isCRDPath(p) && cat.find(p.group, p.version, p.resource) == crdsResource {
 		if kq, ok := s.parseKube(w, r); ok {
 			s.serveCRDs(w, r, kq, s.fleetCRDs)
 		}

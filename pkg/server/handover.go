@@ -9,19 +9,41 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
 )
 
 // Handovers between replicas (clusterset/handover.go): the replica that handed a cluster off
-// answers its next owner with the state it kept, once; the next owner asks every other live
-// replica for it. The endpoint is the replicas' own, not an API for clients: it answers only
-// callers who may read the whole fleet (the replicas share the token file), and each state
-// only once.
+// answers its next owner with the state it kept, once; the next owner asks that replica, then
+// every other live one. The endpoint is the replicas' own, not an API for clients: it answers
+// a replica under its peer certificate, or a caller who may read the whole fleet (with token
+// auth the replicas share the token file), and each state only once.
 
 // handoverPath is followed by /{cluster}?key=….
 const handoverPath = "/multicache/v1/handover"
+
+// replicaUser is the user a replica names itself as, under its peer certificate, when it asks
+// another for a handover: no caller is behind it. "system:" names are Kubernetes' own.
+const replicaUser = "system:multicache:replica"
+
+// handoverAuth lets a replica's own request through (its peer certificate vouching for
+// replicaUser) and authenticates any other as the API does; handleHandover then asks for
+// access to the whole fleet.
+func (s *Server) handoverAuth(h http.HandlerFunc) http.HandlerFunc {
+	authenticated := s.authn.Wrap(h)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.PeerAuthenticator != nil && r.Header.Get(auth.PeerUserHeader) == replicaUser {
+			resp, ok, err := s.opts.PeerAuthenticator.AuthenticateRequest(r)
+			if err == nil && ok && resp.User.GetName() == replicaUser {
+				h(w, r.WithContext(filters.WithAccess(r.Context(), auth.Everything{})))
+				return
+			}
+		}
+		authenticated(w, r)
+	}
+}
 
 // handleHandover answers GET /multicache/v1/handover/{cluster}?key=K with the state this
 // replica kept of cluster's resource K when it handed the cluster off: 404 when it has none.
@@ -73,8 +95,8 @@ func (s *Server) takeHandover(ctx context.Context, cluster, key string) (*cluste
 	if s.opts.Fleet == nil || s.peers == nil {
 		return nil, false, nil
 	}
-	if s.opts.PeerAuthenticator != nil || s.opts.Authorizer != nil {
-		return nil, false, fmt.Errorf("cluster %q: handovers need token auth or none (peer certificates vouch for callers, and a handover has none)", cluster)
+	if s.opts.PeerAuthenticator == nil && s.opts.Authorizer != nil {
+		return nil, false, fmt.Errorf("cluster %q: handovers need peer certificates, token auth or none between replicas", cluster)
 	}
 	// First the replica that handed the fence over (it may have left the fleet since, its
 	// Lease deleted, and still be waiting for its states to be taken), then every live peer.
@@ -125,7 +147,10 @@ func (s *Server) askHandover(ctx context.Context, peer, base, cluster, key strin
 		return nil, false, fmt.Errorf("replica %q: %w", peer, err)
 	}
 	req.Header.Set(peerHeader, "1")
-	if len(s.opts.Tokens) > 0 {
+	switch {
+	case s.opts.PeerAuthenticator != nil:
+		req.Header.Set(auth.PeerUserHeader, replicaUser) // the peer certificate vouches for it
+	case len(s.opts.Tokens) > 0:
 		if plainRemote(target) {
 			return nil, false, fmt.Errorf("replica %q: refusing to send a token over plain http to %s", peer, base)
 		}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -27,7 +28,9 @@ import (
 // it: JSON or protobuf, ETags, gzip.
 //
 // The document is built on the first request and again when the view's sources change or it
-// is older than openAPIMaxAge; a source that cannot be read leaves the last document served.
+// is older than openAPIMaxAge. A source that cannot be read is left out, and the document is
+// built again 30 seconds later; when none can be read, the last document is served (503
+// before there is one).
 
 type openAPIV2Views struct {
 	mu    sync.Mutex
@@ -86,10 +89,17 @@ func (s *Server) openAPIV2View(ctx context.Context, cluster string, want map[str
 	if v.svc != nil && v.sources == sources && time.Since(v.at) < openAPIMaxAge {
 		return v, nil
 	}
-	doc, err := s.buildOpenAPIV2(ctx, want)
+	// Built for every request waiting on this view, not for the first one's context.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.opts.PeerTimeout)
+	defer cancel()
+	doc, failed, err := s.buildOpenAPIV2(bctx, want)
+	// A document that lacks a source's paths, or none built, is tried again in 30 seconds
+	// rather than on every request.
+	retryAt := time.Now().Add(30*time.Second - openAPIMaxAge)
 	if err != nil {
 		if v.svc != nil {
 			s.log.Warn("openapi/v2: serving the last document", zap.String("view", cluster), zap.Error(err))
+			v.at = retryAt
 			return v, nil
 		}
 		return nil, err
@@ -101,6 +111,10 @@ func (s *Server) openAPIV2View(ctx context.Context, cluster string, want map[str
 		return nil, err
 	}
 	v.sources, v.at = sources, time.Now()
+	if len(failed) > 0 {
+		s.log.Warn("openapi/v2: some members' documents could not be read: their group-versions are left out", zap.String("view", cluster), zap.Strings("clusters", failed))
+		v.at = retryAt
+	}
 	return v, nil
 }
 
@@ -115,8 +129,9 @@ func renderSources(want map[string]string) string {
 }
 
 // buildOpenAPIV2 reads each source cluster's /openapi/v2 once, keeps the paths of the
-// group-versions chosen from it, and merges them, the clusters taken by name.
-func (s *Server) buildOpenAPIV2(ctx context.Context, want map[string]string) (*spec.Swagger, error) {
+// group-versions chosen from it, and merges them, the clusters taken by name. A source that
+// cannot be read is left out (failed); err only when none could be read.
+func (s *Server) buildOpenAPIV2(ctx context.Context, want map[string]string) (*spec.Swagger, []string, error) {
 	prefixes := map[string][]string{} // cluster → path prefixes of its group-versions
 	for gv, c := range want {
 		prefixes[c] = append(prefixes[c], "/"+gv+"/")
@@ -128,24 +143,30 @@ func (s *Server) buildOpenAPIV2(ctx context.Context, want map[string]string) (*s
 	sort.Strings(clusters)
 	merged := &spec.Swagger{SwaggerProps: spec.SwaggerProps{Swagger: "2.0", Paths: &spec.Paths{Paths: map[string]spec.PathItem{}},
 		Definitions: spec.Definitions{}, Info: &spec.Info{InfoProps: spec.InfoProps{Title: "multicache", Version: serverVersion().GitVersion}}}}
+	var read, failed []string
+	var errs []error
 	for _, c := range clusters {
 		doc, err := s.fetchOpenAPIV2(ctx, c)
+		if err == nil {
+			err = aggregator.MergeSpecsIgnorePathConflictRenamingDefinitionsAndParameters(merged, aggregator.FilterSpecByPathsWithoutSideEffects(doc, prefixes[c]))
+		}
 		if err != nil {
-			return nil, err
+			failed, errs = append(failed, c), append(errs, err)
+			continue
 		}
-		part := aggregator.FilterSpecByPathsWithoutSideEffects(doc, prefixes[c])
-		if err := aggregator.MergeSpecsIgnorePathConflictRenamingDefinitionsAndParameters(merged, part); err != nil {
-			return nil, fmt.Errorf("cluster %q: merge: %w", c, err)
-		}
+		read = append(read, c)
 	}
-	note := "Served by multicache from the member clusters " + strings.Join(clusters, ", ") + "."
-	if len(clusters) == 1 {
-		note = fmt.Sprintf(openAPINote, clusters[0])
+	if len(read) == 0 && len(clusters) > 0 {
+		return nil, failed, errors.Join(errs...)
+	}
+	note := "Served by multicache from the member clusters " + strings.Join(read, ", ") + "."
+	if len(read) == 1 {
+		note = fmt.Sprintf(openAPINote, read[0])
 	} else {
 		note += " " + strings.TrimPrefix(fmt.Sprintf(openAPINote, ""), `Served by multicache from the member cluster "". `)
 	}
 	merged.Info.Description = note
-	return merged, nil
+	return merged, failed, nil
 }
 
 // fetchOpenAPIV2 reads a member cluster's /openapi/v2, as JSON.

@@ -231,7 +231,7 @@ func (s *Server) Handler() http.Handler {
 	api("GET /multicache/v1/clusters", limited(timed(s.handleClusters)))
 	api("GET /multicache/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
 	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(timed(s.handleGet)))
-	api("GET "+handoverPath+"/{cluster}", limited(s.handleHandover))
+	mux.Handle("GET "+handoverPath+"/{cluster}", filters.Instrument(s.metrics.requests, "GET "+handoverPath+"/{cluster}", s.handoverAuth(limited(s.handleHandover))))
 	for _, prefix := range []string{"", "/clusters/{cluster}"} {
 		api("GET "+prefix+"/openapi/v3", limited(timed(s.handleOpenAPIV3)))
 		api("GET "+prefix+"/openapi/v3/", limited(timed(s.handleOpenAPIV3)))

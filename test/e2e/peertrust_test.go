@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/multicache/multicache/test/fleet"
 )
 
 // peerPKI is what sharded replicas with peer trust are started with: a CA that signs their
@@ -103,6 +105,11 @@ func TestPeerTrust(t *testing.T) {
 	}
 	t.Logf("owners: %v", holders)
 	e.equalTruth("through either replica, over peer trust", rs, time.Minute)
+	// The clusters r2 took moved from r1, their caches handed over under the replicas' peer
+	// certificates: each member was listed once, when it first started.
+	if n := e.logMemberReads("from the start until r2 took its share", map[string]fleet.Reads{}, e.memberReads()); n > len(e.members) {
+		t.Errorf("the members served %d full lists of %d clusters: a move listed its cluster again instead of taking the cache over", n, len(e.members))
+	}
 
 	owner := rs[0]
 	if holders[e.members[0]] == "r2" {
