@@ -75,6 +75,10 @@ bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 1
 	$(MAKE) --no-print-directory bench-events
 	$(MAKE) --no-print-directory bench-controller-runtime
 
+.PHONY: bench-scale
+bench-scale: tools ## S1: 100 clusters x 20k objects (5 API servers, 20 contexts each), one replica then three, written to docs/BENCHMARKS.md
+	$(GO) test -run '^$$' -bench FleetScale -benchtime 1x -timeout 3h -v ./test/bench/ | grep -v '^    fleet.go'
+
 .PHONY: bench-queries
 bench-queries: ## P3: in-process queries (5 runs each) and hot paths, written to docs/BENCHMARKS.md
 	@mkdir -p $(BIN_DIR)
