@@ -28,8 +28,9 @@ import (
 // the objects and the version agree even though the informer stopped with events still
 // queued. Without it (the feature off) nothing is shelved.
 
-// ShelfTTL is how long a handed-off cluster's state waits for its next owner.
-var ShelfTTL = 2 * time.Minute
+// ShelfTTL is how long a handed-off cluster's state waits for its next owner. Short: a state
+// is the cluster as it was when handed off, and its next owner replays from there.
+var ShelfTTL = 30 * time.Second
 
 // HandedState is one resource of a cluster as a replica's stopped stack left it.
 type HandedState struct {
@@ -85,6 +86,12 @@ func (s *shelf) put(cluster string, states []HandedState) {
 		s.entries[shelfKey(cluster, st.Key)] = shelfEntry{state: st, until: until}
 	}
 	s.expireLocked()
+	// Expired on time even if nothing else touches the shelf: it holds whole stores.
+	time.AfterFunc(ShelfTTL+time.Millisecond, func() {
+		s.mu.Lock()
+		s.expireLocked()
+		s.mu.Unlock()
+	})
 }
 
 // take removes and returns cluster's state for key.
@@ -159,16 +166,19 @@ func stateKey(spec ResourceSpec, gvr string, mode Mode) string {
 		gvr, mode, t.KeepManagedFields, t.KeepLastApplied, t.KeepDuplicates, t.Func != nil)
 }
 
-// shelve keeps the final state of each of the runner's stopped stacks, for the replica that
-// runs the cluster next. The informers have stopped: their stores are final.
+// shelve keeps the final state of each of the runner's stopped stacks but Secrets', for the
+// replica that runs the cluster next. The informers have stopped: their stores are final.
 func (r *runner) shelve() {
+	if r.reg.taker == nil {
+		return // the replicas take no states (Registry.SetTaker): none would take it
+	}
 	var states []HandedState
 	for _, s := range r.stacks {
 		s.mu.Lock()
-		inf, key := s.informer, s.key
+		inf, key, secrets := s.informer, s.key, s.st.Group == "" && s.st.Kind == "Secret"
 		s.mu.Unlock()
-		if inf == nil || key == "" || !inf.HasSynced() {
-			continue
+		if inf == nil || key == "" || secrets || !inf.HasSynced() {
+			continue // Secrets are never handed over: their data stays between each replica and its clusters
 		}
 		store := inf.GetIndexer()
 		rv := store.LastStoreSyncResourceVersion()
@@ -185,8 +195,9 @@ func (r *runner) shelve() {
 
 // handedWatch wraps a stack's watch of its member: the first watch that asks for initial
 // events is answered from the state another replica handed over, if any, then continues as
-// the member's watch from that state's resourceVersion. Later watches, and a first one with
-// no state to take, go to the member unchanged.
+// the member's watch from that state's resourceVersion. Later watches, a first one with no
+// state to take, and one whose member watch from the handed version cannot be opened, go to
+// the member unchanged.
 func (s *stack) handedWatch(take func(ctx context.Context) (*Handed, bool), newObject func() runtime.Object,
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
 	var once sync.Once
@@ -221,38 +232,38 @@ func (s *stack) handedWatch(take func(ctx context.Context) (*Handed, bool), newO
 		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
 		from := o
 		from.SendInitialEvents, from.ResourceVersionMatch, from.ResourceVersion, from.AllowWatchBookmarks = nil, "", h.ResourceVersion, true
+		// The member's watch from the handed resourceVersion first: if it cannot be opened
+		// (410: the member no longer has that version, or anything else), the handed state is
+		// dropped and the member lists, as at any start.
+		inner, err := watchFn(ctx, from)
+		if err != nil {
+			s.log.Info("handoff: the cluster refuses a watch from the handed resourceVersion; listing from it", zap.String("resourceVersion", h.ResourceVersion), zap.Error(err))
+			return watchFn(ctx, o)
+		}
 		s.log.Info("handoff: starting from the state the previous owner left", zap.Int("objects", len(items)), zap.String("resourceVersion", h.ResourceVersion))
-		s.handedOver.Store(true)
-		return newHandedWatch(ctx, items, end, func(ctx context.Context) (watch.Interface, error) { return watchFn(ctx, from) }), nil
+		return newHandedWatch(ctx, items, end, inner), nil
 	}
 }
 
-// handedWatch sends the handed objects as initial events, the bookmark that ends them, then
-// relays the member's watch. If the member's watch cannot be opened the stream just ends: the
-// reflector then watches again from the handed resourceVersion, and lists again on 410.
+// handedStream sends the handed objects as initial events, the bookmark that ends them, then
+// relays the member's watch (already open) until it ends or Stop.
 type handedStream struct {
 	out     chan watch.Event
 	stop    chan struct{}
 	stopped sync.Once
 }
 
-func newHandedWatch(ctx context.Context, items []runtime.Object, end runtime.Object, open func(context.Context) (watch.Interface, error)) *handedStream {
+func newHandedWatch(ctx context.Context, items []runtime.Object, end runtime.Object, inner watch.Interface) *handedStream {
 	w := &handedStream{out: make(chan watch.Event), stop: make(chan struct{})}
-	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		defer close(w.out)
-		defer cancel()
-		go func() {
-			select {
-			case <-w.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		defer inner.Stop()
 		send := func(ev watch.Event) bool {
 			select {
 			case w.out <- ev:
 				return true
+			case <-w.stop:
+				return false
 			case <-ctx.Done():
 				return false
 			}
@@ -265,17 +276,14 @@ func newHandedWatch(ctx context.Context, items []runtime.Object, end runtime.Obj
 		if !send(watch.Event{Type: watch.Bookmark, Object: end}) {
 			return
 		}
-		inner, err := open(ctx)
-		if err != nil {
-			return
-		}
-		defer inner.Stop()
 		for {
 			select {
 			case ev, ok := <-inner.ResultChan():
 				if !ok || !send(ev) {
 					return
 				}
+			case <-w.stop:
+				return
 			case <-ctx.Done():
 				return
 			}

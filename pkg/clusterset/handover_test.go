@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -175,6 +176,19 @@ func TestHandedWatch(t *testing.T) {
 		if _, err := s.handedWatch(take, newCM, f.watch)(context.Background(), initial); err != nil || len(f.opened) != 1 || f.opened[0].SendInitialEvents == nil {
 			t.Errorf("%s: member watches %+v: want the member's initial list", name, f.opened)
 		}
+	}
+	// The member refuses a watch from the handed version (410): the state is dropped, and the
+	// member lists.
+	f = &fakeWatches{}
+	refusing := func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		if o.SendInitialEvents == nil {
+			return nil, apierrors.NewResourceExpired("too old resource version: 42")
+		}
+		return f.watch(ctx, o)
+	}
+	w, err = s.handedWatch(func(context.Context) (*Handed, bool) { return handedOf(t, "42", "one"), true }, newCM, refusing)(context.Background(), initial)
+	if opened, _ := f.seen(); err != nil || len(opened) != 1 || opened[0].SendInitialEvents == nil || w == nil {
+		t.Errorf("member refuses the handed version: err %v, member watches %+v: want the member's initial list", err, opened)
 	}
 	// A watch without initial events never takes.
 	f = &fakeWatches{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -39,8 +38,6 @@ type stack struct {
 	probeErr bool   // the cluster's health probe is failing
 	progress progress
 	key      string // HandedState.Key of the running informer; under mu
-	// handedOver is set once the informer started from another replica's state.
-	handedOver atomic.Bool
 }
 
 func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {

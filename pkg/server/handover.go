@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -17,9 +18,8 @@ import (
 
 // Handovers between replicas (clusterset/handover.go): the replica that handed a cluster off
 // answers its next owner with the state it kept, once; the next owner asks that replica, then
-// every other live one. The endpoint is the replicas' own, not an API for clients: it answers
-// a replica under its peer certificate, or a caller who may read the whole fleet (with token
-// auth the replicas share the token file), and each state only once.
+// every other live one. The endpoint is the replicas' own, not an API for clients
+// (handoverCaller), and Secrets are never handed over.
 
 // handoverPath is followed by /{cluster}?key=….
 const handoverPath = "/multicache/v1/handover"
@@ -28,16 +28,17 @@ const handoverPath = "/multicache/v1/handover"
 // another for a handover: no caller is behind it. "system:" names are Kubernetes' own.
 const replicaUser = "system:multicache:replica"
 
-// handoverAuth lets a replica's own request through (its peer certificate vouching for
-// replicaUser) and authenticates any other as the API does; handleHandover then asks for
-// access to the whole fleet.
+type handoverReplica struct{}
+
+// handoverAuth marks a replica's own request (its peer certificate vouching for replicaUser)
+// and authenticates any other as the API does; handleHandover then decides (handoverCaller).
 func (s *Server) handoverAuth(h http.HandlerFunc) http.HandlerFunc {
 	authenticated := s.authn.Wrap(h)
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.opts.PeerAuthenticator != nil && r.Header.Get(auth.PeerUserHeader) == replicaUser {
 			resp, ok, err := s.opts.PeerAuthenticator.AuthenticateRequest(r)
 			if err == nil && ok && resp.User.GetName() == replicaUser {
-				h(w, r.WithContext(filters.WithAccess(r.Context(), auth.Everything{})))
+				h(w, r.WithContext(context.WithValue(r.Context(), handoverReplica{}, true)))
 				return
 			}
 		}
@@ -45,12 +46,39 @@ func (s *Server) handoverAuth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// handoverCaller reports whether the caller of a handover may have it: with peer
+// certificates, a replica under its own; otherwise with static tokens, a token holder (the
+// replicas share the token file, and every token reads the whole fleet); with auth off,
+// anyone. With delegated auth and no peer certificates, nobody: a user's credentials could not
+// tell a replica from a user.
+func (s *Server) handoverCaller(ctx context.Context) bool {
+	switch {
+	case s.opts.PeerAuthenticator != nil:
+		replica, _ := ctx.Value(handoverReplica{}).(bool)
+		return replica
+	case s.opts.Authorizer != nil:
+		return false
+	case len(s.opts.Tokens) > 0:
+		all, err := filters.AccessOf(ctx).All(ctx)
+		return err == nil && all
+	default:
+		return true
+	}
+}
+
+// handovers reports whether replicas can hand states to each other (handoverCaller).
+func (s *Server) handovers() bool {
+	return s.opts.Fleet != nil && (s.opts.PeerAuthenticator != nil || s.opts.Authorizer == nil)
+}
+
+// handoverTimeout bounds one transfer of a state: a whole cluster's objects.
+const handoverTimeout = time.Minute
+
 // handleHandover answers GET /multicache/v1/handover/{cluster}?key=K with the state this
 // replica kept of cluster's resource K when it handed the cluster off: 404 when it has none.
 func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
-	all, err := filters.AccessOf(r.Context()).All(r.Context())
-	if err != nil || !all {
-		filters.WriteError(w, http.StatusForbidden, "forbidden: the handover of a cluster's state is for replicas, which may read the whole fleet")
+	if !s.handoverCaller(r.Context()) {
+		filters.WriteError(w, http.StatusForbidden, "forbidden: the handover of a cluster's state is for the replicas themselves")
 		return
 	}
 	cluster, key := r.PathValue("cluster"), r.URL.Query().Get("key")
@@ -95,7 +123,7 @@ func (s *Server) takeHandover(ctx context.Context, cluster, key string) (*cluste
 	if s.opts.Fleet == nil || s.peers == nil {
 		return nil, false, nil
 	}
-	if s.opts.PeerAuthenticator == nil && s.opts.Authorizer != nil {
+	if !s.handovers() {
 		return nil, false, fmt.Errorf("cluster %q: handovers need peer certificates, token auth or none between replicas", cluster)
 	}
 	// First the replica that handed the fence over (it may have left the fleet since, its
@@ -139,7 +167,7 @@ func (s *Server) takeHandover(ctx context.Context, cluster, key string) (*cluste
 }
 
 func (s *Server) askHandover(ctx context.Context, peer, base, cluster, key string) (*clusterset.Handed, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, max(s.opts.PeerTimeout, handoverTimeout))
 	defer cancel()
 	target := strings.TrimSuffix(base, "/") + handoverPath + "/" + url.PathEscape(cluster) + "?" + url.Values{"key": {key}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)

@@ -214,7 +214,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
-	if opts.Fleet != nil {
+	if s.handovers() {
 		opts.Registry.SetTaker(s.takeHandover)
 	}
 	return s, nil

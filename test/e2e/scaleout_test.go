@@ -962,7 +962,7 @@ func (e *scaleEnv) logMemberReads(what string, before, after map[string]fleet.Re
 		d := after[m].Sub(before[m])
 		n := d.Full[scaleResource]
 		total += n
-		lines = append(lines, fmt.Sprintf("%s %d (lists %d, pages %d, watch-lists %d; limit=1 probes %d, other watches %d)", m, n, d.Lists, d.ListPages, d.WatchLists, d.Probes, d.Watches))
+		lines = append(lines, fmt.Sprintf("%s %d (lists %d, pages %d, watch-lists %d; limit=1 probes %d, the inconsistency detector's exact lists %d, other watches %d)", m, n, d.Lists, d.ListPages, d.WatchLists, d.Probes, d.ExactLists, d.Watches))
 	}
 	e.t.Logf("full lists of %s the members served the replicas %s: %d over %d members, %.2f× one full list of the fleet; %s",
 		scaleResource, what, total, len(e.members), float64(total)/float64(len(e.members)), strings.Join(lines, "; "))

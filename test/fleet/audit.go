@@ -43,6 +43,11 @@ type Reads struct {
 	ListPages int
 	// Probes are LIST requests with limit=1 (a count's estimate, one object): not in Lists.
 	Probes int
+	// ExactLists are LIST requests at an exact resourceVersion (resourceVersionMatch=Exact):
+	// client-go's watch-list inconsistency detector (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR)
+	// sends one after each streamed list, a test's check rather than the client's cost. Not
+	// in Lists.
+	ExactLists int
 	// WatchLists are watches that begin with the collection's state (sendInitialEvents=true):
 	// a full list streamed.
 	WatchLists int
@@ -94,6 +99,8 @@ func (c *Cluster) ReadsBy(agent string) (Reads, error) {
 			out.ListPages++
 		case ev.Verb == "list" && ev.Stage == "ResponseComplete" && q.Get("limit") == "1":
 			out.Probes++
+		case ev.Verb == "list" && ev.Stage == "ResponseComplete" && q.Get("resourceVersionMatch") == "Exact":
+			out.ExactLists++
 		case ev.Verb == "list" && ev.Stage == "ResponseComplete":
 			out.Lists++
 			out.Full[resource]++
@@ -112,7 +119,7 @@ func (c *Cluster) ReadsBy(agent string) (Reads, error) {
 
 // Sub is r minus an earlier count of the same log.
 func (r Reads) Sub(earlier Reads) Reads {
-	out := Reads{Lists: r.Lists - earlier.Lists, ListPages: r.ListPages - earlier.ListPages, Probes: r.Probes - earlier.Probes, WatchLists: r.WatchLists - earlier.WatchLists,
+	out := Reads{Lists: r.Lists - earlier.Lists, ListPages: r.ListPages - earlier.ListPages, Probes: r.Probes - earlier.Probes, ExactLists: r.ExactLists - earlier.ExactLists, WatchLists: r.WatchLists - earlier.WatchLists,
 		Watches: r.Watches - earlier.Watches, Full: map[string]int{}}
 	for k, v := range r.Full {
 		if d := v - earlier.Full[k]; d != 0 {
