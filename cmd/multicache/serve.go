@@ -361,6 +361,12 @@ func serve(ctx context.Context, cfg *config.Config) error {
 			log.Info("initial sync over; freed memory returned to the OS", zap.Int("unsynced", len(missing)))
 		}
 	}()
+	if coord != nil {
+		// A sharded replica's clusters come and go (moves, a peer's death): each burst leaves
+		// the garbage of lists synced or of stores handed off. Once a burst has been quiet for
+		// longer than a handed-off state waits to be taken, return that memory too.
+		go returnMemoryAfterMoves(regCtx, reg, log)
+	}
 	serveErr := make(chan error, 1)
 	go func() {
 		defer wg.Done()
@@ -571,4 +577,27 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 		return srcs[0], nil
 	}
 	return clusterset.NewMulti(srcs...), nil
+}
+
+// returnMemoryAfterMoves returns freed memory to the operating system once clusters have
+// stopped joining, syncing and leaving this replica for a while.
+func returnMemoryAfterMoves(ctx context.Context, reg *clusterset.Registry, log *zap.Logger) {
+	changes, stop := reg.Subscribe(256)
+	defer stop()
+	quiet := clusterset.ShelfTTL + 5*time.Second
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch := <-changes:
+			if ch.To == clusterset.Removed || ch.To == clusterset.Synced {
+				timer.Reset(quiet)
+			}
+		case <-timer.C:
+			debug.FreeOSMemory()
+			log.Info("clusters moved; freed memory returned to the OS")
+		}
+	}
 }
