@@ -206,3 +206,31 @@ func TestOpenAPIV2Merge(t *testing.T) {
 		t.Error("no member readable: want an error")
 	}
 }
+
+// TestCRDsMovingClusterAnswersRetry: a fleet part whose cluster has not started here yet (it
+// is moving here) answers 503 with Retry-After, never a list without the cluster's
+// definitions, which a client would take for their deletion.
+func TestCRDsMovingClusterAnswersRetry(t *testing.T) {
+	src, _, _ := fakeClustersAB(t)
+	fl := &staticFleet{owners: []shard.Owner{self("a"), self("b"), self("c")}}
+	hs, _ := kubeFixtureOf(t, src, Options{Fleet: fl})
+	req, _ := http.NewRequest("GET", hs.URL+"/apis/apiextensions.k8s.io/v1/customresourcedefinitions?"+partParam+"=a,c", nil)
+	req.Header.Set(peerHeader, "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a part with a cluster not started here: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	req, _ = http.NewRequest("GET", hs.URL+"/apis/apiextensions.k8s.io/v1/customresourcedefinitions?"+partParam+"=a,b", nil)
+	req.Header.Set(peerHeader, "1")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a part of running clusters: %d, want 200", resp.StatusCode)
+	}
+}
