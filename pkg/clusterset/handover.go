@@ -224,7 +224,7 @@ func (s *stack) handedWatch(take func(ctx context.Context) (*Handed, bool), newO
 			items = append(items, obj)
 		}
 		end := newObject()
-		m, err := metaOf(end)
+		m, err := meta.Accessor(end)
 		if err != nil {
 			return watchFn(ctx, o)
 		}
@@ -295,5 +295,3 @@ func newHandedWatch(ctx context.Context, items []runtime.Object, end runtime.Obj
 func (w *handedStream) ResultChan() <-chan watch.Event { return w.out }
 
 func (w *handedStream) Stop() { w.stopped.Do(func() { close(w.stop) }) }
-
-func metaOf(obj runtime.Object) (metav1.Object, error) { return meta.Accessor(obj) }

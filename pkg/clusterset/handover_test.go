@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -128,7 +129,7 @@ func TestHandedWatch(t *testing.T) {
 		}
 	}
 	ev := next(t, w)
-	m, _ := metaOf(ev.Object)
+	m, _ := meta.Accessor(ev.Object)
 	if ev.Type != watch.Bookmark || m.GetResourceVersion() != "42" || m.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
 		t.Fatalf("after the initial events: %v rv %q annotations %v, want the bookmark that ends them at 42", ev.Type, m.GetResourceVersion(), m.GetAnnotations())
 	}

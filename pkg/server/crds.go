@@ -303,6 +303,10 @@ func crdSelect(entries []crdEntry, opts metav1.ListOptions, name string) ([]crdE
 
 // serveCRDs answers a get, list or watch of the definitions, in any form the API serves.
 func (s *Server) serveCRDs(w http.ResponseWriter, r *http.Request, kq kubeRequest, gather crdGather) {
+	if _, err := crdSelect(nil, kq.opts, ""); err != nil {
+		filters.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	if kq.watch {
 		s.limits.Watch(w, func() { s.watchCRDs(w, r, kq, gather) })
 		return
@@ -310,10 +314,6 @@ func (s *Server) serveCRDs(w http.ResponseWriter, r *http.Request, kq kubeReques
 	s.limits.Request(w, func() {
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 		defer cancel()
-		if _, err := crdSelect(nil, kq.opts, ""); err != nil {
-			filters.WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
 		all, err := gather(ctx, r, kq)
 		if err != nil {
 			writeGatherError(w, err)
@@ -417,8 +417,9 @@ func (s *Server) watchCRDs(w http.ResponseWriter, r *http.Request, kq kubeReques
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	if _, err := crdSelect(nil, kq.opts, ""); err != nil {
-		filters.WriteError(w, http.StatusBadRequest, err.Error())
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		filters.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
 	all, err := gather(ctx, r, kq)
@@ -427,10 +428,6 @@ func (s *Server) watchCRDs(w http.ResponseWriter, r *http.Request, kq kubeReques
 		return
 	}
 	rv := crdVersion(all)
-	fl, _ := w.(http.Flusher)
-	if fl == nil {
-		fl = noFlush{}
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	sink := s.newKubeSink(ctx, w, fl, kq, "")
@@ -551,11 +548,6 @@ func applyCRDEvent(entries []crdEntry, ev crdEvent) []crdEntry {
 	}
 	return out
 }
-
-// noFlush is a Flusher for writers that cannot flush.
-type noFlush struct{}
-
-func (noFlush) Flush() {}
 
 // crdColumns are the Table columns of a definition after CLUSTER (the clusters that serve it),
 // as kube-apiserver's: its name and when it was created.

@@ -59,7 +59,14 @@ func twoReplicas(t *testing.T) (single, fanned *httptest.Server) {
 	t.Cleanup(fanned.Close)
 	runRegistry(t, reg.Start)
 	waitUntil(t, "synced", 10*time.Second, func() bool {
-		return len(one.unready("pods", nil)) == 0 && len(two.unready("pods", nil)) == 0 && len(reg.Clusters()) == 3
+		// Every cluster resolved pods (the catalog serves them) and the hubs hold their lists.
+		for _, c := range []string{"a", "b", "c"} {
+			cs, ok := reg.ClusterStatus(c)
+			if !ok || cs.State != clusterset.Synced {
+				return false
+			}
+		}
+		return len(one.unready("pods", nil)) == 0 && len(two.unready("pods", nil)) == 0
 	})
 	return single, fanned
 }

@@ -60,12 +60,9 @@ type openAPISource struct {
 // handleOpenAPIV3 serves /openapi/v3 and /openapi/v3/{group-version}, at the root or under
 // /clusters/{cluster}.
 func (s *Server) handleOpenAPIV3(w http.ResponseWriter, r *http.Request) {
-	cluster := r.PathValue("cluster")
-	if cluster != "" {
-		if _, _, err := s.scope(r.Context(), "", []string{cluster}, nil); err != nil {
-			writeScopeError(w, err)
-			return
-		}
+	cluster, ok := s.openAPICluster(w, r)
+	if !ok {
+		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/clusters/"+cluster)
 	gv := strings.TrimPrefix(strings.TrimPrefix(path, "/openapi/v3"), "/")
@@ -85,6 +82,19 @@ func (s *Server) handleOpenAPIV3(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	svc.HandleGroupVersion(w, r2)
+}
+
+// openAPICluster is the cluster whose view an OpenAPI request reads ("" for the fleet), once
+// the caller may read it; otherwise it answers why not (ok false).
+func (s *Server) openAPICluster(w http.ResponseWriter, r *http.Request) (string, bool) {
+	cluster := r.PathValue("cluster")
+	if cluster != "" {
+		if _, _, err := s.scope(r.Context(), "", []string{cluster}, nil); err != nil {
+			writeScopeError(w, err)
+			return "", false
+		}
+	}
+	return cluster, true
 }
 
 // wantedOpenAPI is, for a view, each group-version path its catalog serves and the cluster

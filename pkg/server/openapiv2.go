@@ -47,12 +47,9 @@ type openAPIV2View struct {
 
 // handleOpenAPIV2 serves /openapi/v2, at the root or under /clusters/{cluster}.
 func (s *Server) handleOpenAPIV2(w http.ResponseWriter, r *http.Request) {
-	cluster := r.PathValue("cluster")
-	if cluster != "" {
-		if _, _, err := s.scope(r.Context(), "", []string{cluster}, nil); err != nil {
-			writeScopeError(w, err)
-			return
-		}
+	cluster, ok := s.openAPICluster(w, r)
+	if !ok {
+		return
 	}
 	want, ok := s.wantedOpenAPI(cluster)
 	if !ok {
