@@ -91,6 +91,9 @@ func (c *Cluster) LimitedConfig() *rest.Config {
 	}
 }
 
+// bindAttempts bounds how often a fresh start picks new ports after a server could not bind.
+const bindAttempts = 3
+
 func (c *Cluster) start(ctx context.Context, timeout time.Duration) error {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return err
@@ -98,11 +101,39 @@ func (c *Cluster) start(ctx context.Context, timeout time.Duration) error {
 	if _, err := newPKI(c.Dir); err != nil {
 		return fmt.Errorf("cluster %q: certificates: %w", c.Name, err)
 	}
-	if err := c.StartEtcd(ctx); err != nil {
-		return err
+	// A port chosen free can still be taken before the server binds it (another test's choice
+	// of the same port). On a fresh start nothing depends on the port yet, so such a failure
+	// picks new ports and tries again.
+	for attempt := 1; ; attempt++ {
+		err := c.StartEtcd(ctx)
+		if err == nil {
+			break
+		}
+		if !addrInUse(err) || attempt == bindAttempts {
+			return err
+		}
+		if err := os.RemoveAll(filepath.Join(c.Dir, "etcd")); err != nil {
+			return err
+		}
+		ports, perr := FreePorts(2)
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		c.EtcdPort, c.EtcdPeerPort = ports[0], ports[1]
 	}
-	if err := c.startAPIServer(ctx, timeout); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		err := c.startAPIServer(ctx, timeout)
+		if err == nil {
+			break
+		}
+		if !addrInUse(err) || attempt == bindAttempts {
+			return err
+		}
+		ports, perr := FreePorts(1)
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		c.APIPort = ports[0]
 	}
 	if err := c.bootstrap(ctx); err != nil {
 		return fmt.Errorf("cluster %q: bootstrap: %w", c.Name, err)

@@ -159,7 +159,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		})
 	}
 	// All ports at once, so that no two clusters can be handed the same one.
-	ports, err := freePorts(3 * len(f.Clusters))
+	ports, err := FreePorts(3 * len(f.Clusters))
 	if err != nil {
 		return nil, fmt.Errorf("ports: %w", err)
 	}

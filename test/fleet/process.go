@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,27 +148,6 @@ func tail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(bytes.TrimSpace(b))
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners are held until all
-// ports are chosen so the same port is never returned twice.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 var errNoFleet = errors.New("no fleet in this directory")

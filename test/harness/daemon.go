@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/test/fleet"
 )
 
 var (
@@ -59,15 +59,15 @@ func RemoveBinary() {
 	}
 }
 
-// FreePort returns a free 127.0.0.1:port.
+// FreePort returns a free 127.0.0.1:port, chosen below the kernel's ephemeral range so that
+// no outgoing connection takes it before the daemon binds it (fleet.FreePorts says why).
 func FreePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := fleet.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // Daemon is a running `multicache serve`.
