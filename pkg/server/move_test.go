@@ -281,6 +281,32 @@ func TestProxiedWatchEndsWhenItsOwnerChanges(t *testing.T) {
 	endsWithGone(t, "proxied /clusters/b", lines, `cluster "b" moved from replica "p2" to "p3"`)
 }
 
+// TestProxiedWatchAnswersBeforeItsFirstEvent: a relayed /clusters/{name} watch that has no
+// event to send yet (an empty namespace) still answers at once: client-go's Watch waits for the
+// headers.
+func TestProxiedWatchAnswersBeforeItsFirstEvent(t *testing.T) {
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(peer.Close)
+	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: peer.URL, Live: true})
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/clusters/b/api/v1/namespaces/empty/pods?watch=true", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the relayed watch sent no headers: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("relayed watch: %d", resp.StatusCode)
+	}
+}
+
 // TestDownClusterIsNoPartialList: while a cluster has no live owner (its owner died, and the
 // others take it within a lease duration), a Kubernetes-API list or initial-events watch that
 // spans it answers 503 with Retry-After, never a list without its objects; one that does not

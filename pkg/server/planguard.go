@@ -258,6 +258,10 @@ func (s *Server) proxyWatch(w http.ResponseWriter, body io.Reader, pl plan, kube
 		end(why) // it changed while the owner was being asked
 		return
 	}
+	// The client has its answer's headers now, not with the first event: a watch of an empty
+	// namespace may have none for a long time, and client-go's Watch returns only once the
+	// headers are in.
+	flush()
 	lines := make(chan []byte)
 	done := make(chan struct{})
 	defer close(done)
