@@ -47,6 +47,7 @@ type serveFlags struct {
 	peerCert, peerKey, peerCA                      string
 	leaseDuration                                  time.Duration
 	maxWarmups, weight                             int
+	syncGCPercent                                  int
 }
 
 func newServe() *cobra.Command {
@@ -75,6 +76,7 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster (cluster Secrets, delegated auth); default: in-cluster config")
 	fl.StringVar(&f.mgmtContext, "management-context", "", "context of --management-kubeconfig (default: its current context)")
 	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
+	fl.IntVar(&f.syncGCPercent, "sync-gc-percent", 0, "Go GC percent while the initial sync runs, 0 to leave GOGC alone (default 400)")
 	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's runtime profiles under /debug/pprof/ (behind the API's authentication)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "Go heap soft limit, e.g. 3Gi (default: 90% of the container's memory limit, or GOMEMLIMIT)")
 	fl.StringVar(&f.authMode, "auth", "", "token (with --token-file) or delegated (TokenReview and SubjectAccessReview against the management cluster)")
@@ -136,6 +138,10 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	}
 	if f.profiling {
 		cfg.Server.Profiling = true
+	}
+	if fl.Changed("sync-gc-percent") {
+		p := f.syncGCPercent
+		cfg.SyncGCPercent = &p
 	}
 	if f.memoryLimit != "" {
 		cfg.MemoryLimit = f.memoryLimit
@@ -244,6 +250,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		log.Info("memory limit", zap.Int64("goMemLimitBytes", limit), zap.String("from", "cgroup or GOMEMLIMIT"))
 	}
 
+	restoreGC := raiseGCForSync(cfg.SyncGC(), log)
 	specs, err := cfg.ResourceSpecs()
 	if err != nil {
 		return err
@@ -356,6 +363,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	// operating system at once rather than over the scavenger's minutes.
 	go func() {
 		missing := reg.WaitForSync(regCtx, 10*time.Minute)
+		restoreGC()
 		if regCtx.Err() == nil {
 			debug.FreeOSMemory()
 			log.Info("initial sync over; freed memory returned to the OS", zap.Int("unsynced", len(missing)))

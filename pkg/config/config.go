@@ -39,6 +39,12 @@ type Config struct {
 	// MemoryLimit is the Go heap's soft limit (a quantity: 3Gi). Default: 90% of the
 	// container's memory limit (cgroup), unless GOMEMLIMIT is set.
 	MemoryLimit string `json:"memoryLimit,omitempty"`
+	// SyncGCPercent is the Go garbage collector's percent (GOGC) while the initial sync runs;
+	// it returns to GOGC's once every cluster has synced. Nil: 400. 0 (or up to 100) leaves
+	// the collector alone, as does GOGC set in the environment. The heap may grow to
+	// (1 + SyncGCPercent/100) × its live size during the sync, within the memory limit in
+	// force or half the machine's memory.
+	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
 	Burst int     `json:"burst,omitempty"`
@@ -376,6 +382,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, prefixed("sources.secrets.", err))
 		}
 	}
+	if p := c.SyncGCPercent; p != nil && (*p < 0 || *p > 10000) {
+		bad("syncGCPercent", "%d: want 0 (leave the collector alone) to 10000", *p)
+	}
 	if c.MemoryLimit != "" {
 		if q, err := resource.ParseQuantity(c.MemoryLimit); err != nil || q.Sign() <= 0 {
 			bad("memoryLimit", "%q: want a positive quantity such as 3Gi", c.MemoryLimit)
@@ -512,4 +521,16 @@ func (c *Config) KubeconfigOptions() clusterset.KubeconfigOptions {
 		Paths: c.Kubeconfig.Paths, Include: c.Kubeconfig.Include, Exclude: c.Kubeconfig.Exclude,
 		Rename: c.Kubeconfig.Rename, PollInterval: c.Kubeconfig.PollInterval.Duration,
 	}
+}
+
+// DefaultSyncGCPercent is SyncGCPercent's default.
+const DefaultSyncGCPercent = 400
+
+// SyncGC is the garbage collector's percent for the initial sync: SyncGCPercent, or its
+// default.
+func (c *Config) SyncGC() int {
+	if c.SyncGCPercent == nil {
+		return DefaultSyncGCPercent
+	}
+	return *c.SyncGCPercent
 }
