@@ -72,7 +72,8 @@ type Options struct {
 // latest, with the keys those events touched put back to their previous states. The stores
 // cannot answer that: they run ahead of the Cache by the events still being delivered.
 type Cache struct {
-	opts Options
+	opts         Options
+	initialSizes sizeSampler // calls are sequential: the Cache is one aggregate handler
 
 	mu         sync.Mutex
 	epoch      string // positions of another epoch are gone; changes when events were lost
@@ -123,8 +124,13 @@ func newEpoch() string {
 }
 
 // OnAdd records an Added event.
-func (c *Cache) OnAdd(cluster string, obj any, _ bool) {
-	c.append(Event{Cluster: cluster, Type: Added, Object: obj})
+// An object of a cluster's initial list is charged a sampled size (initialSizes).
+func (c *Cache) OnAdd(cluster string, obj any, isInInitialList bool) {
+	ev := Event{Cluster: cluster, Type: Added, Object: obj}
+	if isInInitialList {
+		ev.size = c.initialSizes.size(obj)
+	}
+	c.append(ev)
 }
 
 // OnUpdate records a Modified event.
@@ -188,7 +194,9 @@ func (c *Cache) append(ev Event) {
 		return // not an object: the aggregate never stores one
 	}
 	ev.Key = k
-	ev.size = ApproxSize(ev.Object)
+	if ev.size == 0 {
+		ev.size = ApproxSize(ev.Object)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev := c.latest[k.Cluster][objectKeyOf(k)]

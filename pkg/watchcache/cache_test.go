@@ -2,6 +2,7 @@ package watchcache
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -211,5 +212,33 @@ func TestCacheHandoffIsNoDelete(t *testing.T) {
 	evs, _, err = h.Next(after, []string{"c1"}, make([]Event, 0, 10))
 	if err != nil || len(evs) != 1 || evs[0].Type != Added {
 		t.Errorf("rejoin after the handoff: %v, %v; want one ADDED", evs, err)
+	}
+}
+
+// TestInitialListSizesAreSampled: an initial list's objects are charged about their size
+// (one in initialSampleEvery measured, the rest at the running mean), so the ring's byte bound
+// holds about as it would with every object measured.
+func TestInitialListSizesAreSampled(t *testing.T) {
+	var s sizeSampler
+	exact, charged := 0, 0
+	for i := range 1000 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: "ns"},
+			Data: map[string]string{"k": strings.Repeat("x", 100+i%50)}}
+		exact += ApproxSize(cm)
+		charged += s.size(cm)
+	}
+	if ratio := float64(charged) / float64(exact); ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("charged %d bytes for objects of %d: ratio %.2f, want within 10%%", charged, exact, ratio)
+	}
+
+	c := New(Options{MaxEvents: 1 << 20, MaxBytes: 1 << 40})
+	big := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "ns"}, Data: map[string]string{"k": strings.Repeat("x", 10000)}}
+	c.OnAdd("a", big, true)
+	c.OnUpdate("a", big, big)
+	c.mu.Lock()
+	got := c.bytes
+	c.mu.Unlock()
+	if want := 3 * ApproxSize(big); got != want { // the add, and the update with its previous state
+		t.Errorf("ring bytes %d, want %d", got, want)
 	}
 }
