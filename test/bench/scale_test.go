@@ -124,6 +124,12 @@ func (p *scaleProc) synced() (map[string]string, int) {
 
 // memory is p's live heap (read right after a forced GC) and resident set, in bytes.
 func (p *scaleProc) memory(b *testing.B) (heapBytes, rssBytes float64) {
+	heapBytes, rssBytes, _ = p.memoryPeak(b)
+	return heapBytes, rssBytes
+}
+
+// memoryPeak is memory, and the process's peak resident set so far (VmHWM).
+func (p *scaleProc) memoryPeak(b *testing.B) (heapBytes, rssBytes, peakBytes float64) {
 	b.Helper()
 	if _, _, err := p.get("/debug/pprof/heap?gc=1"); err != nil {
 		b.Fatal(err)
@@ -147,8 +153,12 @@ func (p *scaleProc) memory(b *testing.B) (heapBytes, rssBytes float64) {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			rssBytes = kb * 1024
 		}
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			peakBytes = kb * 1024
+		}
 	}
-	return heapBytes, rssBytes
+	return heapBytes, rssBytes, peakBytes
 }
 
 // latencies times n GETs of path(i), each read whole, and returns p50 and p99.
@@ -289,12 +299,12 @@ func serverOf(alias string) string { return alias[:strings.LastIndex(alias, "-a"
 // scaleRound is what one round of S1 measured.
 type scaleRound struct {
 	oneReady, oneSynced                  time.Duration
-	oneHeap, oneRSS                      float64
+	oneHeap, oneRSS, onePeak             float64
 	onePage50, onePage99                 time.Duration
 	oneNode50, oneNode99                 time.Duration
 	oneWatch50, oneWatch99               time.Duration
 	threeSynced, balanced                time.Duration
-	maxHeap, maxRSSRatio                 float64
+	maxHeap, maxRSSRatio, maxPeak        float64
 	perReplica, owners                   string
 	fanPage50, fanPage99                 time.Duration
 	fanNode50, fanNode99                 time.Duration
@@ -387,13 +397,16 @@ func BenchmarkFleetScale(b *testing.B) {
 		r.oneReady = time.Since(start)
 		waitAll("one replica: every cluster synced", one, 30*time.Minute, nil)
 		r.oneSynced = time.Since(start)
-		r.oneHeap, r.oneRSS = one.memory(b)
+		// Once synced, the daemon collects and returns its sync's garbage to the OS (the
+		// collector ran at syncGCPercent meanwhile); give it 15 s, as the replicas below get.
+		time.Sleep(15 * time.Second)
+		r.oneHeap, r.oneRSS, r.onePeak = one.memoryPeak(b)
 		r.onePage50, r.onePage99 = one.latencies(b, queries, page)
 		r.oneNode50, r.oneNode99 = one.latencies(b, queries, byNode)
 		probe := names[len(names)/2]
 		r.oneWatch50, r.oneWatch99 = watchLatency(b, ctx, one, probe, writers[serverOf(probe)], latencyNS, fmt.Sprintf("one-%d", k), writes, writeRate)
-		b.Logf("round %d, one replica: ready in %s, heap %s, RSS %s; page of 500 p50 %s p99 %s; by node p50 %s p99 %s; write → watch (%s) p50 %s p99 %s",
-			k, r.oneReady.Round(10*time.Millisecond), gib(r.oneHeap), gib(r.oneRSS), r.onePage50, r.onePage99, r.oneNode50, r.oneNode99, probe, r.oneWatch50, r.oneWatch99)
+		b.Logf("round %d, one replica: ready in %s, heap %s, RSS %s, peak RSS %s; page of 500 p50 %s p99 %s; by node p50 %s p99 %s; write → watch (%s) p50 %s p99 %s",
+			k, r.oneReady.Round(10*time.Millisecond), gib(r.oneHeap), gib(r.oneRSS), gib(r.onePeak), r.onePage50, r.onePage99, r.oneNode50, r.oneNode99, probe, r.oneWatch50, r.oneWatch99)
 		one.stop(syscall.SIGTERM)
 
 		// Three replicas, sharded over Leases in the first API server (the management
@@ -445,9 +458,9 @@ func BenchmarkFleetScale(b *testing.B) {
 		time.Sleep(15 * time.Second)
 		var lines []string
 		for _, p := range rs {
-			h, rss := p.memory(b)
-			r.maxHeap, r.maxRSSRatio = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h)
-			lines = append(lines, fmt.Sprintf("%s heap %s RSS %s", p.id, gib(h), gib(rss)))
+			h, rss, peak := p.memoryPeak(b)
+			r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
+			lines = append(lines, fmt.Sprintf("%s heap %s RSS %s peak RSS %s", p.id, gib(h), gib(rss), gib(peak)))
 		}
 		r.perReplica = strings.Join(lines, ", ")
 		r.fanPage50, r.fanPage99 = rs[0].latencies(b, queries, page)
@@ -579,7 +592,10 @@ The fleet is seeded once (%s); then %d rounds, each about %s: one replica starts
 measured and stops; then three replicas shard the fleet over Leases (a namespace of the
 round's own in the first API server), are measured once the owners have held still for three
 lease durations (and 15 s more, for a replica to return the memory its moves freed), and one
-is killed with SIGKILL. Medians (min–max) over the rounds.
+is killed with SIGKILL. Medians (min–max) over the rounds. Memory is read 15 s after every
+cluster synced (one replica) or after the owners held still (three): heap is the live heap
+right after a forced collection, RSS the resident set then, and peak RSS the most the process
+held at any time (VmHWM), its initial sync included.
 
 Queries: %d GETs each, read whole, through r1 (which owns about a third of the clusters and
 reads the rest from their owners). Write → watch: %d ConfigMaps created at %.0f/s in one
@@ -594,6 +610,7 @@ share of them 4 at a time (--max-warmups), so "served" also counts that queue.
 |---|---|---|---|---|
 | heap (largest replica) | %s | %s | %s | ≤ 0.4× |
 | RSS ÷ heap (largest replica) | %s | %s | | ≤ 1.5 |
+| peak RSS (VmHWM; largest replica) | %s | %s | | |
 | start → every cluster synced | %s (ready %s) | %s (shared and stable after %s) | | |
 | fleet list page of 500, p50 | %s | %s | | |
 | fleet list page of 500, p99 | %s | %s | %s | ≤ 3× |
@@ -616,6 +633,7 @@ Command: `+"`make bench-scale`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go test -r
 		queries, writes, writeRate, lease,
 		ceilingSpread(col(func(r scaleRound) float64 { return r.oneHeap / (1 << 30) }), "%.2f GiB"), ceilingSpread(col(func(r scaleRound) float64 { return r.maxHeap / (1 << 30) }), "%.2f GiB"), ceilingSpread(heapRatio, "%.2f×"),
 		ceilingSpread(oneRSSRatio, "%.2f"), ceilingSpread(rssRatio, "%.2f"),
+		ceilingSpread(col(func(r scaleRound) float64 { return r.onePeak / (1 << 30) }), "%.2f GiB"), ceilingSpread(col(func(r scaleRound) float64 { return r.maxPeak / (1 << 30) }), "%.2f GiB"),
 		secs(func(r scaleRound) time.Duration { return r.oneSynced }), secs(func(r scaleRound) time.Duration { return r.oneReady }),
 		secs(func(r scaleRound) time.Duration { return r.threeSynced }), secs(func(r scaleRound) time.Duration { return r.balanced }),
 		ms(func(r scaleRound) time.Duration { return r.onePage50 }), ms(func(r scaleRound) time.Duration { return r.fanPage50 }),
