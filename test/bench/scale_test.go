@@ -53,6 +53,9 @@ type scaleProc struct {
 	log  string
 	done chan error
 	once sync.Once
+	// lastInuse is the heap's spans in use (go_memstats_heap_inuse_bytes) at the last
+	// memory reading: above the live heap by the fragmentation of partly used spans.
+	lastInuse float64
 }
 
 func startScaleProc(b *testing.B, bin, id, addr string, args ...string) *scaleProc {
@@ -141,6 +144,10 @@ func (p *scaleProc) memoryPeak(b *testing.B) (heapBytes, rssBytes, peakBytes flo
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
 			heapBytes, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+			inuse, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			p.lastInuse = inuse
 		}
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
@@ -460,7 +467,7 @@ func BenchmarkFleetScale(b *testing.B) {
 		for _, p := range rs {
 			h, rss, peak := p.memoryPeak(b)
 			r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
-			lines = append(lines, fmt.Sprintf("%s heap %s RSS %s peak RSS %s", p.id, gib(h), gib(rss), gib(peak)))
+			lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(rss), gib(peak)))
 		}
 		r.perReplica = strings.Join(lines, ", ")
 		r.fanPage50, r.fanPage99 = rs[0].latencies(b, queries, page)
