@@ -43,7 +43,8 @@ type Config struct {
 	// it returns to GOGC's once every cluster has synced. Nil: 400. 0 (or up to 100) leaves
 	// the collector alone, as does GOGC set in the environment. The heap may grow to
 	// (1 + SyncGCPercent/100) × its live size during the sync, within the memory limit in
-	// force or half the machine's memory.
+	// force or half the machine's memory. A sharded replica's clusters come after its start,
+	// through Leases, so they sync at GOGC's percent.
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
