@@ -307,6 +307,39 @@ func TestProxiedWatchAnswersBeforeItsFirstEvent(t *testing.T) {
 	}
 }
 
+// TestPeersAnswerUncompressed: a replica asks its peers for identity encoding, so that a
+// fan-out is not gzipped and gunzipped at every hop; the client's own Accept-Encoding stays
+// with the replica it asked.
+func TestPeersAnswerUncompressed(t *testing.T) {
+	asked := make(chan string, 1)
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case asked <- r.Header.Get("Accept-Encoding"):
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}`))
+	}))
+	t.Cleanup(peer.Close)
+	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: peer.URL, Live: true})
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	req, _ := http.NewRequest("GET", hs.URL+"/clusters/b/api/v1/pods", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case got := <-asked:
+		if got != "identity" {
+			t.Errorf("the peer was asked for Accept-Encoding %q, want identity", got)
+		}
+	default:
+		t.Fatalf("the peer was not asked (answer %d)", resp.StatusCode)
+	}
+}
+
 // TestDownClusterIsNoPartialList: while a cluster has no live owner (its owner died, and the
 // others take it within a lease duration), a Kubernetes-API list or initial-events watch that
 // spans it answers 503 with Retry-After, never a list without its objects; one that does not
