@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"math"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/multicache/multicache/pkg/clusterset"
 )
 
 // An initial sync allocates at a high rate (every object decoded, transformed and indexed)
@@ -46,4 +51,29 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 		debug.SetGCPercent(prev)
 		debug.SetMemoryLimit(prevLimit)
 	}
+}
+
+// waitInitialSync waits until reg has loaded its clusters and none of their resources is
+// Pending or Syncing (each Synced, NotServed, Degraded or Failed), or until ctx ends, and
+// returns "cluster/resource" for each that is failing. A cluster that cannot be reached thus
+// does not keep the sync's collector setting.
+func waitInitialSync(ctx context.Context, reg *clusterset.Registry) (failing []string) {
+	_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		if !reg.Loaded() {
+			return false, nil
+		}
+		failing = failing[:0]
+		for _, cs := range reg.Status() {
+			for _, rs := range cs.Resources {
+				switch rs.State {
+				case clusterset.Pending, clusterset.Syncing:
+					return false, nil
+				case clusterset.Failed, clusterset.Degraded:
+					failing = append(failing, cs.Name+"/"+rs.Resource)
+				}
+			}
+		}
+		return true, nil
+	})
+	return failing
 }

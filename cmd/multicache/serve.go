@@ -250,7 +250,6 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		log.Info("memory limit", zap.Int64("goMemLimitBytes", limit), zap.String("from", "cgroup or GOMEMLIMIT"))
 	}
 
-	restoreGC := raiseGCForSync(cfg.SyncGC(), log)
 	specs, err := cfg.ResourceSpecs()
 	if err != nil {
 		return err
@@ -351,6 +350,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		}
 		hs.TLSConfig = &tls.Config{ClientAuth: tls.RequestClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	restoreGC := raiseGCForSync(cfg.SyncGC(), log)
 	regCtx, stopReg := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -359,14 +359,15 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		_ = reg.Start(regCtx)
 	}()
 	// The initial lists' garbage sets the process's high-water mark: once the first sync is
-	// over (or has waited 10 minutes for a dead cluster), the memory it freed goes back to the
-	// operating system at once rather than over the scavenger's minutes.
+	// over (every cluster synced or failing), the collector returns to GOGC's percent and the
+	// memory the sync freed goes back to the operating system at once rather than over the
+	// scavenger's minutes.
 	go func() {
-		missing := reg.WaitForSync(regCtx, 10*time.Minute)
+		failing := waitInitialSync(regCtx, reg)
 		restoreGC()
 		if regCtx.Err() == nil {
 			debug.FreeOSMemory()
-			log.Info("initial sync over; freed memory returned to the OS", zap.Int("unsynced", len(missing)))
+			log.Info("initial sync over; freed memory returned to the OS", zap.Strings("failing", failing))
 		}
 	}()
 	if coord != nil {

@@ -199,8 +199,8 @@ func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string,
 	req.Header.Set(peerHeader, "1")
 	// Replicas answer each other uncompressed: a page of a fleet list is gzipped and gunzipped
 	// at every hop otherwise (Go's transport asks for gzip by default), CPU that the replicas,
-	// which run side by side, are shorter of than bandwidth. A client's own request is
-	// compressed, or not, at the replica it asked.
+	// which run side by side, are shorter of than bandwidth. A merged answer is compressed,
+	// or not, at the replica the client asked.
 	req.Header.Set("Accept-Encoding", "identity")
 	switch auth := r.Header.Get("Authorization"); {
 	case pc.identity:

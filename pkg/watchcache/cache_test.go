@@ -231,14 +231,34 @@ func TestInitialListSizesAreSampled(t *testing.T) {
 		t.Errorf("charged %d bytes for objects of %d: ratio %.2f, want within 10%%", charged, exact, ratio)
 	}
 
+	// Through a Cache: an initial list of varied objects is charged about what it holds, live
+	// events their measured size, and eviction gives back what was charged.
 	c := New(Options{MaxEvents: 1 << 20, MaxBytes: 1 << 40})
-	big := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "ns"}, Data: map[string]string{"k": strings.Repeat("x", 10000)}}
-	c.OnAdd("a", big, true)
-	c.OnUpdate("a", big, big)
+	exact = 0
+	for i := range 500 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: "ns"},
+			Data: map[string]string{"k": strings.Repeat("x", 500+(i*37)%1000)}}
+		exact += ApproxSize(cm)
+		c.OnAdd("a", cm, true)
+	}
 	c.mu.Lock()
 	got := c.bytes
 	c.mu.Unlock()
-	if want := 3 * ApproxSize(big); got != want { // the add, and the update with its previous state
-		t.Errorf("ring bytes %d, want %d", got, want)
+	if ratio := float64(got) / float64(exact); ratio < 0.85 || ratio > 1.15 {
+		t.Errorf("an initial list of %d bytes was charged %d: ratio %.2f", exact, got, ratio)
 	}
+	big := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "ns"}, Data: map[string]string{"k": strings.Repeat("x", 10000)}}
+	c.OnAdd("a", big, false)
+	c.OnUpdate("a", big, big)
+	c.mu.Lock()
+	if want := got + 3*ApproxSize(big); c.bytes != want { // the add, and the update with its previous state
+		t.Errorf("ring bytes %d, want %d", c.bytes, want)
+	}
+	for c.n > 0 {
+		c.evictLocked()
+	}
+	if c.bytes != 0 {
+		t.Errorf("every event evicted, %d bytes still charged", c.bytes)
+	}
+	c.mu.Unlock()
 }

@@ -48,7 +48,7 @@ func sizeOfValue(v any) int {
 const initialSampleEvery = 16
 
 // sizeSampler sizes the objects of initial lists: one in initialSampleEvery with ApproxSize,
-// and the others at the running mean of those measured. The ring's bound is an estimate either
+// and the others at a moving average of those measured (each new measure weighs 1/8). The ring's bound is an estimate either
 // way; objects of one resource are alike, and a cluster's initial list is a burst of them. Not
 // safe for concurrent use.
 type sizeSampler struct {

@@ -220,6 +220,14 @@ func BenchmarkDaemonReady(b *testing.B) {
 					r.stop()
 					return r.ready, nil
 				}},
+				{"multicache serve --sync-gc-percent 0: GOGC 100 throughout the sync", func() (time.Duration, error) {
+					r, err := startDaemon(ctx, b, bin, nil, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "pods", "--sync-gc-percent", "0")
+					if err != nil {
+						return 0, err
+					}
+					r.stop()
+					return r.ready, nil
+				}},
 				{"multicache serve --resource limitranges (no objects): the fixed start cost", func() (time.Duration, error) {
 					r, err := startDaemon(ctx, b, bin, nil, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "limitranges")
 					if err != nil {
@@ -255,14 +263,15 @@ func BenchmarkDaemonReady(b *testing.B) {
 			if dir := os.Getenv("MULTICACHE_BENCH_READY_PROFILE"); dir != "" {
 				profileSync(ctx, b, dir, per, bin, f.Kubeconfig(), cfgs, median(times[variants[0].name]))
 			}
-			bMed, lMed := median(times[variants[3].name]), median(times[variants[4].name])
+			const bName, lName = "B: informer factory per cluster, synced", "L: unpaged LIST, protobuf"
+			bMed, lMed := median(times[bName]), median(times[lName])
 			for _, v := range variants {
 				m := median(times[v.name])
 				fmt.Fprintf(&table, "| %d | %s | %s | %.2f× | %.2f× |\n", per, v.name, spreadSeconds(times[v.name]), m/bMed, m/lMed)
 			}
 			d := median(times[variants[0].name])
 			rows = append(rows, goal{"P7", fmt.Sprintf("daemon start to /readyz 200, 3 clusters × %dk Pods, ÷ B", per/1000), "≤ 1.1× B",
-				fmt.Sprintf("%.2f× B, %.2f× L (%s vs B %s, L %s)", d/bMed, d/lMed, spreadSeconds(times[variants[0].name]), spreadSeconds(times[variants[3].name]), spreadSeconds(times[variants[4].name])), met(d/bMed <= 1.1), ""})
+				fmt.Sprintf("%.2f× B, %.2f× L (%s vs B %s, L %s)", d/bMed, d/lMed, spreadSeconds(times[variants[0].name]), spreadSeconds(times[bName]), spreadSeconds(times[lName])), met(d/bMed <= 1.1), ""})
 		})
 	}
 	b.Log("\n" + table.String())

@@ -112,7 +112,8 @@ func (c *Cluster) start(ctx context.Context, timeout time.Duration) error {
 		if !addrInUse(err) || attempt == bindAttempts {
 			return err
 		}
-		if err := os.RemoveAll(filepath.Join(c.Dir, "etcd")); err != nil {
+		// A fresh data dir and log: the next attempt's failure is its own.
+		if err := errors.Join(os.RemoveAll(filepath.Join(c.Dir, "etcd")), os.RemoveAll(filepath.Join(c.Dir, "etcd.log"))); err != nil {
 			return err
 		}
 		ports, perr := FreePorts(2)
@@ -132,6 +133,9 @@ func (c *Cluster) start(ctx context.Context, timeout time.Duration) error {
 		ports, perr := FreePorts(1)
 		if perr != nil {
 			return errors.Join(err, perr)
+		}
+		if err := os.RemoveAll(filepath.Join(c.Dir, "kube-apiserver.log")); err != nil {
+			return err
 		}
 		c.APIPort = ports[0]
 	}
@@ -185,7 +189,13 @@ func (c *Cluster) StartEtcd(ctx context.Context) error {
 		defer resp.Body.Close()
 		var h struct{ Health string }
 		_ = json.NewDecoder(resp.Body).Decode(&h)
-		return h.Health == "true", nil
+		if h.Health != "true" {
+			return false, nil
+		}
+		// Another process's etcd on the same port would answer too, while ours fails to
+		// bind and exits: ours must still be running a moment later.
+		time.Sleep(100 * time.Millisecond)
+		return true, p.exitedEarly()
 	})
 	if err != nil {
 		return fmt.Errorf("cluster %q: etcd not healthy: %w", c.Name, err)
@@ -351,7 +361,7 @@ func (c *Cluster) stopAll() error {
 func (c *Cluster) detach() bool { return c.fleet != nil && c.fleet.Detach }
 
 func (c *Cluster) saveState() error {
-	if c.fleet == nil {
+	if c.fleet == nil || c.fleet.starting {
 		return nil
 	}
 	if _, err := os.Stat(c.fleet.Dir); err != nil {

@@ -114,6 +114,10 @@ type Fleet struct {
 
 	mu   sync.Mutex // serialises state.json and kubeconfig writes
 	logf func(string, ...any)
+	// starting is set while Start starts the clusters in parallel: each writes its own
+	// fields (ports, processes) then, and a save would read every cluster's. Start saves
+	// once they are all up. Written only before and after those goroutines.
+	starting bool
 }
 
 // Start starts the clusters in parallel and returns once every /readyz answers ok and every
@@ -169,6 +173,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	start := time.Now()
 	errs := make([]error, len(f.Clusters))
 	var wg sync.WaitGroup
+	f.starting = true
 	for i, c := range f.Clusters {
 		wg.Add(1)
 		go func() {
@@ -177,6 +182,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		}()
 	}
 	wg.Wait()
+	f.starting = false
 	if err := errors.Join(errs...); err != nil {
 		_ = f.Stop()
 		return nil, err

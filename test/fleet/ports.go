@@ -52,8 +52,8 @@ func ephemeralStart() int {
 }
 
 // FreePorts returns n distinct ports on 127.0.0.1 that were free when asked, chosen below the
-// kernel's ephemeral range when it leaves room (at least 1000 ports from 10000), else from
-// the kernel. No port is returned twice in one process.
+// kernel's ephemeral range when it leaves room (at least 1000 ports from 10000), and then never
+// twice in one process; else the kernel chooses them.
 func FreePorts(n int) ([]int, error) {
 	hi := ephemeralStart()
 	if hi-lowestPort < 1000 {
