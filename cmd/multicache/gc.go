@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -23,12 +25,15 @@ import (
 // raiseGCForSync sets the collector's percent to pct until the returned function is called
 // (once the initial sync is over), and returns it to what it was.
 //
-// What it trades: the heap may grow to (1 + pct/100) × the live heap between collections
-// during the sync. So that the trade never reaches the machine's limits, a memory limit holds
-// meanwhile: the one in force (GOMEMLIMIT, memoryLimit, or 90% of the container's limit), or
-// else half the machine's memory. Near it the collector runs as often as it must, whatever
-// pct says. It does nothing when pct is 0 or 100 or less, or when GOGC is set: an operator's
-// own choice of GOGC stands.
+// What it trades: the heap may grow to (1 + pct/100) × the live heap between collections.
+// So that the trade stays small, it holds only while that goal fits in half of a memory limit:
+// the one in force (GOMEMLIMIT, memoryLimit, or 90% of the container's limit), or else the
+// machine's memory, which is then the limit meanwhile. Once the live heap outgrows it, GOGC's
+// percent is back for the rest of the sync, and the peak is what GOGC's would have cost: a
+// small fleet's sync runs raised throughout, a large one's only while its heap is small.
+// (S1, 2M objects on one replica, peaked at 12.2 GiB when the raise held to a limit of half
+// the machine.) It does nothing when pct is 100 or less, or when GOGC is set: an operator's
+// own choice of GOGC stands. The returned function may be called more than once.
 func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 	if pct <= 100 || os.Getenv("GOGC") != "" {
 		return func() {}
@@ -41,16 +46,48 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 	prevLimit := debug.SetMemoryLimit(-1)
 	limit := prevLimit
 	if prevLimit == math.MaxInt64 {
-		if total, err := memlimit.FromSystem(); err == nil && total > 0 && total/2 < math.MaxInt64 {
-			limit = int64(total / 2)
+		if total, err := memlimit.FromSystem(); err == nil && total > 0 && total < math.MaxInt64 {
+			limit = int64(total)
 			debug.SetMemoryLimit(limit)
 		}
 	}
 	log.Info("initial sync: garbage collector raised", zap.Int("gcPercent", pct), zap.Int("was", prev), zap.Int64("memoryLimitBytes", limit))
-	return func() {
-		debug.SetGCPercent(prev)
-		debug.SetMemoryLimit(prevLimit)
+	done := make(chan struct{})
+	var once sync.Once
+	restore = func() {
+		once.Do(func() {
+			close(done)
+			debug.SetGCPercent(prev)
+			debug.SetMemoryLimit(prevLimit)
+		})
 	}
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			metrics.Read(sample)
+			if sample[0].Value.Kind() != metrics.KindUint64 {
+				return // not measured by this runtime: the raise holds until the sync is over
+			}
+			if live := sample[0].Value.Uint64(); !raiseFits(live, pct, limit) {
+				log.Info("initial sync: the live heap outgrew the raised collector; back to GOGC's percent", zap.Uint64("liveHeapBytes", live))
+				restore()
+				return
+			}
+		}
+	}()
+	return restore
+}
+
+// raiseFits reports whether a heap of live bytes, grown by pct percent, fits in half of limit.
+func raiseFits(live uint64, pct int, limit int64) bool {
+	return float64(live)*(1+float64(pct)/100) <= float64(limit)/2
 }
 
 // waitInitialSync waits until reg has loaded its clusters and none of their resources is

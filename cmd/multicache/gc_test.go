@@ -26,9 +26,10 @@ func TestRaiseGCForSync(t *testing.T) {
 		t.Errorf("during the sync: GC percent %d, want 400", got)
 	}
 	if l := debug.SetMemoryLimit(-1); l <= 0 || l == math.MaxInt64 || (limit != math.MaxInt64 && l != limit) {
-		t.Errorf("during the sync: memory limit %d (was %d): want the one in force, or half the machine's memory", l, limit)
+		t.Errorf("during the sync: memory limit %d (was %d): want the one in force, or the machine's memory", l, limit)
 	}
 	restore()
+	restore() // a second call changes nothing
 	if got := gcPercent(); got != before {
 		t.Errorf("after the sync: GC percent %d, want %d again", got, before)
 	}
@@ -48,4 +49,23 @@ func TestRaiseGCForSync(t *testing.T) {
 		t.Errorf("with GOGC set: GC percent %d, want it left at %d", got, before)
 	}
 	restore()
+}
+
+func TestRaiseFits(t *testing.T) {
+	const gib = 1 << 30
+	for _, c := range []struct {
+		live  uint64
+		pct   int
+		limit int64
+		want  bool
+	}{
+		{live: 1 * gib, pct: 400, limit: 12 * gib, want: true},        // goal 5 GiB ≤ 6 GiB
+		{live: 13 * gib / 10, pct: 400, limit: 12 * gib, want: false}, // goal 6.5 GiB
+		{live: 2 * gib, pct: 200, limit: 12 * gib, want: true},
+		{live: 0, pct: 400, limit: 1, want: true},
+	} {
+		if got := raiseFits(c.live, c.pct, c.limit); got != c.want {
+			t.Errorf("raiseFits(%d, %d, %d) = %v, want %v", c.live, c.pct, c.limit, got, c.want)
+		}
+	}
 }

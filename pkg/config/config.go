@@ -39,13 +39,13 @@ type Config struct {
 	// MemoryLimit is the Go heap's soft limit (a quantity: 3Gi). Default: 90% of the
 	// container's memory limit (cgroup), unless GOMEMLIMIT is set.
 	MemoryLimit string `json:"memoryLimit,omitempty"`
-	// SyncGCPercent is the Go garbage collector's percent (GOGC) while the initial sync runs;
-	// it returns to GOGC's once the sync is over (every cluster synced or failing). Nil: 400.
-	// 0 (or up to 100) leaves the collector alone, as does GOGC set in the environment. The
-	// heap may grow to (1 + SyncGCPercent/100) × its live size during the sync, within the
-	// memory limit in force or else half the machine's memory; a live heap beyond that limit
-	// makes the collector run often until the sync is over. A sharded replica's clusters come
-	// after its start, through Leases, so they sync at GOGC's percent.
+	// SyncGCPercent is the Go garbage collector's percent (GOGC) while the initial sync runs,
+	// for as long as the heap it allows, (1 + SyncGCPercent/100) × the live heap, fits in half
+	// the memory limit in force (or half the machine's memory without one); GOGC's percent is
+	// back once the live heap outgrows that, and once the sync is over (every cluster synced
+	// or failing). Nil: 400. 0 (or up to 100) leaves the collector alone, as does GOGC set in
+	// the environment. A sharded replica's clusters come after its start, through Leases, so
+	// they sync at GOGC's percent.
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
