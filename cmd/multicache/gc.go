@@ -26,32 +26,37 @@ import (
 // (once the initial sync is over), and returns it to what it was.
 //
 // What it trades: the heap may grow to (1 + pct/100) × the live heap between collections.
-// So that the trade stays small, it holds only while that goal fits in half of a memory limit:
-// the one in force (GOMEMLIMIT, memoryLimit, or 90% of the container's limit), or else the
-// machine's memory, which is then the limit meanwhile. Once the live heap outgrows it, GOGC's
-// percent is back for the rest of the sync, and the peak is what GOGC's would have cost: a
-// small fleet's sync runs raised throughout, a large one's only while its heap is small.
-// (S1, 2M objects on one replica, peaked at 12.2 GiB when the raise held to a limit of half
-// the machine.) It does nothing when pct is 100 or less, or when GOGC is set: an operator's
-// own choice of GOGC stands. The returned function may be called more than once.
+// So that the trade stays small, the raise has a budget of a quarter of the memory limit in
+// force (GOMEMLIMIT, memoryLimit, or 90% of the container's limit), or of the machine's memory
+// without one: the memory limit is the budget while the raise holds, and the raise holds only
+// while its heap goal fits in the budget. Once the live heap outgrows that, GOGC's percent and
+// the limit in force are back for the rest of the sync. A small fleet's sync thus runs raised
+// throughout; a large one's only while its heap is small, and its peak is then what GOGC's
+// percent costs, or the budget if that is more. (S1, 2M objects on one replica: the peak was
+// 12.2 GiB when the raise held to the end under half the machine's memory.) It does nothing
+// when pct is 100 or less, or when GOGC is set: an operator's own choice of GOGC stands. The
+// returned function may be called more than once.
 func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 	if pct <= 100 || os.Getenv("GOGC") != "" {
 		return func() {}
 	}
+	prevLimit := debug.SetMemoryLimit(-1)
+	base := prevLimit
+	if base == math.MaxInt64 {
+		total, err := memlimit.FromSystem()
+		if err != nil || total == 0 || total >= math.MaxInt64 {
+			return func() {} // no measure of the machine: no budget to hold the raise to
+		}
+		base = int64(total)
+	}
+	budget := base / 4
 	prev := debug.SetGCPercent(pct)
 	if prev < 0 { // the collector is off: leave it so
 		debug.SetGCPercent(prev)
 		return func() {}
 	}
-	prevLimit := debug.SetMemoryLimit(-1)
-	limit := prevLimit
-	if prevLimit == math.MaxInt64 {
-		if total, err := memlimit.FromSystem(); err == nil && total > 0 && total < math.MaxInt64 {
-			limit = int64(total)
-			debug.SetMemoryLimit(limit)
-		}
-	}
-	log.Info("initial sync: garbage collector raised", zap.Int("gcPercent", pct), zap.Int("was", prev), zap.Int64("memoryLimitBytes", limit))
+	debug.SetMemoryLimit(budget)
+	log.Info("initial sync: garbage collector raised", zap.Int("gcPercent", pct), zap.Int("was", prev), zap.Int64("budgetBytes", budget))
 	done := make(chan struct{})
 	var once sync.Once
 	restore = func() {
@@ -73,10 +78,11 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 			}
 			metrics.Read(sample)
 			if sample[0].Value.Kind() != metrics.KindUint64 {
-				return // not measured by this runtime: the raise holds until the sync is over
+				restore() // not measured by this runtime: no way to hold the raise to its budget
+				return
 			}
-			if live := sample[0].Value.Uint64(); !raiseFits(live, pct, limit) {
-				log.Info("initial sync: the live heap outgrew the raised collector; back to GOGC's percent", zap.Uint64("liveHeapBytes", live))
+			if live := sample[0].Value.Uint64(); !raiseFits(live, pct, budget) {
+				log.Info("initial sync: the live heap outgrew the raised collector's budget; back to GOGC's percent", zap.Uint64("liveHeapBytes", live))
 				restore()
 				return
 			}
@@ -85,9 +91,9 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 	return restore
 }
 
-// raiseFits reports whether a heap of live bytes, grown by pct percent, fits in half of limit.
-func raiseFits(live uint64, pct int, limit int64) bool {
-	return float64(live)*(1+float64(pct)/100) <= float64(limit)/2
+// raiseFits reports whether a live heap, grown by pct percent, fits in budget bytes.
+func raiseFits(live uint64, pct int, budget int64) bool {
+	return float64(live)*(1+float64(pct)/100) <= float64(budget)
 }
 
 // waitInitialSync waits until reg has loaded its clusters and none of their resources is

@@ -25,8 +25,8 @@ func TestRaiseGCForSync(t *testing.T) {
 	if got := gcPercent(); got != 400 {
 		t.Errorf("during the sync: GC percent %d, want 400", got)
 	}
-	if l := debug.SetMemoryLimit(-1); l <= 0 || l == math.MaxInt64 || (limit != math.MaxInt64 && l != limit) {
-		t.Errorf("during the sync: memory limit %d (was %d): want the one in force, or the machine's memory", l, limit)
+	if l := debug.SetMemoryLimit(-1); l <= 0 || l == math.MaxInt64 || (limit != math.MaxInt64 && l != limit/4) {
+		t.Errorf("during the sync: memory limit %d (was %d): want a quarter of the one in force, or of the machine's memory", l, limit)
 	}
 	restore()
 	restore() // a second call changes nothing
@@ -59,9 +59,9 @@ func TestRaiseFits(t *testing.T) {
 		limit int64
 		want  bool
 	}{
-		{live: 1 * gib, pct: 400, limit: 12 * gib, want: true},        // goal 5 GiB ≤ 6 GiB
-		{live: 13 * gib / 10, pct: 400, limit: 12 * gib, want: false}, // goal 6.5 GiB
-		{live: 2 * gib, pct: 200, limit: 12 * gib, want: true},
+		{live: 1 * gib, pct: 400, limit: 6 * gib, want: true},        // goal 5 GiB ≤ 6 GiB
+		{live: 13 * gib / 10, pct: 400, limit: 6 * gib, want: false}, // goal 6.5 GiB
+		{live: 2 * gib, pct: 200, limit: 6 * gib, want: true},        // goal 6 GiB
 		{live: 0, pct: 400, limit: 1, want: true},
 	} {
 		if got := raiseFits(c.live, c.pct, c.limit); got != c.want {

@@ -40,12 +40,13 @@ type Config struct {
 	// container's memory limit (cgroup), unless GOMEMLIMIT is set.
 	MemoryLimit string `json:"memoryLimit,omitempty"`
 	// SyncGCPercent is the Go garbage collector's percent (GOGC) while the initial sync runs,
-	// for as long as the heap it allows, (1 + SyncGCPercent/100) × the live heap, fits in half
-	// the memory limit in force (or half the machine's memory without one); GOGC's percent is
-	// back once the live heap outgrows that, and once the sync is over (every cluster synced
-	// or failing). Nil: 400. 0 (or up to 100) leaves the collector alone, as does GOGC set in
-	// the environment. A sharded replica's clusters come after its start, through Leases, so
-	// they sync at GOGC's percent.
+	// within a budget of a quarter of the memory limit in force (or of the machine's memory
+	// without one): the memory limit is the budget meanwhile, and GOGC's percent and the limit
+	// in force are back once the heap the raise allows, (1 + SyncGCPercent/100) × the live
+	// heap, outgrows the budget, or once the sync is over (every cluster synced or failing).
+	// Nil: 400. 0 (or up to 100) leaves the collector alone, as does GOGC set in the
+	// environment. A sharded replica's clusters come after its start, through Leases, so they
+	// sync at GOGC's percent.
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
