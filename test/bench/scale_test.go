@@ -106,33 +106,22 @@ func (p *scaleProc) ready() bool {
 	return err == nil && code == http.StatusOK
 }
 
-// clusters is the fleet as p reports it: cluster → owner, for the synced ones.
+// synced is the fleet as p reports it: cluster → owner for the synced ones, and how many
+// clusters it reports in all.
 func (p *scaleProc) synced() (map[string]string, int) {
-	body, code, err := p.get(api.ClustersPath)
-	if err != nil || code != http.StatusOK {
-		return nil, 0
-	}
-	var cl api.Clusters
-	if json.Unmarshal(body, &cl) != nil {
-		return nil, 0
-	}
+	all := p.clusters()
 	out := map[string]string{}
-	for _, c := range cl.Clusters {
+	for _, c := range all {
 		if c.State == "Synced" {
 			out[c.Name] = c.Owner
 		}
 	}
-	return out, len(cl.Clusters)
+	return out, len(all)
 }
 
-// memory is p's live heap (read right after a forced GC) and resident set, in bytes.
-func (p *scaleProc) memory(b *testing.B) (heapBytes, rssBytes float64) {
-	heapBytes, rssBytes, _ = p.memoryPeak(b)
-	return heapBytes, rssBytes
-}
-
-// memoryPeak is memory, and the process's peak resident set so far (VmHWM).
-func (p *scaleProc) memoryPeak(b *testing.B) (heapBytes, rssBytes, peakBytes float64) {
+// memory is p's live heap (read right after a forced GC), its resident set, and its peak
+// resident set so far (VmHWM), in bytes.
+func (p *scaleProc) memory(b *testing.B) (heapBytes, rssBytes, peakBytes float64) {
 	b.Helper()
 	if _, _, err := p.get("/debug/pprof/heap?gc=1"); err != nil {
 		b.Fatal(err)
@@ -414,7 +403,7 @@ func BenchmarkFleetScale(b *testing.B) {
 		// Once synced, the daemon collects and returns its sync's garbage to the OS (the
 		// collector ran at syncGCPercent meanwhile); give it 15 s, as the replicas below get.
 		time.Sleep(15 * time.Second)
-		r.oneHeap, r.oneRSS, r.onePeak = one.memoryPeak(b)
+		r.oneHeap, r.oneRSS, r.onePeak = one.memory(b)
 		r.onePage50, r.onePage99 = one.latencies(b, queries, page)
 		r.oneNode50, r.oneNode99 = one.latencies(b, queries, byNode)
 		probe := names[len(names)/2]
@@ -472,7 +461,7 @@ func BenchmarkFleetScale(b *testing.B) {
 		time.Sleep(15 * time.Second)
 		var lines []string
 		for _, p := range rs {
-			h, rss, peak := p.memoryPeak(b)
+			h, rss, peak := p.memory(b)
 			r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
 			lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(rss), gib(peak)))
 		}
