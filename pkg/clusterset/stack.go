@@ -19,10 +19,13 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/informer"
 )
 
-// stack is one cluster × resource: a client-go SharedIndexInformer (Reflector → FIFO →
-// Indexer) and the status derived from it.
+// stack is one cluster × resource: client-go's Reflector → FIFO → Indexer, as an
+// informer.Informer that feeds the aggregate's member without a listener in between, and the
+// status derived from it.
 type stack struct {
 	cluster string
 	spec    ResourceSpec
@@ -160,18 +163,44 @@ func (s *stack) build(cfg *rest.Config, r resolved, take Taker) (cache.SharedInd
 	s.mu.Lock()
 	s.key = key
 	s.mu.Unlock()
+	list, watchFn = s.reportErrors(list, watchFn)
 	lw := listWatch(s.spec, &s.progress, client, list, watchFn)
-	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{
-		Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-		ObjectDescription: s.cluster + "/" + r.gvr.String(),
+	inf, err := informer.New(informer.Options{
+		ListerWatcher: lw,
+		ObjectType:    example,
+		Indexers:      cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		Transform:     s.progress.once(newTransform(s.spec.Transform)),
 	})
-	if err := inf.SetTransform(s.progress.once(newTransform(s.spec.Transform))); err != nil {
-		return nil, mode, err
-	}
-	if err := inf.SetWatchErrorHandlerWithContext(s.onWatchError); err != nil {
-		return nil, mode, err
+	if err != nil {
+		return nil, mode, fmt.Errorf("cluster %q: %s: %w", s.cluster, r.gvr, err)
 	}
 	return inf, mode, nil
+}
+
+// reportErrors passes every failed list and watch call to onListWatchError. These are the
+// failures client-go's reflector retries: an unreachable server, a refusal, a version that
+// expired. (An error that ends a watch stream already open is not among them: the reflector's
+// next call, or the health probe, reports an outage.)
+func (s *stack) reportErrors(
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) (
+	func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
+	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			out, err := list(ctx, o)
+			if err != nil {
+				s.onListWatchError(ctx, err)
+			}
+			return out, err
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchFn(ctx, o)
+			// A failed watch-list is not a failure: the reflector falls back to a list, whose
+			// own failure is reported.
+			if err != nil && (o.SendInitialEvents == nil || !*o.SendInitialEvents) {
+				s.onListWatchError(ctx, err)
+			}
+			return w, err
+		}
 }
 
 // listWatch applies the spec's selectors to every list and watch, makes p follow each list,
@@ -219,9 +248,8 @@ func typedClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, er
 	return rest.RESTClientFor(c)
 }
 
-// onWatchError is the reflector's error hook: every call is a failed list or watch that the
-// reflector will retry.
-func (s *stack) onWatchError(ctx context.Context, r *cache.Reflector, err error) {
+// onListWatchError records a failed list or watch call, which the reflector will retry.
+func (s *stack) onListWatchError(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}

@@ -67,7 +67,8 @@ type ResourceStatus struct {
 	LastSync time.Time // the last time the cache was known in step with the server
 	// SyncDuration is how long the initial list took (0 until synced).
 	SyncDuration time.Duration
-	// WatchRestarts counts list/watch failures the reflector recovered from or is retrying.
+	// WatchRestarts counts the list and watch calls that failed (the reflector retries each);
+	// an error that ends a watch stream already open counts only if the call after it fails too.
 	WatchRestarts int64
 	// Progress is how far the latest initial list or relist got.
 	Progress SyncProgress
