@@ -1,6 +1,7 @@
 // Package clusterset turns a source of clusters (kubeconfig contexts) into running client-go
-// stacks, one Reflector → FIFO → Indexer (a cache.SharedIndexInformer) per cluster × resource,
-// and feeds them into one aggregate.Aggregate per resource.
+// stacks, one Reflector → FIFO → Indexer (an informer.Informer: client-go's, with its handlers
+// called on its own goroutine) per cluster × resource, and feeds them into one
+// aggregate.Aggregate per resource.
 //
 // A Registry owns the lifecycle: Start(ctx) engages every cluster its Source yields, resolves
 // the configured resources through each cluster's own discovery, and keeps per cluster and per
