@@ -200,15 +200,9 @@ func (q *mergedQueue) close() {
 	q.mu.Unlock()
 }
 
-// timedEvent is an event with its arrival time.
-type timedEvent struct {
-	event
-	at time.Time
-}
-
 // fifoCluster is one cluster's pending events in arrival order.
 type fifoCluster struct {
-	evs  []timedEvent
+	evs  []event // each with its arrival time in at
 	head int
 }
 
@@ -253,11 +247,10 @@ func (q *fifoQueue) push(cluster, _ string, ev event) {
 	if f.pending() == 0 {
 		q.ring = append(q.ring, cluster)
 	}
-	at := ev.at
-	if at.IsZero() {
-		at = time.Now()
+	if ev.at.IsZero() {
+		ev.at = time.Now()
 	}
-	f.evs = append(f.evs, timedEvent{ev, at})
+	f.evs = append(f.evs, ev)
 	q.depth++
 	q.cond.Signal()
 }
@@ -268,7 +261,7 @@ func (q *fifoQueue) dropObjectsLocked() {
 	ring := q.ring[:0]
 	for _, c := range q.ring {
 		f := q.clusters[c]
-		var kept []timedEvent
+		var kept []event
 		for _, e := range f.evs[f.head:] {
 			if e.kind.marker() {
 				kept = append(kept, e)
@@ -301,7 +294,7 @@ func (q *fifoQueue) pop() (cluster string, evs []event, since time.Time, ok bool
 	cluster = q.ring[0]
 	f := q.clusters[cluster]
 	e := f.evs[f.head]
-	f.evs[f.head] = timedEvent{}
+	f.evs[f.head] = event{}
 	f.head++
 	q.depth--
 	q.ring = q.ring[1:]
@@ -314,7 +307,7 @@ func (q *fifoQueue) pop() (cluster string, evs []event, since time.Time, ok bool
 	} else {
 		f.evs, f.head = f.evs[:0], 0
 	}
-	q.one[0] = e.event
+	q.one[0] = e
 	return cluster, q.one[:], e.at, true
 }
 
