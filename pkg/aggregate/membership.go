@@ -313,7 +313,7 @@ func (m *member) ensureFeedLocked() {
 	}
 	m.feed = reg
 	if m.synced.Load() {
-		go m.awaitFeed() // the store swap is done; only the handlers' evSynced is to come
+		go m.awaitFeed(reg.HasSyncedChecker().Done()) // the store swap is done; only the handlers' evSynced is to come
 	}
 }
 
@@ -323,7 +323,7 @@ func (m *member) ensureFeedLocked() {
 // handler gets evSynced. It gives up when the informer stops first: the member's replacement or
 // Leave ends it.
 func (m *member) awaitSync() {
-	m.poll(func() bool {
+	m.poll(m.informer.HasSyncedChecker().Done(), func() bool {
 		stopped := m.informer.IsStopped()
 		if !m.informer.HasSynced() || (m.feed != nil && !m.feed.HasSynced()) {
 			return stopped
@@ -341,8 +341,8 @@ func (m *member) awaitSync() {
 }
 
 // awaitFeed waits for a feed registered after the store swap to have had the initial list.
-func (m *member) awaitFeed() {
-	m.poll(func() bool {
+func (m *member) awaitFeed(synced <-chan struct{}) {
+	m.poll(synced, func() bool {
 		if m.feed.HasSynced() || m.informer.IsStopped() {
 			m.markFedLocked()
 			return true
@@ -351,8 +351,9 @@ func (m *member) awaitFeed() {
 	})
 }
 
-// poll runs step under m.mu every poll interval until it reports done or the member ends.
-func (m *member) poll(step func() bool) {
+// poll runs step under m.mu every poll interval, and at once when wake closes, until it
+// reports done or the member ends.
+func (m *member) poll(wake <-chan struct{}, step func() bool) {
 	t := time.NewTicker(m.agg.poll)
 	defer t.Stop()
 	for {
@@ -360,6 +361,8 @@ func (m *member) poll(step func() bool) {
 		case <-m.ctx.Done():
 			return
 		case <-t.C:
+		case <-wake:
+			wake = nil
 		}
 		m.mu.Lock()
 		done := m.gone || step()

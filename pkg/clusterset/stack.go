@@ -330,11 +330,17 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 	start := time.Now()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	// The informer's first sync is noticed when it happens, not at the next tick: a replica's
+	// readiness waits for it. (A request that comes at once waits briefly for the server's
+	// watch cache to take the list.) The ticker notices the rest: errors, recoveries.
+	firstSync := inf.HasSyncedChecker().Done()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-firstSync:
+			firstSync = nil
 		}
 		if !inf.HasSynced() {
 			continue

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -768,4 +769,49 @@ func TestAggregatedDiscoveryStale(t *testing.T) {
 	waitUntil(t, "pods discovered, still syncing", 10*time.Second, func() bool { return freshness() == apidiscoveryv2.DiscoveryFreshnessStale })
 	f.SetSlow(false)
 	waitUntil(t, "pods synced", 10*time.Second, func() bool { return freshness() == apidiscoveryv2.DiscoveryFreshnessCurrent })
+}
+
+// TestWatchAtTheMomentOfSync: a watch that starts with the current objects and comes the
+// moment the registry says a cluster synced is served, not refused with 429, while the watch
+// cache is still taking the initial list (it follows the informer within moments).
+func TestWatchAtTheMomentOfSync(t *testing.T) {
+	a := fakeapi.New(t)
+	pods := make([]corev1.Pod, 20000)
+	for i := range pods {
+		pods[i] = pod("p" + strconv.Itoa(i))
+	}
+	a.SetPods(pods)
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{{Name: "a", Config: a.Config(), Fingerprint: "1"}},
+		Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	events, unsub := reg.Subscribe(64)
+	defer unsub()
+	runRegistry(t, reg.Start)
+	for ch := range events {
+		if ch.Cluster == "a" && ch.Resource == "pods" && ch.To == clusterset.Synced {
+			break
+		}
+	}
+	caughtUp := len(s.unready("pods", nil)) == 0
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/api/v1/pods?watch=true&timeoutSeconds=1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	if resp.StatusCode != http.StatusOK || !strings.Contains(line, `"ADDED"`) {
+		t.Fatalf("watch the moment a synced (the watch cache had its list: %v): %d %s", caughtUp, resp.StatusCode, line)
+	}
+	t.Logf("the watch cache had the list when the registry said Synced: %v", caughtUp)
 }

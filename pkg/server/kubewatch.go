@@ -119,7 +119,7 @@ func (s *Server) openKubeWatch(ctx context.Context, w http.ResponseWriter, kq ku
 		}
 		wo.From = t // one of another replica's, or merged: Watch says it is gone, in the stream
 	}
-	if wo.Initial && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, q.Clusters)) {
+	if wo.Initial && !sel.none && retryUnready(w, kr.groupResource().String(), s.unreadyAwait(ctx, kr.name, q.Clusters)) {
 		return nil, false // an initial list without a cluster's objects would read as their deletes
 	}
 	lw.from = wo.From

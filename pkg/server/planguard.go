@@ -167,6 +167,43 @@ func (pl plan) selfClusters() []string {
 // restarts (queries then read the replaced store). A cluster that failed before it ever
 // synced counts as unready for DeadClusterTimeout, as for readiness.
 func (s *Server) unready(resource string, clusters []string) []string {
+	out, _ := s.unreadyWhy(resource, clusters)
+	return out
+}
+
+// hubCatchUp bounds how long a request waits for the watch cache to take the initial list of
+// a cluster whose informer has synced: the hub is fed by the informer, so it follows within
+// moments, and a client that came as soon as the cluster said Synced is answered instead of
+// told to retry.
+const hubCatchUp = 2 * time.Second
+
+// unreadyAwait is unready, after waiting (up to hubCatchUp, and while ctx lasts) as long as
+// every cluster in it is synced and only the watch cache's intake of its list is pending.
+func (s *Server) unreadyAwait(ctx context.Context, resource string, clusters []string) []string {
+	out, catchingUp := s.unreadyWhy(resource, clusters)
+	if len(out) == 0 || !catchingUp {
+		return out
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(hubCatchUp)
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-deadline:
+			return out
+		case <-t.C:
+		}
+		if out, catchingUp = s.unreadyWhy(resource, clusters); len(out) == 0 || !catchingUp {
+			return out
+		}
+	}
+}
+
+// unreadyWhy is unready; catchingUp reports that every cluster it lists is synced and waits
+// only for the watch cache to hold its whole list.
+func (s *Server) unreadyWhy(resource string, clusters []string) (out []string, catchingUp bool) {
 	reg := s.cacheRegs[resource]
 	info := s.info(resource)
 	if len(clusters) == 0 { // every cluster this replica runs
@@ -174,19 +211,19 @@ func (s *Server) unready(resource string, clusters []string) []string {
 			clusters = append(clusters, c)
 		}
 	}
-	var out []string
+	catchingUp = true
 	now := time.Now()
 	for _, c := range clusters {
 		rs, ok := info[c]
 		switch {
 		case !ok:
-			out = append(out, c+" (not started on this replica yet)")
+			out, catchingUp = append(out, c+" (not started on this replica yet)"), false
 		case rs.State == clusterset.NotServed:
 		case reg != nil && reg.HasListOf(c):
 		case rs.State == clusterset.Pending || rs.State == clusterset.Syncing:
-			out = append(out, c+" (syncing)")
+			out, catchingUp = append(out, c+" (syncing)"), false
 		case rs.State == clusterset.Failed && now.Sub(rs.Since) < s.opts.DeadClusterTimeout:
-			out = append(out, c+" (failing since it started: "+rs.Error+")")
+			out, catchingUp = append(out, c+" (failing since it started: "+rs.Error+")"), false
 		case rs.State == clusterset.Synced || rs.State == clusterset.Degraded:
 			if reg != nil {
 				out = append(out, c+" (the watch cache is still taking its initial list)")
@@ -194,7 +231,7 @@ func (s *Server) unready(resource string, clusters []string) []string {
 		}
 	}
 	slices.Sort(out)
-	return out
+	return out, catchingUp
 }
 
 // plannedFor keeps the planned clusters a resource may have objects in: all but those whose

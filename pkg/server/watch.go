@@ -59,7 +59,7 @@ func (s *Server) openNativeWatch(ctx context.Context, w http.ResponseWriter, q u
 		// It starts with the current objects: a planned cluster whose whole list this replica
 		// does not hold yet (a move under way) would be missing from them, and a client
 		// rebuilding its state from them would lose its objects. As in the Kubernetes API: 429.
-		if s.partOf(q) != nil && retryUnready(w, req.resource, s.unready(req.resource, req.query.Clusters)) {
+		if s.partOf(q) != nil && retryUnready(w, req.resource, s.unreadyAwait(ctx, req.resource, req.query.Clusters)) {
 			return nil, false
 		}
 		wo.From, wo.Initial = h.Position(), true
