@@ -13,12 +13,15 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/multicache/multicache/pkg/informer"
 )
@@ -163,13 +166,13 @@ func (s *stack) build(cfg *rest.Config, r resolved, take Taker) (cache.SharedInd
 	s.mu.Lock()
 	s.key = key
 	s.mu.Unlock()
-	list, watchFn = s.reportErrors(list, watchFn)
-	lw := listWatch(s.spec, &s.progress, client, list, watchFn)
+	lw := listWatch(s.spec, &s.progress, client, list, watchFn, s.onListWatchError)
 	inf, err := informer.New(informer.Options{
 		ListerWatcher: lw,
 		ObjectType:    example,
 		Indexers:      cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		Transform:     s.progress.once(newTransform(s.spec.Transform)),
+		Logger:        ptr.To(klog.Background().WithValues("cluster", s.cluster, "resource", r.gvr.String())),
 	})
 	if err != nil {
 		return nil, mode, fmt.Errorf("cluster %q: %s: %w", s.cluster, r.gvr, err)
@@ -177,39 +180,16 @@ func (s *stack) build(cfg *rest.Config, r resolved, take Taker) (cache.SharedInd
 	return inf, mode, nil
 }
 
-// reportErrors passes every failed list and watch call to onListWatchError. These are the
-// failures client-go's reflector retries: an unreachable server, a refusal, a version that
-// expired. (An error that ends a watch stream already open is not among them: the reflector's
-// next call, or the health probe, reports an outage.)
-func (s *stack) reportErrors(
-	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) (
-	func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
-	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			out, err := list(ctx, o)
-			if err != nil {
-				s.onListWatchError(ctx, err)
-			}
-			return out, err
-		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := watchFn(ctx, o)
-			// A failed watch-list is not a failure: the reflector falls back to a list, whose
-			// own failure is reported.
-			if err != nil && (o.SendInitialEvents == nil || !*o.SendInitialEvents) {
-				s.onListWatchError(ctx, err)
-			}
-			return w, err
-		}
-}
-
 // listWatch applies the spec's selectors to every list and watch, makes p follow each list,
-// and declares whether the client speaks watch-list (client-go's reflector otherwise waits
-// forever for the bookmark that ends a streamed initial list).
+// reports the failures client-go's reflector returns from its list and watch to report (see
+// reportErrors), and declares whether the client speaks watch-list (client-go's reflector
+// otherwise waits forever for the bookmark that ends a streamed initial list).
 func listWatch(spec ResourceSpec, p *progress, client any,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+	report func(context.Context, error)) cache.ListerWatcher {
 	list, watchFn = progressListWatch(p, list, watchFn)
+	list, watchFn = reportErrors(list, watchFn, report)
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			spec.tweak(&o)
@@ -248,6 +228,35 @@ func typedClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, er
 	return rest.RESTClientFor(c)
 }
 
+// reportErrors passes failed list and watch calls to report, as far as client-go's reflector
+// would have passed them to a watch error handler: every failed list, and every failed watch
+// but those the reflector retries by itself (connection refused, 429: its next watch resumes
+// where the last ended) and a failed watch-list (it falls back to a list, whose failure is
+// reported). An error that ends a watch stream already open is not seen here: the reflector's
+// next call, or the cluster's health probe, reports an outage. The size estimate of a streamed
+// list (progressListWatch) calls the list unwrapped, so its failure is no failure of the cache.
+func reportErrors(
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+	report func(context.Context, error)) (
+	func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
+	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			out, err := list(ctx, o)
+			if err != nil {
+				report(ctx, err)
+			}
+			return out, err
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchFn(ctx, o)
+			streamed := o.SendInitialEvents != nil && *o.SendInitialEvents
+			if err != nil && !streamed && !utilnet.IsConnectionRefused(err) && !apierrors.IsTooManyRequests(err) {
+				report(ctx, err)
+			}
+			return w, err
+		}
+}
+
 // onListWatchError records a failed list or watch call, which the reflector will retry.
 func (s *stack) onListWatchError(ctx context.Context, err error) {
 	if ctx.Err() != nil {
@@ -256,8 +265,8 @@ func (s *stack) onListWatchError(ctx context.Context, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st.WatchRestarts++
-	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return // routine: the reflector relists
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) {
+		return // routine: the reflector relists, or lists again from the latest version
 	}
 	s.hasErr = true
 	if s.informer != nil {

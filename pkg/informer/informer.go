@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Options configure New. ListerWatcher and ObjectType are required.
@@ -25,12 +26,15 @@ type Options struct {
 	// Transform runs on every object before it is stored and handed to the handlers, as
 	// SharedIndexInformer.SetTransform's does. SetTransform may also set it before Run.
 	Transform cache.TransformFunc
+	// Logger, if set, is the FIFO's and (through Run's context) the reflector's, so that
+	// their lines say which cluster and resource they are about.
+	Logger *klog.Logger
 }
 
 // Informer is a cache.SharedIndexInformer whose handlers run synchronously on its processing
 // goroutine (see the package documentation).
 //
-// Handlers differ from client-go's in three ways, and agree in the rest:
+// Handlers differ from client-go's in three ways:
 //   - a handler's call delays every later event of the informer, for every handler;
 //   - a handler added after Run first gets the store's objects as initial adds, while the
 //     informer waits: before its first event, or on a goroutine of its own if that comes first.
@@ -52,6 +56,7 @@ type Informer struct {
 	handlers atomic.Pointer[[]*Registration]
 
 	synced <-chan struct{} // the FIFO's: closed once the initial list has been processed
+	logger *klog.Logger
 
 	mu        sync.Mutex
 	transform cache.TransformFunc // read once per object; set before Run
@@ -68,7 +73,7 @@ func New(opts Options) (*Informer, error) {
 	if opts.ObjectType == nil {
 		return nil, errors.New("informer: Options.ObjectType is required")
 	}
-	i := &Informer{transform: opts.Transform, done: make(chan struct{})}
+	i := &Informer{transform: opts.Transform, logger: opts.Logger, done: make(chan struct{})}
 	i.handlers.Store(&[]*Registration{})
 	indexers := opts.Indexers
 	if indexers == nil {
@@ -80,6 +85,7 @@ func New(opts Options) (*Informer, error) {
 		Handler:       dispatch{i},
 		Indexers:      indexers,
 		Transform:     i.transformObject,
+		Logger:        opts.Logger,
 	})
 	indexer, ok := store.(cache.Indexer)
 	if !ok {
@@ -237,6 +243,7 @@ func (r *Registration) replayLocked() {
 	}
 	r.pending.Store(false)
 	if r.removed.Load() {
+		close(r.replayed) // it is gone: nothing waits for it but HasSyncedChecker's goroutine
 		return
 	}
 	for _, obj := range r.i.indexer.List() {
@@ -285,6 +292,9 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 	}
 	i.started = true
 	i.mu.Unlock()
+	if i.logger != nil {
+		ctx = klog.NewContext(ctx, *i.logger)
+	}
 	defer func() {
 		i.mu.Lock()
 		i.stopped = true
@@ -327,7 +337,8 @@ func (i *Informer) GetStore() cache.Store { return i.indexer }
 // GetIndexer is the store.
 func (i *Informer) GetIndexer() cache.Indexer { return i.indexer }
 
-// AddIndexers adds indexes to the store, before or after Run.
+// AddIndexers adds indexes to the store, before or after Run (and, unlike client-go's, also
+// after it stopped).
 func (i *Informer) AddIndexers(indexers cache.Indexers) error { return i.indexer.AddIndexers(indexers) }
 
 // GetController is client-go's controller under the informer.

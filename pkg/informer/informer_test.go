@@ -336,8 +336,10 @@ type fakeRegistration struct {
 }
 
 // TestHasSyncedWhileHandlerWaits: HasSynced must answer while a handler is blocked, also when
-// client-go's FIFO holds its lock through the call (it does while more than two batches are
-// queued). An Aggregate member asks HasSynced holding the lock its feed waits for.
+// client-go's FIFO holds its lock through the call. An Aggregate member asks HasSynced holding
+// the lock its feed waits for. With client-go 0.37's defaults (RealFIFO with atomic events,
+// unlocked while processing unless two batches of 1000 are queued), the 5000 queued watch
+// events below make the FIFO hold its lock; with client-go's HasSynced, this test fails.
 func TestHasSyncedWhileHandlerWaits(t *testing.T) {
 	s := newSource(1)
 	gate1, gate2 := make(chan struct{}), make(chan struct{})

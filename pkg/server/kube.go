@@ -419,7 +419,7 @@ func (s *Server) kubeListAnswer(ctx context.Context, w http.ResponseWriter, kq k
 	}
 	// A planned cluster can leave between the check above and the read (a handoff that
 	// completed meanwhile): asked again after the read, it is never missing from a 200.
-	if sel.planned && !sel.none && retryUnready(w, kr.groupResource().String(), s.unreadyAwait(ctx, kr.name, sel.query.Clusters)) {
+	if sel.planned && !sel.none && retryUnready(w, kr.groupResource().String(), s.unready(kr.name, sel.query.Clusters)) {
 		return kubeList{}, false
 	}
 	if !lp.exact {

@@ -771,12 +771,14 @@ func TestAggregatedDiscoveryStale(t *testing.T) {
 	waitUntil(t, "pods synced", 10*time.Second, func() bool { return freshness() == apidiscoveryv2.DiscoveryFreshnessCurrent })
 }
 
-// TestWatchAtTheMomentOfSync: a watch that starts with the current objects and comes the
-// moment the registry says a cluster synced is served, not refused with 429, while the watch
-// cache is still taking the initial list (it follows the informer within moments).
+// TestWatchAtTheMomentOfSync: a watch-list that comes the moment the registry says a cluster
+// synced is served, not refused with 429, while the watch cache is still taking the initial
+// list (it follows the informer within moments); and its initial events, up to the bookmark
+// that ends them, hold the whole list.
 func TestWatchAtTheMomentOfSync(t *testing.T) {
+	const n = 20000
 	a := fakeapi.New(t)
-	pods := make([]corev1.Pod, 20000)
+	pods := make([]corev1.Pod, n)
 	for i := range pods {
 		pods[i] = pod("p" + strconv.Itoa(i))
 	}
@@ -795,23 +797,47 @@ func TestWatchAtTheMomentOfSync(t *testing.T) {
 	events, unsub := reg.Subscribe(64)
 	defer unsub()
 	runRegistry(t, reg.Start)
-	for ch := range events {
-		if ch.Cluster == "a" && ch.Resource == "pods" && ch.To == clusterset.Synced {
-			break
+	for synced := false; !synced; {
+		select {
+		case ch := <-events:
+			synced = ch.Cluster == "a" && ch.Resource == "pods" && ch.To == clusterset.Synced
+		case <-time.After(30 * time.Second):
+			t.Fatal("a never synced")
 		}
 	}
 	caughtUp := len(s.unready("pods", nil)) == 0
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/api/v1/pods?watch=true&timeoutSeconds=1", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=10", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
-	if resp.StatusCode != http.StatusOK || !strings.Contains(line, `"ADDED"`) {
-		t.Fatalf("watch the moment a synced (the watch cache had its list: %v): %d %s", caughtUp, resp.StatusCode, line)
+	dec := json.NewDecoder(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		var st metav1.Status
+		_ = dec.Decode(&st)
+		t.Fatalf("watch-list the moment a synced (the watch cache had its list: %v): %d %s", caughtUp, resp.StatusCode, st.Message)
+	}
+	added := 0
+	for {
+		var ev struct {
+			Type   string
+			Object metav1.PartialObjectMetadata
+		}
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("after %d ADDED: %v", added, err)
+		}
+		if ev.Type == "BOOKMARK" && ev.Object.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+			break
+		}
+		if ev.Type == "ADDED" {
+			added++
+		}
+	}
+	if added != n {
+		t.Errorf("initial events before the bookmark that ends them: %d ADDED, want %d", added, n)
 	}
 	t.Logf("the watch cache had the list when the registry said Synced: %v", caughtUp)
 }

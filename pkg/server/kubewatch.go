@@ -119,8 +119,13 @@ func (s *Server) openKubeWatch(ctx context.Context, w http.ResponseWriter, kq ku
 		}
 		wo.From = t // one of another replica's, or merged: Watch says it is gone, in the stream
 	}
-	if wo.Initial && !sel.none && retryUnready(w, kr.groupResource().String(), s.unreadyAwait(ctx, kr.name, q.Clusters)) {
-		return nil, false // an initial list without a cluster's objects would read as their deletes
+	if wo.Initial && !sel.none {
+		if retryUnready(w, kr.groupResource().String(), s.unreadyAwait(ctx, kr.name, q.Clusters)) {
+			return nil, false // an initial list without a cluster's objects would read as their deletes
+		}
+		// An initial list starts from the position after any wait, which holds the lists
+		// waited for.
+		wo.From = h.Position()
 	}
 	lw.from = wo.From
 	if !sel.none {

@@ -98,7 +98,7 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		s:              s,
 		state:          prometheus.NewDesc("multicache_resource_state", "1 for the state each cluster × resource is in.", []string{"cluster", "resource", "state"}, nil),
 		objects:        prometheus.NewDesc("multicache_objects", "Objects cached per cluster × resource.", []string{"cluster", "resource"}, nil),
-		restarts:       prometheus.NewDesc("multicache_watch_restarts_total", "List/watch failures the reflector retried.", []string{"cluster", "resource"}, nil),
+		restarts:       prometheus.NewDesc("multicache_watch_restarts_total", "Failed list and watch calls of the reflector (it retries each).", []string{"cluster", "resource"}, nil),
 		lastSync:       prometheus.NewDesc("multicache_last_sync_timestamp_seconds", "When the cache was last known in step with the server.", []string{"cluster", "resource"}, nil),
 		events:         prometheus.NewDesc("multicache_events_total", "Events seen by the watch hub per resource (rate() gives events/s).", []string{"resource"}, nil),
 		queue:          prometheus.NewDesc("multicache_handler_queue_depth", "Events queued for a handler and not yet delivered.", []string{"resource", "handler"}, nil),

@@ -250,7 +250,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Planned here and not complete yet (a move under way): not a 404.
-	if !exists && slices.Contains(s.partOf(r.URL.Query()), k.Cluster) && retryUnready(w, res, s.unreadyAwait(r.Context(), res, []string{k.Cluster})) {
+	if !exists && slices.Contains(s.partOf(r.URL.Query()), k.Cluster) && retryUnready(w, res, s.unready(res, []string{k.Cluster})) {
 		return
 	}
 	if !exists {

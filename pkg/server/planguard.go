@@ -184,7 +184,9 @@ func (s *Server) unreadyAwait(ctx context.Context, resource string, clusters []s
 	if len(out) == 0 || !catchingUp {
 		return out
 	}
-	t := time.NewTicker(5 * time.Millisecond)
+	// Each look reads every stack's status: often enough to answer soon after the watch
+	// cache has the list, rarely enough that many waiting requests cost little.
+	t := time.NewTicker(25 * time.Millisecond)
 	defer t.Stop()
 	deadline := time.After(hubCatchUp)
 	for {
