@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,12 @@ import (
 // one replica that runs them all (single), and by a replica that runs a and b and asks a peer
 // for c (fanned). Both read the same Registry.
 func twoReplicas(t *testing.T) (single, fanned *httptest.Server) {
+	return twoReplicasVia(t, nil)
+}
+
+// twoReplicasVia is twoReplicas with the fanned replica's requests to its peer passing through
+// via (nil: straight to single).
+func twoReplicasVia(t *testing.T, via func(http.Handler) http.Handler) (single, fanned *httptest.Server) {
 	var src clusterset.Static
 	for i, name := range []string{"a", "b", "c"} {
 		f := fakeapi.New(t)
@@ -50,7 +57,13 @@ func twoReplicas(t *testing.T) (single, fanned *httptest.Server) {
 	}
 	single = httptest.NewServer(one.Handler())
 	t.Cleanup(single.Close)
-	fl := &staticFleet{owners: []shard.Owner{self("a"), self("b"), {Cluster: "c", Holder: "p2", URL: single.URL, Live: true}}}
+	peerURL := single.URL
+	if via != nil {
+		peer := httptest.NewServer(via(one.Handler()))
+		t.Cleanup(peer.Close)
+		peerURL = peer.URL
+	}
+	fl := &staticFleet{owners: []shard.Owner{self("a"), self("b"), {Cluster: "c", Holder: "p2", URL: peerURL, Live: true}}}
 	two, err := New(Options{Registry: reg, Fleet: fl, BookmarkInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +217,85 @@ func TestFanoutListMatchesOneReplica(t *testing.T) {
 	if c, _ := json.Marshal(walked); string(c) != string(a) {
 		t.Errorf("native pages differ from the whole list:\n%s\n%s", c, a)
 	}
+}
+
+// TestFanoutPageAsksTheLeadingOwner: a paged list without selectors asks, for each page, the
+// owner of the clusters the page starts with for the elements, and every other owner only for
+// its position (a part narrowed to no cluster), until that owner's clusters run out; the
+// pages walk the one replica's list, and each page's position resumes a watch.
+func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string // the peer's lists: the clusters each was narrowed to
+	single, fanned := twoReplicasVia(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if q := r.URL.Query(); q.Has(partParam) && !isWatch(q) {
+				mu.Lock()
+				asked = append(asked, "["+q.Get(partParam)+"] limit "+q.Get("limit"))
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	_, _, whole := do(t, single, "GET", "/api/v1/pods", "")
+	wantKeys, _, _ := listed(t, whole, false)
+	// a has 3 Pods, b 4 (this replica's), c 5 (the peer's). Pages of 5: a's 3 and b's first 2;
+	// b's last 2 and then c's first 3 (b's run falls short); c's last 2.
+	wantAsked := [][]string{{"[] limit 5"}, {"[] limit 5", "[c] limit 3"}, {"[c] limit 5"}}
+	var walked []string
+	cont := ""
+	for i := 0; ; i++ {
+		q := url.Values{"limit": {"5"}}
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		mu.Lock()
+		asked = nil
+		mu.Unlock()
+		code, _, page := do(t, fanned, "GET", "/api/v1/pods?"+q.Encode(), "")
+		if code != 200 {
+			t.Fatalf("page %d: %d %s", i, code, page)
+		}
+		keys, _, md := listed(t, page, false)
+		walked = append(walked, keys...)
+		mu.Lock()
+		got := slices.Clone(asked)
+		mu.Unlock()
+		if i >= len(wantAsked) || !slices.Equal(got, wantAsked[i]) {
+			t.Errorf("page %d (%v): the peer was asked %q, want %q", i, keys, got, wantAsked[min(i, len(wantAsked)-1)])
+		}
+		rv, _ := md["resourceVersion"].(string)
+		pos, ok := parseMerged(rv)
+		if !ok || len(pos.Parts) != 2 {
+			t.Fatalf("page %d: resourceVersion %q holds %d parts' positions, want both", i, rv, len(pos.Parts))
+		}
+		// The page's position resumes a watch of the fleet: it opens without 410.
+		events := watchUntil(t, fanned, "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion="+url.QueryEscape(rv), "", func(typ string, _ map[string]json.RawMessage) bool {
+			return typ == "BOOKMARK" || typ == "ERROR"
+		})
+		if n := len(events); n == 0 || events[n-1].Type != "BOOKMARK" {
+			t.Errorf("page %d: a watch from its resourceVersion: %v, want a BOOKMARK", i, events)
+		}
+		if cont, _ = md["continue"].(string); cont == "" {
+			break
+		}
+		if i > 5 {
+			t.Fatal("more pages than elements")
+		}
+	}
+	if !slices.Equal(walked, wantKeys) || len(wantKeys) != 12 {
+		t.Errorf("pages walked %v, want %v", walked, wantKeys)
+	}
+	// A selector's matches may lie in any cluster: every owner is asked at once.
+	mu.Lock()
+	asked = nil
+	mu.Unlock()
+	if code, _, body := do(t, fanned, "GET", "/api/v1/pods?limit=5&fieldSelector=metadata.namespace%3Dns0", ""); code != 200 {
+		t.Fatalf("selected page: %d %s", code, body)
+	}
+	if mu.Lock(); !slices.Equal(asked, []string{"[c] limit 5"}) {
+		t.Errorf("a page with a selector asked the peer %q, want its clusters", asked)
+	}
+	mu.Unlock()
 }
 
 // watchUntil opens a watch at path and reads its events until stop says so, for at most 10 s.

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
+	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
@@ -86,25 +87,44 @@ func (f fanout) kubeList(ctx context.Context, q partQuery) (partList, error) {
 		}
 		from = t
 	}
-	answers := gather(ctx, s, f.r, pl, func(ctx context.Context, rd partReader, p part) (partList, error) {
-		pq := restrictTo(vals, p.clusters)
-		pq.Del("continue")
-		pq.Del("resourceVersion")
-		pq.Del("resourceVersionMatch")
-		rv, ok := partPosition(from, p)
-		switch {
-		case cont != nil:
-			pq.Set("continue", partContinue(*cont, p))
-		case ok && rv != "":
-			pq.Set("resourceVersion", rv)
-			if m := vals.Get("resourceVersionMatch"); m != "" {
-				pq.Set("resourceVersionMatch", m)
+	// read reads part p's page: the request narrowed to the clusters clustersOf(p), at most n
+	// elements (n 0: the request's own limit), after c's key at p's position in c, or, without
+	// c, from the request's resourceVersion.
+	var read pageReader = func(c *watchcache.Continue, n int, clustersOf func(part) []string) func(context.Context, partReader, part) (partList, error) {
+		return func(ctx context.Context, rd partReader, p part) (partList, error) {
+			pq := restrictTo(vals, clustersOf(p))
+			pq.Del("continue")
+			pq.Del("resourceVersion")
+			pq.Del("resourceVersionMatch")
+			if n > 0 {
+				pq.Set("limit", strconv.Itoa(n))
 			}
+			rv, ok := partPosition(from, p)
+			switch {
+			case c != nil:
+				pq.Set("continue", partContinue(*c, p))
+			case ok && rv != "":
+				pq.Set("resourceVersion", rv)
+				if m := vals.Get("resourceVersionMatch"); m != "" {
+					pq.Set("resourceVersionMatch", m)
+				}
+			}
+			return rd.list(ctx, partQuery{kube: true, path: q.path, query: pq, kind: "list"})
 		}
-		return rd.list(ctx, partQuery{kube: true, path: q.path, query: pq, kind: "list"})
-	})
-	if err := refused(answers, true, len(pl.down)); err != nil {
-		return partList{}, err
+	}
+	var answers []answer[partList]
+	var mp mergedPage
+	if limit > 0 && !exact && opts.LabelSelector == "" && opts.FieldSelector == "" && len(pl.parts) > 1 {
+		var err error
+		if answers, mp, err = f.pageInKeyOrder(ctx, cont, limit, read); err != nil {
+			return partList{}, err
+		}
+	} else {
+		answers = gather(ctx, s, f.r, pl, read(cont, 0, func(p part) []string { return p.clusters }))
+		if err := refused(answers, true, len(pl.down)); err != nil {
+			return partList{}, err
+		}
+		mp = mergePages(answers, limit)
 	}
 	i := slices.IndexFunc(answers, func(a answer[partList]) bool { return a.err == nil })
 	if i < 0 {
@@ -114,7 +134,6 @@ func (f fanout) kubeList(ctx context.Context, q partQuery) (partList, error) {
 		}
 		return partList{}, refusal(http.StatusServiceUnavailable, "no replica could answer: "+strings.Join(errs, "; "), false)
 	}
-	mp := mergePages(answers, limit)
 	l := partList{head: answers[i].val.head, table: answers[i].val.table, elements: mp.elements, rv: watchcache.Position{Parts: mp.rvs}.String()}
 	if mp.more && len(mp.elements) > 0 {
 		l.cont = watchcache.Continue{Last: mp.elements[len(mp.elements)-1].key.String(), Position: watchcache.Position{Parts: mp.rvs}, Exact: exact}.String()
@@ -505,4 +524,107 @@ func addWarnings(h http.Header, warnings []string) {
 			h.Add("Warning", hv)
 		}
 	}
+}
+
+// pageReader reads one part's page: after c's key (from the request's position without c),
+// at most n elements, narrowed to the clusters clustersOf gives for the part.
+type pageReader func(c *watchcache.Continue, n int, clustersOf func(part) []string) func(context.Context, partReader, part) (partList, error)
+
+// pageInKeyOrder reads a page of limit elements of a paged list without selectors the way its
+// keys sort: by cluster first. The clusters from the page's start onward that one owner holds
+// in a row (the leading run) come first in the fleet's order, so that owner alone is asked
+// for the page, narrowed to them; every other part is asked for its position only (narrowed
+// to no cluster, an empty page that costs it no read). Only when the leading run holds fewer
+// than limit elements are the parts that own later clusters asked for the rest, at once and
+// at the positions they answered, as in a plain fan-out. A fleet of large clusters thus
+// answers a page from one owner's encoding, not from one per owner.
+//
+// Invariant: every part answers at least once, so the page's position holds every part's, as
+// in a plain fan-out; a part's position is the first it answered, from which the page's
+// elements were read or after which they were (a list may be ahead of its resourceVersion,
+// never behind it).
+func (f fanout) pageInKeyOrder(ctx context.Context, cont *watchcache.Continue, limit int, read pageReader) ([]answer[partList], mergedPage, error) {
+	s, pl := f.s, f.pl
+	type owned struct {
+		cluster string
+		part    int
+	}
+	var order []owned
+	for i, p := range pl.parts {
+		for _, c := range p.clusters {
+			order = append(order, owned{c, i})
+		}
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i].cluster < order[j].cluster })
+	var after *aggregate.Key
+	if cont != nil {
+		k := cont.After()
+		after = &k
+	}
+	start := len(order)
+	if after == nil {
+		start = 0
+	} else {
+		start = sort.Search(len(order), func(i int) bool { return order[i].cluster >= after.Cluster })
+	}
+	leader, run := -1, []string{}
+	end := start // order[start:end] is the leading run
+	if start < len(order) {
+		leader = order[start].part
+		for end < len(order) && order[end].part == leader {
+			run = append(run, order[end].cluster)
+			end++
+		}
+	}
+	first := gather(ctx, s, f.r, pl, read(cont, limit, func(p part) []string {
+		if leader >= 0 && p.peer == pl.parts[leader].peer {
+			return run
+		}
+		return []string{}
+	}))
+	if err := refused(first, true, len(pl.down)); err != nil {
+		return nil, mergedPage{}, err
+	}
+	mp := mergePages(first, limit)
+	if mp.more || len(mp.elements) >= limit || end == len(order) {
+		// The leading run completed the page (its owner has more, or gave a whole page), or
+		// no cluster follows it: later clusters' elements come in the next page, which
+		// continues after this one's last key.
+		mp.more = mp.more || end < len(order)
+		return first, mp, nil
+	}
+	// The rest of the page comes from the clusters after the run, each part at the position it
+	// answered: a continue after the last key read (or the request's own).
+	var next *watchcache.Continue
+	switch {
+	case len(mp.elements) > 0:
+		next = &watchcache.Continue{Last: mp.elements[len(mp.elements)-1].key.String(), Position: watchcache.Position{Parts: mp.rvs}}
+	case cont != nil:
+		next = &watchcache.Continue{Last: cont.Last, Position: watchcache.Position{Parts: mp.rvs}}
+	}
+	rest := plan{down: pl.down, owner: pl.owner, keep: pl.keep}
+	later := map[string][]string{}
+	for _, o := range order[end:] {
+		p := pl.parts[o.part]
+		if _, ok := later[p.peer]; !ok {
+			rest.parts = append(rest.parts, p)
+		}
+		later[p.peer] = append(later[p.peer], o.cluster)
+	}
+	second := gather(ctx, s, f.r, rest, read(next, limit-len(mp.elements), func(p part) []string { return later[p.peer] }))
+	if err := refused(second, true, len(pl.down)); err != nil {
+		return nil, mergedPage{}, err
+	}
+	mp2 := mergePages(second, limit-len(mp.elements))
+	mp.elements = append(mp.elements, mp2.elements...)
+	mp.more = mp2.more
+	for peer, pos := range mp2.rvs {
+		if _, ok := mp.rvs[peer]; !ok {
+			mp.rvs[peer] = pos
+		}
+	}
+	for c, err := range mp2.failed {
+		mp.failed[c] = err
+	}
+	return append(first, second...), mp, nil
 }
