@@ -1,12 +1,15 @@
 package shard
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"math"
+	"slices"
 )
 
-// member is a peer as ownership sees it: a live replica and its weight.
+// member is a peer as ownership sees it: a live replica and its weight (1..MaxWeight, as
+// Options.Validate and peerWeight guarantee).
 type member struct {
 	id     string
 	weight int
@@ -26,16 +29,177 @@ func score(peer, cluster string, weight int) float64 {
 	return -float64(weight) / math.Log(unit(peer, cluster))
 }
 
-// owner is the member with the highest score for cluster, ties going to the smaller ID; ""
-// when there are no members. Removing a member moves only the clusters it won; adding one
-// moves clusters only to it.
-func owner(members []member, cluster string) string {
-	best, bestScore := "", 0.0
-	for _, m := range members {
-		s := score(m.id, cluster, m.weight)
-		if best == "" || s > bestScore || s == bestScore && m.id < best {
-			best, bestScore = m.id, s
+// The slack is how far above its exact weighted share a member's capacity lies, as the
+// fraction slackNum/slackDen (1/16 = 6.25%). A larger slack lets more clusters stay with their
+// rendezvous favourite, so fewer move when the fleet or the peers change; a smaller one
+// balances better. 1/16 keeps 100 clusters over 3 equal members at most 36 per member
+// (⌈100/3 × 17/16⌉ = 36), and 9 over 3 at most 4.
+const (
+	slackNum = 1
+	slackDen = 16
+)
+
+// capacity is the most clusters a member of weight w may own out of n when the members'
+// weights sum to total: ⌈n × w/total × (1 + slack)⌉, in integers so that no rounding error
+// of an exact share adds a cluster. It is at least 1 when n and w are, and the capacities of
+// all members sum to at least n.
+func capacity(n, w, total int) int {
+	num := int64(n) * int64(w) * (slackDen + slackNum)
+	den := int64(total) * slackDen
+	return int((num + den - 1) / den)
+}
+
+// assignment is the owner of every cluster of one fleet over one set of members: rendezvous
+// hashing with bounded loads. Every (cluster, member) pair is taken in descending score order
+// (ties: smaller member ID, then smaller cluster name), and the cluster goes to the member if
+// it has no owner yet and the member is below its capacity.
+//
+// Invariants:
+//   - It is a function of the set of members (ID and weight) and the set of clusters: the
+//     order of the input slices and duplicates in them do not matter, so replicas that see the
+//     same fleet and the same live peers compute the same owner for every cluster.
+//   - With at least one member, every cluster has an owner (the capacities sum to at least the
+//     number of clusters); with none, every owner is "".
+//   - No member owns more than its capacity, ⌈N × w/W × (1 + slack)⌉.
+//   - A cluster's owner is its rendezvous favourite unless that member is full of clusters
+//     that score higher for it; with unbounded capacities this is plain weighted rendezvous
+//     hashing.
+//   - Unlike plain rendezvous hashing, one cluster's owner depends on the whole fleet: adding
+//     or removing a cluster or a member may move a few other clusters between the remaining
+//     members (TestAssignDisruption measures how many).
+type assignment struct {
+	members []member // sorted by ID, one per ID
+	names   []string // sorted, without duplicates
+	owners  map[string]string
+}
+
+// owner is the member that should hold cluster, "" for a cluster outside the assignment, when
+// there are no members, or on a nil assignment.
+func (a *assignment) owner(cluster string) string {
+	if a == nil {
+		return ""
+	}
+	return a.owners[cluster]
+}
+
+// counts is how many clusters each member owns.
+func (a *assignment) counts() map[string]int {
+	out := make(map[string]int, len(a.members))
+	for _, o := range a.owners {
+		out[o]++
+	}
+	return out
+}
+
+// same reports whether a was computed for these members and clusters (as sets).
+func (a *assignment) same(members []member, clusters []string) bool {
+	if a == nil || !slices.Equal(a.members, normMembers(members)) {
+		return false
+	}
+	if strictlySorted(clusters) {
+		return slices.Equal(a.names, clusters) // the common case: no copy
+	}
+	return slices.Equal(a.names, normNames(clusters))
+}
+
+// assign computes the assignment of clusters over members. It sorts N × R (cluster, member)
+// pairs: call it once per change of either set, not per cluster.
+func assign(members []member, clusters []string) *assignment {
+	ms, names := normMembers(members), normNames(clusters)
+	a := &assignment{members: ms, names: names, owners: make(map[string]string, len(names))}
+	if len(ms) == 0 || len(names) == 0 {
+		return a
+	}
+	total := 0
+	for _, m := range ms {
+		total += m.weight
+	}
+	room := make([]int, len(ms))
+	for i, m := range ms {
+		room[i] = capacity(len(names), m.weight, total)
+	}
+	type pair struct {
+		score float64
+		m, c  int32 // indexes into ms and names: their order is ID and name order
+	}
+	pairs := make([]pair, 0, len(ms)*len(names))
+	for c, name := range names {
+		for m, mb := range ms {
+			pairs = append(pairs, pair{score(mb.id, name, mb.weight), int32(m), int32(c)})
 		}
 	}
-	return best
+	slices.SortFunc(pairs, func(x, y pair) int {
+		if x.score != y.score {
+			return cmp.Compare(y.score, x.score) // descending
+		}
+		if x.m != y.m {
+			return cmp.Compare(x.m, y.m)
+		}
+		return cmp.Compare(x.c, y.c)
+	})
+	owner := make([]int32, len(names))
+	for i := range owner {
+		owner[i] = -1
+	}
+	left := len(names)
+	for _, p := range pairs {
+		if left == 0 {
+			break
+		}
+		if owner[p.c] >= 0 || room[p.m] == 0 {
+			continue
+		}
+		owner[p.c] = p.m
+		room[p.m]--
+		left--
+	}
+	for c, m := range owner {
+		a.owners[names[c]] = ms[m].id // m ≥ 0: the capacities sum to at least len(names)
+	}
+	return a
+}
+
+// normMembers is members sorted by ID, one per ID (the largest weight when an ID repeats),
+// each weight at least 1 so that every member has room.
+func normMembers(members []member) []member {
+	ms := slices.Clone(members)
+	for i := range ms {
+		ms[i].weight = max(ms[i].weight, 1)
+	}
+	slices.SortFunc(ms, func(x, y member) int {
+		if c := cmp.Compare(x.id, y.id); c != 0 {
+			return c
+		}
+		return cmp.Compare(y.weight, x.weight)
+	})
+	return slices.CompactFunc(ms, func(x, y member) bool { return x.id == y.id })
+}
+
+// normNames is a sorted copy of names without duplicates.
+func normNames(names []string) []string {
+	out := slices.Clone(names)
+	if !strictlySorted(out) {
+		slices.Sort(out)
+		out = slices.Compact(out)
+	}
+	return out
+}
+
+func strictlySorted(names []string) bool {
+	for i := 1; i < len(names); i++ {
+		if names[i-1] >= names[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// assignmentFor is the assignment of names over members, the last one again when both sets
+// are unchanged: a reconcile pass runs up to ten times a second while it waits on Local, and
+// the members and the fleet rarely change between passes.
+func (st *loopState) assignmentFor(members []member, names []string) *assignment {
+	if !st.assigned.same(members, names) {
+		st.assigned = assign(members, names)
+	}
+	return st.assigned
 }

@@ -35,12 +35,13 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 	env := harness.Start(t, harness.Options{Clusters: 1})
 	r := newRig(t, env.Ctx, env.Fleet.Clusters[0].AdminConfig(), 9)
 
-	// Three replicas: every cluster ends up with exactly one holder, the HRW owner.
+	// Three replicas: every cluster ends up with exactly one holder, its owner in the
+	// assignment (rendezvous hashing with bounded loads).
 	reg := prometheus.NewRegistry()
 	r.start("r1", reg)
 	r.start("r2", nil)
 	r.start("r3", nil)
-	r.converge("three replicas share the fleet", 5*r.ld, r.hrw("r1", "r2", "r3"))
+	r.converge("three replicas share the fleet", 5*r.ld, r.assigned("r1", "r2", "r3"))
 	r.mu.Lock()
 	var owned dto.Metric
 	_ = r.nodes["r1"].c.m.owned.Write(&owned)
@@ -75,7 +76,7 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 	})
 	t.Logf("takeover: %d clusters of crashed %s held by survivors %s after the crash (lease duration %s)", len(its), victim, time.Since(t0).Round(time.Millisecond), r.ld)
 	survivors := r.aliveIDs()
-	r.converge("survivors share the fleet", 5*r.ld, r.hrw(survivors...))
+	r.converge("survivors share the fleet", 5*r.ld, r.assigned(survivors...))
 	for _, id := range survivors {
 		for _, p := range r.node(id).c.Peers() {
 			if p.ID == victim && p.Live {
@@ -88,7 +89,7 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 	// LeaseDuration, by direct handoff, never unowned.
 	r.checkUnowned.Store(true)
 	joined := append(survivors, "r4")
-	want := r.hrw(joined...)
+	want := r.assigned(joined...)
 	if len(holdersIn(want, "r4")) == 0 {
 		t.Fatalf("the test's cluster names give r4 nothing: %v", want)
 	}
@@ -115,7 +116,7 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 	if held := r.holdersOf(leaving); len(held) > 0 {
 		t.Errorf("%s still holds %v after its shutdown", leaving, held)
 	}
-	r.converge("the rest share the fleet", 5*r.ld, r.hrw(r.aliveIDs()...))
+	r.converge("the rest share the fleet", 5*r.ld, r.assigned(r.aliveIDs()...))
 	r.finish()
 }
 
@@ -263,15 +264,17 @@ func (r *rig) aliveIDs() []string {
 	return sortedKeys(r.nodes)
 }
 
-// hrw is the assignment the design converges to over the given replicas (weight 1 each).
-func (r *rig) hrw(ids ...string) map[string]string {
+// assigned is the assignment the design converges to over the given replicas (weight 1
+// each): rendezvous hashing with bounded loads over the rig's whole fleet.
+func (r *rig) assigned(ids ...string) map[string]string {
 	ms := make([]member, len(ids))
 	for i, id := range ids {
 		ms[i] = member{id: id, weight: 1}
 	}
+	a := assign(ms, r.names)
 	out := map[string]string{}
 	for _, name := range r.names {
-		out[name] = owner(ms, name)
+		out[name] = a.owner(name)
 	}
 	return out
 }

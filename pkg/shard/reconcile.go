@@ -43,6 +43,7 @@ type loopState struct {
 	first     bool                    // no reconcile has run yet
 	wasLive   bool                    // selfLive at the last reconcile
 	stopping  bool                    // Run's context ended: offer nothing, take nothing
+	assigned  *assignment             // the last assignment computed, reused while its inputs hold
 }
 
 // orphanMark: the fence's holder was first seen without a peer Lease at since.
@@ -192,6 +193,13 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 		}
 	}
 	members := c.members(peers, active)
+	// Who should hold each cluster: one assignment over the whole fleet this replica sees and
+	// the members, computed only when this replica may take or hand over clusters. Replicas
+	// that see the same fleet and the same members compute the same one.
+	var own *assignment
+	if active {
+		own = st.assignmentFor(members, st.names)
+	}
 	fences := st.fences()
 	local := c.localFunc()
 	loaded := c.loadedVersion()
@@ -261,7 +269,7 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 			if !active {
 				continue // keep the fence, run nothing
 			}
-			to := c.handoffTarget(name, members, peers, now)
+			to := c.handoffTarget(name, own, peers, now)
 			if to == "" {
 				if st.handoff[name] != "" {
 					c.log.Info("handoff cancelled: the target is no longer the owner or no longer live", zap.String("cluster", name), zap.String("to", st.handoff[name]))
@@ -282,7 +290,7 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 				busy = true
 			}
 		case !isHeld:
-			if active && !blocked(name, f) && owner(members, name) == self {
+			if active && !blocked(name, f) && own.owner(name) == self {
 				acts = append(acts, action{op: opAcquire, cluster: name, lease: f})
 			}
 		}
@@ -379,10 +387,10 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 	return busy, next
 }
 
-// handoffTarget is the peer a cluster we hold should go to now: its HRW owner, if that is
-// another peer we have seen live for at least a LeaseDuration; else "".
-func (c *Coordinator) handoffTarget(cluster string, members []member, peers map[string]peerView, now time.Time) string {
-	t := owner(members, cluster)
+// handoffTarget is the peer a cluster we hold should go to now: its owner in the assignment,
+// if that is another peer we have seen live for at least a LeaseDuration; else "".
+func (c *Coordinator) handoffTarget(cluster string, own *assignment, peers map[string]peerView, now time.Time) string {
+	t := own.owner(cluster)
 	if t == "" || t == c.opts.Identity {
 		return ""
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -149,13 +150,34 @@ func (c *Coordinator) shutdown(ctx context.Context, st *loopState) error {
 	now := c.clock.Now()
 	members := c.members(c.obs.snapshot(now), false)
 	fences := st.fences()
-	var errs []error
+	var held, outside []string
 	for _, name := range sortedKeys(fences) {
-		f := fences[name]
-		if holderOf(f) != c.opts.Identity {
+		if holderOf(fences[name]) != c.opts.Identity {
 			continue
 		}
-		if err := c.handOver(ctx, f, name, owner(members, name)); err != nil {
+		held = append(held, name)
+		if _, ok := st.fleet[name]; !ok {
+			outside = append(outside, name)
+		}
+	}
+	// Each cluster of the fleet goes to its owner in the assignment over the fleet and the
+	// other members: peers that see the same fleet, and this replica leaving, compute the same
+	// one, so nothing moves again once they hold it. A fence held for a cluster outside our
+	// fleet (one that left it, or reached a peer's fleet before ours and came with a handoff)
+	// goes to its owner in the assignment over the fleet plus those clusters: what a peer whose
+	// fleet is ours plus them computes.
+	own := st.assignmentFor(members, st.names)
+	var wider *assignment
+	if len(outside) > 0 {
+		wider = assign(members, append(slices.Clone(st.names), outside...))
+	}
+	var errs []error
+	for _, name := range held {
+		to := own.owner(name)
+		if _, ok := st.fleet[name]; !ok {
+			to = wider.owner(name)
+		}
+		if err := c.handOver(ctx, fences[name], name, to); err != nil {
 			errs = append(errs, err)
 		}
 	}
