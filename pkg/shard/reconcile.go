@@ -44,6 +44,14 @@ type loopState struct {
 	wasLive   bool                    // selfLive at the last reconcile
 	stopping  bool                    // Run's context ended: offer nothing, take nothing
 	assigned  *assignment             // the last assignment computed, reused while its inputs hold
+	arrived   map[string]arrival      // fences that came to us from another holder, from whom and when
+}
+
+// arrival: a fence we hold came to us from the replica from, as this replica saw at `at` (by
+// its own clock).
+type arrival struct {
+	from string
+	at   time.Time
 }
 
 // orphanMark: the fence's holder was first seen without a peer Lease at since.
@@ -67,6 +75,7 @@ func newLoopState(leases coordlisters.LeaseNamespaceLister) *loopState {
 		offered:   map[string]bool{},
 		lastOffer: map[string]uint64{},
 		handoff:   map[string]string{},
+		arrived:   map[string]arrival{},
 		orphan:    map[string]orphanMark{},
 		pending:   map[string]pendingWrite{},
 		holders:   map[string]string{},
@@ -263,6 +272,10 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 		}
 		if h != self {
 			delete(st.handoff, name)
+			delete(st.arrived, name)
+		} else if prev := st.holders[name]; !st.first && prev != "" && prev != self {
+			// The fence just came to us from prev (the last pass saw prev hold it).
+			st.arrived[name] = arrival{from: prev, at: now}
 		}
 		switch {
 		case h == self:
@@ -270,6 +283,14 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 				continue // keep the fence, run nothing
 			}
 			to := c.handoffTarget(name, own, peers, now)
+			// A fence is not handed back to the replica it came from within a LeaseDuration of
+			// its coming: while two replicas see different fleets, each may take the other for
+			// the cluster's owner, and they would otherwise pass it back and forth as fast as
+			// they reconcile, running it nowhere. Once they agree (or the window passes), it moves.
+			if a, ok := st.arrived[name]; ok && to != "" && to == a.from && now.Sub(a.at) < c.ld {
+				soon(a.at.Add(c.ld))
+				to = ""
+			}
 			if to == "" {
 				if st.handoff[name] != "" {
 					c.log.Info("handoff cancelled: the target is no longer the owner or no longer live", zap.String("cluster", name), zap.String("to", st.handoff[name]))
@@ -293,6 +314,12 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 			if active && !blocked(name, f) && own.owner(name) == self {
 				acts = append(acts, action{op: opAcquire, cluster: name, lease: f})
 			}
+		}
+	}
+
+	for name, a := range st.arrived {
+		if now.Sub(a.at) >= c.ld {
+			delete(st.arrived, name) // its window is over: nothing to remember
 		}
 	}
 
