@@ -56,6 +56,10 @@ type scaleProc struct {
 	// lastInuse is the heap's spans in use (go_memstats_heap_inuse_bytes) at the last
 	// memory reading: above the live heap by the fragmentation of partly used spans.
 	lastInuse float64
+	// lastIdle and lastReleased are the heap's free spans and those of them returned to the
+	// OS (go_memstats_heap_idle_bytes, go_memstats_heap_released_bytes) at that reading: their
+	// difference is resident memory the heap holds for its next growth.
+	lastIdle, lastReleased float64
 }
 
 func startScaleProc(b *testing.B, bin, id, addr string, args ...string) *scaleProc {
@@ -137,6 +141,12 @@ func (p *scaleProc) memory(b *testing.B) (heapBytes, rssBytes, peakBytes float64
 		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
 			inuse, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			p.lastInuse = inuse
+		}
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_idle_bytes "); ok {
+			p.lastIdle, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_released_bytes "); ok {
+			p.lastReleased, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
@@ -463,7 +473,7 @@ func BenchmarkFleetScale(b *testing.B) {
 		for _, p := range rs {
 			h, rss, peak := p.memory(b)
 			r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
-			lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(rss), gib(peak)))
+			lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s, free spans not returned to the OS %s) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(p.lastIdle-p.lastReleased), gib(rss), gib(peak)))
 		}
 		r.perReplica = strings.Join(lines, ", ")
 		r.fanPage50, r.fanPage99 = rs[0].latencies(b, queries, page)
