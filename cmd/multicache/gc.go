@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -119,4 +120,33 @@ func waitInitialSync(ctx context.Context, reg *clusterset.Registry) (failing []s
 		return true, nil
 	})
 	return failing
+}
+
+// memoryReturns returns freed memory to the operating system and counts it: how often, and
+// when last (so that a reading of RSS can tell whether one ran since the memory was freed).
+type memoryReturns struct {
+	total *prometheus.CounterVec
+	last  prometheus.Gauge
+}
+
+func newMemoryReturns(reg prometheus.Registerer) *memoryReturns {
+	m := &memoryReturns{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "multicache_memory_returned_total",
+			Help: "Times freed heap memory was returned to the operating system (runtime/debug.FreeOSMemory), by what freed it: the initial sync, or clusters that moved.",
+		}, []string{"after"}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "multicache_memory_returned_timestamp_seconds",
+			Help: "Unix time at which freed heap memory was last returned to the operating system; 0 before the first time.",
+		}),
+	}
+	reg.MustRegister(m.total, m.last)
+	return m
+}
+
+// free collects, returns the freed memory to the operating system, and records it under after.
+func (m *memoryReturns) free(after string) {
+	debug.FreeOSMemory()
+	m.total.WithLabelValues(after).Inc()
+	m.last.SetToCurrentTime()
 }

@@ -362,11 +362,12 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	// over (every cluster synced or failing), the collector returns to GOGC's percent and the
 	// memory the sync freed goes back to the operating system at once rather than over the
 	// scavenger's minutes.
+	returns := newMemoryReturns(metrics)
 	go func() {
 		failing := waitInitialSync(regCtx, reg)
 		restoreGC()
 		if regCtx.Err() == nil {
-			debug.FreeOSMemory()
+			returns.free("initial-sync")
 			log.Info("initial sync over; freed memory returned to the OS", zap.Strings("failing", failing))
 		}
 	}()
@@ -374,7 +375,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		// A sharded replica's clusters come and go (moves, a peer's death): each burst leaves
 		// the garbage of lists synced or of stores handed off. Once a burst has been quiet for
 		// longer than a handed-off state waits to be taken, return that memory too.
-		go returnMemoryAfterMoves(regCtx, reg, log)
+		go returnMemoryAfterMoves(regCtx, reg, returns, log)
 	}
 	serveErr := make(chan error, 1)
 	go func() {
@@ -590,7 +591,7 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 
 // returnMemoryAfterMoves returns freed memory to the operating system once clusters have
 // stopped joining, syncing and leaving this replica for a while.
-func returnMemoryAfterMoves(ctx context.Context, reg *clusterset.Registry, log *zap.Logger) {
+func returnMemoryAfterMoves(ctx context.Context, reg *clusterset.Registry, returns *memoryReturns, log *zap.Logger) {
 	changes, stop := reg.Subscribe(256)
 	defer stop()
 	quiet := clusterset.ShelfTTL + 5*time.Second
@@ -605,7 +606,7 @@ func returnMemoryAfterMoves(ctx context.Context, reg *clusterset.Registry, log *
 				timer.Reset(quiet)
 			}
 		case <-timer.C:
-			debug.FreeOSMemory()
+			returns.free("moves")
 			log.Info("clusters moved; freed memory returned to the OS")
 		}
 	}

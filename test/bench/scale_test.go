@@ -60,6 +60,9 @@ type scaleProc struct {
 	// OS (go_memstats_heap_idle_bytes, go_memstats_heap_released_bytes) at that reading: their
 	// difference is resident memory the heap holds for its next growth.
 	lastIdle, lastReleased float64
+	// lastReturn is how long before that reading the daemon last returned freed memory to the
+	// OS (multicache_memory_returned_timestamp_seconds); 0 when it had not.
+	lastReturn time.Duration
 }
 
 func startScaleProc(b *testing.B, bin, id, addr string, args ...string) *scaleProc {
@@ -147,6 +150,11 @@ func (p *scaleProc) memory(b *testing.B) (heapBytes, rssBytes, peakBytes float64
 		}
 		if v, ok := strings.CutPrefix(line, "go_memstats_heap_released_bytes "); ok {
 			p.lastReleased, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if v, ok := strings.CutPrefix(line, "multicache_memory_returned_timestamp_seconds "); ok {
+			if ts, _ := strconv.ParseFloat(strings.TrimSpace(v), 64); ts > 0 {
+				p.lastReturn = time.Since(time.Unix(0, int64(ts*1e9))).Round(time.Second)
+			}
 		}
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
@@ -473,7 +481,7 @@ func BenchmarkFleetScale(b *testing.B) {
 		for _, p := range rs {
 			h, rss, peak := p.memory(b)
 			r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
-			lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s, free spans not returned to the OS %s) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(p.lastIdle-p.lastReleased), gib(rss), gib(peak)))
+			lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s, free spans not returned to the OS %s, last returned %s before) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(p.lastIdle-p.lastReleased), p.lastReturn, gib(rss), gib(peak)))
 		}
 		r.perReplica = strings.Join(lines, ", ")
 		r.fanPage50, r.fanPage99 = rs[0].latencies(b, queries, page)
