@@ -293,6 +293,25 @@ func (a *Aggregate) Cluster(name string) (cache.Indexer, bool) {
 	return m.current(), true
 }
 
+// Len is how many objects cluster's member holds, and whether cluster is a member. Once the
+// member's handlers have had its informer's initial list, it is the count of objects they were
+// told, read in O(1) (the store is ahead of that by the events in flight, if any); before
+// that, and with no handler bound, it counts the store's keys, in O(objects).
+func (a *Aggregate) Len(cluster string) (int, bool) {
+	m := a.member(cluster)
+	if m == nil {
+		return 0, false
+	}
+	m.mu.Lock()
+	if (m.feed != nil && m.fed && m.shadow == nil) || m.frozen {
+		n := len(m.told)
+		m.mu.Unlock()
+		return n, true
+	}
+	m.mu.Unlock()
+	return len(m.current().ListKeys()), true
+}
+
 // HasSynced reports whether cluster's member is fresh: its informer has synced and runs, its
 // initial list has been handed to the handlers, and it is not marked degraded.
 func (a *Aggregate) HasSynced(cluster string) bool {

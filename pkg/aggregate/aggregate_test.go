@@ -554,3 +554,41 @@ func TestClusterHandler(t *testing.T) {
 		t.Errorf("told %d events, want 4: %v", n, rec.snapshot())
 	}
 }
+
+// TestLen: a member's count follows its store through adds, updates and deletes, with handlers
+// (the count of what they were told) and without (the store's keys); a cluster that is not a
+// member has none.
+func TestLen(t *testing.T) {
+	for _, handlers := range []bool{true, false} {
+		a := newAgg(t)
+		if handlers {
+			_, _ = a.AddEventHandler(&recorder{})
+		}
+		s1 := &source{items: []corev1.ConfigMap{*cm("a", "x", "1", nil), *cm("a", "y", "1", nil), *cm("b", "z", "1", nil)}}
+		i1, _ := startInformer(t, s1)
+		if err := a.join("c1", i1); err != nil {
+			t.Fatal(err)
+		}
+		if missing := a.WaitForSync(context.Background(), 5*time.Second); missing != nil {
+			t.Fatal(missing)
+		}
+		want := func(what string, n int) {
+			t.Helper()
+			waitTrue(t, what, func() bool {
+				got, ok := a.Len("c1")
+				idx, _ := a.Cluster("c1")
+				return ok && got == n && len(idx.ListKeys()) == n
+			})
+		}
+		want("initial list", 3)
+		s1.w.Add(cm("b", "new", "2", nil))
+		want("after an add", 4)
+		s1.w.Modify(cm("a", "x", "3", nil))
+		s1.w.Delete(cm("a", "y", "4", nil))
+		s1.w.Delete(cm("b", "z", "5", nil))
+		want("after an update and two deletes", 2)
+		if n, ok := a.Len("nope"); ok || n != 0 {
+			t.Errorf("handlers %v: Len of a cluster that is not a member: %d %v", handlers, n, ok)
+		}
+	}
+}

@@ -132,18 +132,18 @@ func (s *Server) readableStatus(ctx context.Context) ([]clusterset.ClusterStatus
 	return slices.DeleteFunc(all, func(cs clusterset.ClusterStatus) bool { return !slices.Contains(ok, cs.Name) }), nil
 }
 
-// objectCounts is, per cluster and resource, the objects the aggregates hold. It reads every
-// store: O(objects).
+// objectCounts is, per cluster and resource, the objects the aggregates hold (Aggregate.Len:
+// O(1) per synced cluster, so that status and metrics cost nothing per object).
 func (s *Server) objectCounts() map[string]map[string]int {
 	out := map[string]map[string]int{}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
 		for _, c := range agg.Clusters() {
-			if idx, ok := agg.Cluster(c); ok {
+			if n, ok := agg.Len(c); ok {
 				if out[c] == nil {
 					out[c] = map[string]int{}
 				}
-				out[c][res] = len(idx.ListKeys())
+				out[c][res] = n
 			}
 		}
 	}
