@@ -303,7 +303,7 @@ func (a *Aggregate) Len(cluster string) (int, bool) {
 		return 0, false
 	}
 	m.mu.Lock()
-	if (m.feed != nil && m.fed && m.shadow == nil) || m.frozen {
+	if !m.gone && ((m.feed != nil && m.fed && m.shadow == nil) || m.frozen) { // (a retired member's told is gone)
 		n := len(m.told)
 		m.mu.Unlock()
 		return n, true

@@ -21,6 +21,7 @@ import (
 	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
@@ -226,12 +227,18 @@ func TestFanoutListMatchesOneReplica(t *testing.T) {
 func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 	var mu sync.Mutex
 	var asked []string // the peer's lists: the clusters each was narrowed to
+	failWith := 0      // the peer's lists fail with this code, when not 0
 	single, fanned := twoReplicasVia(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if q := r.URL.Query(); q.Has(partParam) && !isWatch(q) {
 				mu.Lock()
 				asked = append(asked, "["+q.Get(partParam)+"] limit "+q.Get("limit"))
+				code := failWith
 				mu.Unlock()
+				if code != 0 {
+					filters.WriteError(w, code, "injected")
+					return
+				}
 			}
 			h.ServeHTTP(w, r)
 		})
@@ -285,6 +292,47 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 	if !slices.Equal(walked, wantKeys) || len(wantKeys) != 12 {
 		t.Errorf("pages walked %v, want %v", walked, wantKeys)
 	}
+	// A part that fails is asked again as in a plain fan-out, whose answer stands: a 404 leaves
+	// its clusters out with a Warning and its position out of the page's; a 5xx fails the
+	// page (Kubernetes lists are never partial).
+	for _, c := range []struct {
+		code, want int
+		asked      []string
+	}{{404, 200, []string{"[] limit 5", "[c] limit 5"}}, {503, 503, []string{"[] limit 5", "[c] limit 5"}}} {
+		mu.Lock()
+		asked, failWith = nil, c.code
+		mu.Unlock()
+		code, hdr, page := do(t, fanned, "GET", "/api/v1/pods?limit=5", "")
+		mu.Lock()
+		got := slices.Clone(asked)
+		failWith = 0
+		mu.Unlock()
+		if code != c.want || !slices.Equal(got, c.asked) {
+			t.Errorf("the peer failing with %d: %d %s, asked %q; want %d, asked %q", c.code, code, page, got, c.want, c.asked)
+			continue
+		}
+		if code != 200 {
+			continue
+		}
+		keys, _, md := listed(t, page, false)
+		rv, _ := md["resourceVersion"].(string)
+		pos, _ := parseMerged(rv)
+		if !slices.Equal(keys, wantKeys[:5]) || len(pos.Parts) != 1 || !strings.Contains(strings.Join(hdr.Values("Warning"), " "), `cluster \"c\"`) {
+			t.Errorf("the peer failing with 404: %v, %d parts' positions, warnings %q; want %v, 1, a warning for c", keys, len(pos.Parts), hdr.Values("Warning"), wantKeys[:5])
+		}
+	}
+	// clusters.multicache.io answers from status, not narrowed to a part's clusters: every
+	// owner is asked at once, for its own clusters.
+	mu.Lock()
+	asked = nil
+	mu.Unlock()
+	if code, _, body := do(t, fanned, "GET", "/apis/multicache.io/v1/clusters?limit=500", ""); code != 200 {
+		t.Fatalf("clusters: %d %s", code, body)
+	}
+	if mu.Lock(); !slices.Equal(asked, []string{"[c] limit 500"}) {
+		t.Errorf("a page of clusters asked the peer %q, want its clusters", asked)
+	}
+	mu.Unlock()
 	// A selector's matches may lie in any cluster: every owner is asked at once.
 	mu.Lock()
 	asked = nil

@@ -114,12 +114,14 @@ func (f fanout) kubeList(ctx context.Context, q partQuery) (partList, error) {
 	}
 	var answers []answer[partList]
 	var mp mergedPage
-	if limit > 0 && !exact && opts.LabelSelector == "" && opts.FieldSelector == "" && len(pl.parts) > 1 {
+	keyOrdered := false
+	if limit > 0 && !exact && opts.LabelSelector == "" && opts.FieldSelector == "" && len(pl.parts) > 1 && s.cachedPath(q.path) {
 		var err error
-		if answers, mp, err = f.pageInKeyOrder(ctx, cont, limit, read); err != nil {
+		if answers, mp, keyOrdered, err = f.pageInKeyOrder(ctx, cont, limit, read); err != nil {
 			return partList{}, err
 		}
-	} else {
+	}
+	if !keyOrdered {
 		answers = gather(ctx, s, f.r, pl, read(cont, 0, func(p part) []string { return p.clusters }))
 		if err := refused(answers, true, len(pl.down)); err != nil {
 			return partList{}, err
@@ -526,6 +528,22 @@ func addWarnings(h http.Header, warnings []string) {
 	}
 }
 
+// cachedPath reports whether path is a collection this replica serves from its clusters'
+// caches, whose parts honour their narrowing to clusters, a continue key and a limit (not
+// clusters.multicache.io or the definitions, which answer from status).
+func (s *Server) cachedPath(path string) bool {
+	p, ok, err := parseKubePath(path)
+	if !ok || err != nil {
+		return false
+	}
+	cat, ok := s.catalog(p.cluster)
+	if !ok {
+		return false
+	}
+	kr := cat.find(p.group, p.version, p.resource)
+	return kr != nil && kr.cached()
+}
+
 // pageReader reads one part's page: after c's key (from the request's position without c),
 // at most n elements, narrowed to the clusters clustersOf gives for the part.
 type pageReader func(c *watchcache.Continue, n int, clustersOf func(part) []string) func(context.Context, partReader, part) (partList, error)
@@ -542,8 +560,10 @@ type pageReader func(c *watchcache.Continue, n int, clustersOf func(part) []stri
 // Invariant: every part answers at least once, so the page's position holds every part's, as
 // in a plain fan-out; a part's position is the first it answered, from which the page's
 // elements were read or after which they were (a list may be ahead of its resourceVersion,
-// never behind it).
-func (f fanout) pageInKeyOrder(ctx context.Context, cont *watchcache.Continue, limit int, read pageReader) ([]answer[partList], mergedPage, error) {
+// never behind it). When a part fails in the first round, ok is false and nothing is merged:
+// the caller asks every part at once, as a plain fan-out, so that failures answer as they
+// always have (a part asked for no cluster cannot tell a cluster that is still starting).
+func (f fanout) pageInKeyOrder(ctx context.Context, cont *watchcache.Continue, limit int, read pageReader) (answers []answer[partList], mp mergedPage, ok bool, err error) {
 	s, pl := f.s, f.pl
 	type owned struct {
 		cluster string
@@ -582,16 +602,18 @@ func (f fanout) pageInKeyOrder(ctx context.Context, cont *watchcache.Continue, l
 		}
 		return []string{}
 	}))
-	if err := refused(first, true, len(pl.down)); err != nil {
-		return nil, mergedPage{}, err
+	for _, a := range first {
+		if a.err != nil {
+			return nil, mergedPage{}, false, nil
+		}
 	}
-	mp := mergePages(first, limit)
+	mp = mergePages(first, limit)
 	if mp.more || len(mp.elements) >= limit || end == len(order) {
 		// The leading run completed the page (its owner has more, or gave a whole page), or
 		// no cluster follows it: later clusters' elements come in the next page, which
 		// continues after this one's last key.
 		mp.more = mp.more || end < len(order)
-		return first, mp, nil
+		return first, mp, true, nil
 	}
 	// The rest of the page comes from the clusters after the run, each part at the position it
 	// answered: a continue after the last key read (or the request's own).
@@ -612,19 +634,22 @@ func (f fanout) pageInKeyOrder(ctx context.Context, cont *watchcache.Continue, l
 		later[p.peer] = append(later[p.peer], o.cluster)
 	}
 	second := gather(ctx, s, f.r, rest, read(next, limit-len(mp.elements), func(p part) []string { return later[p.peer] }))
-	if err := refused(second, true, len(pl.down)); err != nil {
-		return nil, mergedPage{}, err
+	// The first round answered, so the page fails only on a refusal (mustRetry); a part that
+	// fails otherwise leaves its clusters out with a Warning and its position out of the
+	// page's, as in a plain fan-out (a watch from it is then 410).
+	if err := mustRetry(second, true); err != nil {
+		return nil, mergedPage{}, false, err
 	}
 	mp2 := mergePages(second, limit-len(mp.elements))
 	mp.elements = append(mp.elements, mp2.elements...)
 	mp.more = mp2.more
-	for peer, pos := range mp2.rvs {
-		if _, ok := mp.rvs[peer]; !ok {
-			mp.rvs[peer] = pos
-		}
-	}
 	for c, err := range mp2.failed {
 		mp.failed[c] = err
 	}
-	return append(first, second...), mp, nil
+	for _, a := range second {
+		if a.err != nil {
+			delete(mp.rvs, a.part.peer)
+		}
+	}
+	return append(first, second...), mp, true, nil
 }

@@ -70,7 +70,9 @@ func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (request, 
 	if clusters != nil {
 		q.Clusters = clusters
 	}
-	q.Clusters = narrow(q.Clusters, only)
+	if q.Clusters = narrow(q.Clusters, only); only != nil && len(q.Clusters) == 0 {
+		q.Clusters = []string{noCluster} // narrowed to none of this part's: never "every cluster"
+	}
 	return request{resource: res, agg: agg, query: q, leftOut: leftOut}, true
 }
 
