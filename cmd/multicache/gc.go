@@ -140,6 +140,9 @@ func newMemoryReturns(reg prometheus.Registerer) *memoryReturns {
 			Help: "Unix time at which freed heap memory was last returned to the operating system; 0 before the first time.",
 		}),
 	}
+	for _, after := range []string{"initial-sync", "moves"} {
+		m.total.WithLabelValues(after) // both series from the start, at 0
+	}
 	reg.MustRegister(m.total, m.last)
 	return m
 }

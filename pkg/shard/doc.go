@@ -29,9 +29,11 @@
 //     replicas see different fleets (a kubeconfig change reaching them at different times) or
 //     different members, a cluster may be nobody's choice (its free fence stays free) or move
 //     more than once, even back and forth between two replicas that each name the other,
-//     until they agree; a fence is never handed back to the replica it came from within a
-//     LeaseDuration of its coming (by this replica's clock), so such a cluster moves at most
-//     once per LeaseDuration meanwhile (TestFenceNotHandedBackWithinALeaseDuration). Measured over 102 fleets of 100 and 300 names (TestAssignDisruption):
+//     until they agree. A running replica does not hand a fence back to the replica it came
+//     from within a LeaseDuration of its coming (by its own clock; one shutting down hands
+//     everything over), so two replicas that each name the other pass such a cluster at most
+//     once per LeaseDuration meanwhile (TestFenceNotHandedBackWithinALeaseDuration); three
+//     with three different views are not bounded so. Measured over 102 fleets of 100 and 300 names (TestAssignDisruption):
 //     removing one of 3 equal members moves its clusters plus at most 6 others (none in more
 //     than half the cases); adding a fourth moves about a quarter to it (19 to 27 of 100, as
 //     the capacities bound it) plus at most 5 others; adding a cluster to a fleet of 100
