@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"maps"
 	"math"
 	"slices"
+
+	coordv1 "k8s.io/api/coordination/v1"
 )
 
 // member is a peer as ownership sees it: a live replica and its weight (1..MaxWeight, as
@@ -70,6 +73,7 @@ func capacity(n, w, total int) int {
 type assignment struct {
 	members []member // sorted by ID, one per ID
 	names   []string // sorted, without duplicates
+	held    map[string]string
 	owners  map[string]string
 }
 
@@ -91,9 +95,10 @@ func (a *assignment) counts() map[string]int {
 	return out
 }
 
-// same reports whether a was computed for these members and clusters (as sets).
-func (a *assignment) same(members []member, clusters []string) bool {
-	if a == nil || !slices.Equal(a.members, normMembers(members)) {
+// same reports whether a was computed for these members and clusters (as sets), and the same
+// holders.
+func (a *assignment) same(members []member, clusters []string, held map[string]string) bool {
+	if a == nil || !slices.Equal(a.members, normMembers(members)) || !maps.Equal(a.held, held) {
 		return false
 	}
 	if strictlySorted(clusters) {
@@ -104,9 +109,17 @@ func (a *assignment) same(members []member, clusters []string) bool {
 
 // assign computes the assignment of clusters over members. It sorts N × R (cluster, member)
 // pairs: call it once per change of either set, not per cluster.
-func assign(members []member, clusters []string) *assignment {
+//
+// held (cluster → the replica that holds its fence now; nil for none) makes it sticky: a
+// cluster whose holder is a member stays with it while the holder is within its capacity,
+// those pairs taken first, in descending score. Only the clusters of a member that left, of
+// a member over its capacity (the lowest-scoring of them), and free ones are placed by score
+// among the members with room. So a member that leaves moves its clusters alone, one that
+// joins takes clusters only from members over their new capacity, and clusters never move
+// merely to reach their rendezvous favourite. Replicas agree when they see the same fences.
+func assign(members []member, clusters []string, held map[string]string) *assignment {
 	ms, names := normMembers(members), normNames(clusters)
-	a := &assignment{members: ms, names: names, owners: make(map[string]string, len(names))}
+	a := &assignment{members: ms, names: names, held: maps.Clone(held), owners: make(map[string]string, len(names))}
 	if len(ms) == 0 || len(names) == 0 {
 		return a
 	}
@@ -119,16 +132,24 @@ func assign(members []member, clusters []string) *assignment {
 		room[i] = capacity(len(names), m.weight, total)
 	}
 	type pair struct {
-		score float64
-		m, c  int32 // indexes into ms and names: their order is ID and name order
+		score  float64
+		m, c   int32 // indexes into ms and names: their order is ID and name order
+		sticky bool  // m holds c now
 	}
 	pairs := make([]pair, 0, len(ms)*len(names))
 	for c, name := range names {
+		h := held[name]
 		for m, mb := range ms {
-			pairs = append(pairs, pair{score(mb.id, name, mb.weight), int32(m), int32(c)})
+			pairs = append(pairs, pair{score(mb.id, name, mb.weight), int32(m), int32(c), h == mb.id})
 		}
 	}
 	slices.SortFunc(pairs, func(x, y pair) int {
+		if x.sticky != y.sticky {
+			if x.sticky {
+				return -1 // holders keep what they hold first
+			}
+			return 1
+		}
 		if x.score != y.score {
 			return cmp.Compare(y.score, x.score) // descending
 		}
@@ -197,9 +218,20 @@ func strictlySorted(names []string) bool {
 // assignmentFor is the assignment of names over members, the last one again when both sets
 // are unchanged: a reconcile pass runs up to ten times a second while it waits on Local, and
 // the members and the fleet rarely change between passes.
-func (st *loopState) assignmentFor(members []member, names []string) *assignment {
-	if !st.assigned.same(members, names) {
-		st.assigned = assign(members, names)
+func (st *loopState) assignmentFor(members []member, names []string, held map[string]string) *assignment {
+	if !st.assigned.same(members, names, held) {
+		st.assigned = assign(members, names, held)
 	}
 	return st.assigned
+}
+
+// heldBy is each fence's holder, for assign: the clusters of fences, held or not.
+func heldBy(fences map[string]*coordv1.Lease) map[string]string {
+	out := make(map[string]string, len(fences))
+	for name, f := range fences {
+		if h := holderOf(f); h != "" {
+			out[name] = h
+		}
+	}
+	return out
 }

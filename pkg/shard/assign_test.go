@@ -108,7 +108,7 @@ func TestAssignBalancesEqualMembers(t *testing.T) {
 	if slices.Max(slices.Collect(maps.Values(plain))) <= 36 {
 		t.Fatalf("plain rendezvous hashing gives %v: these names no longer test the bound", plain)
 	}
-	got := checkBounded(t, "benchmark fleet", three, names, assign(three, names))
+	got := checkBounded(t, "benchmark fleet", three, names, assign(three, names, nil))
 	// The others can take at most 2 × 36, so nobody is left with fewer than 28.
 	for _, m := range three {
 		if got[m.id] < 28 {
@@ -118,7 +118,7 @@ func TestAssignBalancesEqualMembers(t *testing.T) {
 	t.Logf("100 benchmark clusters over 3 equal members: plain rendezvous %v, bounded %v", plain, got)
 
 	names = clusterNames(300)
-	got = checkBounded(t, "300 clusters", three, names, assign(three, names))
+	got = checkBounded(t, "300 clusters", three, names, assign(three, names, nil))
 	t.Logf("300 clusters over 3 equal members: %v", got)
 }
 
@@ -126,7 +126,7 @@ func TestAssignFollowsWeights(t *testing.T) {
 	ms := []member{{"replica-a", 1}, {"replica-b", 2}}
 	for _, n := range []int{30, 300, 1000} {
 		names := clusterNames(n)
-		got := checkBounded(t, fmt.Sprintf("weights 1:2, %d clusters", n), ms, names, assign(ms, names))
+		got := checkBounded(t, fmt.Sprintf("weights 1:2, %d clusters", n), ms, names, assign(ms, names, nil))
 		// Each member's share lies between what the other's capacity leaves and its own.
 		for i, m := range ms {
 			other := ms[1-i]
@@ -153,7 +153,7 @@ func TestAssignExtremeWeightsOwnEverything(t *testing.T) {
 	for _, ms := range sets {
 		for n := 1; n <= 60; n++ {
 			names := clusterNames(n)
-			checkBounded(t, fmt.Sprintf("%v, %d clusters", ms, n), ms, names, assign(ms, names))
+			checkBounded(t, fmt.Sprintf("%v, %d clusters", ms, n), ms, names, assign(ms, names, nil))
 		}
 	}
 }
@@ -164,7 +164,7 @@ func TestAssignExtremeWeightsOwnEverything(t *testing.T) {
 func TestAssignIsGreedyRendezvous(t *testing.T) {
 	ms := []member{{"r1", 1}, {"r2", 2}, {"r3", 1}, {"r4", 1}}
 	names := fleetNames()
-	a := assign(ms, names)
+	a := assign(ms, names, nil)
 	got := a.counts()
 	lowest := map[string]float64{} // each member's lowest score among the clusters it owns
 	for _, name := range names {
@@ -203,7 +203,7 @@ func TestAssignIsGreedyRendezvous(t *testing.T) {
 			t.Fatalf("plain rendezvous hashing gives %v: over the capacity, these names no longer test this", fav)
 		}
 	}
-	a = assign(three, names)
+	a = assign(three, names, nil)
 	for _, name := range names {
 		if o, f := a.owner(name), favourite(three, name); o != f {
 			t.Errorf("%s went to %s, not its favourite %s, although every favourite has room", name, o, f)
@@ -233,22 +233,22 @@ func favouriteCounts(ms []member, names []string) map[string]int {
 func TestAssignIsDeterministic(t *testing.T) {
 	ms := []member{{"r1", 1}, {"r2", 2}, {"r3", 1}, {"r4", 3}}
 	names := fleetNames()
-	want := assign(ms, names)
+	want := assign(ms, names, nil)
 	rnd := rand.New(rand.NewSource(1))
 	for i := range 50 {
 		m2 := append(slices.Clone(ms), ms[rnd.Intn(len(ms))]) // one member twice
 		n2 := append(slices.Clone(names), names[rnd.Intn(len(names))], names[rnd.Intn(len(names))])
 		rnd.Shuffle(len(m2), func(i, j int) { m2[i], m2[j] = m2[j], m2[i] })
 		rnd.Shuffle(len(n2), func(i, j int) { n2[i], n2[j] = n2[j], n2[i] })
-		got := assign(m2, n2)
+		got := assign(m2, n2, nil)
 		if !maps.Equal(got.owners, want.owners) {
 			t.Fatalf("shuffle %d: the assignment depends on the input order", i)
 		}
-		if !want.same(m2, n2) {
+		if !want.same(m2, n2, nil) {
 			t.Fatalf("shuffle %d: same() does not recognise the same sets", i)
 		}
 	}
-	if want.same(ms, names[1:]) || want.same(ms[1:], names) || want.same([]member{{"r1", 1}, {"r2", 1}, {"r3", 1}, {"r4", 3}}, names) {
+	if want.same(ms, names[1:], nil) || want.same(ms[1:], names, nil) || want.same([]member{{"r1", 1}, {"r2", 1}, {"r3", 1}, {"r4", 3}}, names, nil) {
 		t.Error("same() reports a different fleet, member set or weight as the same")
 	}
 }
@@ -286,10 +286,10 @@ func TestAssignDisruption(t *testing.T) {
 	fleets := testFleets()
 	for _, key := range slices.Sorted(maps.Keys(fleets)) {
 		names := fleets[key]
-		before := assign(three, names)
+		before := assign(three, names, nil)
 		for _, gone := range three {
 			rest := slices.DeleteFunc(slices.Clone(three), func(m member) bool { return m.id == gone.id })
-			after := assign(rest, names)
+			after := assign(rest, names, nil)
 			its, others := moves(before, after, names, gone.id)
 			if its != before.counts()[gone.id] {
 				t.Errorf("%s: removing %s moved %d of its %d clusters", key, gone.id, its, before.counts()[gone.id])
@@ -304,7 +304,7 @@ func TestAssignDisruption(t *testing.T) {
 			}
 		}
 
-		after := assign(four, names)
+		after := assign(four, names, nil)
 		toNew, others := moves(before, after, names, "r4")
 		if toNew != after.counts()["r4"] {
 			t.Errorf("%s: %d clusters moved to or from r4, which owns %d", key, toNew, after.counts()["r4"])
@@ -323,7 +323,7 @@ func TestAssignDisruption(t *testing.T) {
 		}
 		for j := range 5 {
 			more := append(slices.Clone(names), fmt.Sprintf("new-%d", j))
-			after := assign(three, more)
+			after := assign(three, more, nil)
 			_, moved := moves(before, after, names, "")
 			worstNew = max(worstNew, moved)
 			if moved > maxOnNewCluster {
@@ -337,13 +337,13 @@ func TestAssignDisruption(t *testing.T) {
 
 func TestAssignEdges(t *testing.T) {
 	names := clusterNames(10)
-	none := assign(nil, names)
+	none := assign(nil, names, nil)
 	for _, name := range names {
 		if o := none.owner(name); o != "" {
 			t.Errorf("no members: %s has owner %q, want none", name, o)
 		}
 	}
-	one := assign([]member{{"solo", 1}}, names)
+	one := assign([]member{{"solo", 1}}, names, nil)
 	for _, name := range names {
 		if o := one.owner(name); o != "solo" {
 			t.Errorf("one member: %s has owner %q, want solo", name, o)
@@ -352,7 +352,7 @@ func TestAssignEdges(t *testing.T) {
 	if o := one.owner("not-in-the-fleet"); o != "" {
 		t.Errorf("a cluster outside the fleet has owner %q, want none", o)
 	}
-	if len(assign(equal("a", "b"), nil).owners) != 0 {
+	if len(assign(equal("a", "b"), nil, nil).owners) != 0 {
 		t.Error("an empty fleet has owners")
 	}
 	var nilAssignment *assignment
@@ -361,7 +361,7 @@ func TestAssignEdges(t *testing.T) {
 	}
 	// Weights are 1..MaxWeight (Options.Validate, peerWeight); a weight below 1 would still
 	// count as 1 rather than leave a member without room.
-	if a, b := assign([]member{{"a", 0}, {"b", 1}}, names), assign(equal("a", "b"), names); !maps.Equal(a.owners, b.owners) {
+	if a, b := assign([]member{{"a", 0}, {"b", 1}}, names, nil), assign(equal("a", "b"), names, nil); !maps.Equal(a.owners, b.owners) {
 		t.Error("a weight of 0 does not count as 1")
 	}
 	for _, c := range clusterNames(1000) {
@@ -376,14 +376,14 @@ func TestAssignEdges(t *testing.T) {
 func TestAssignmentIsReused(t *testing.T) {
 	st := newLoopState(nil)
 	names := fleetNames()
-	a := st.assignmentFor(equal("r1", "r2", "r3"), names)
-	if b := st.assignmentFor(equal("r3", "r1", "r2"), slices.Clone(names)); b != a {
+	a := st.assignmentFor(equal("r1", "r2", "r3"), names, nil)
+	if b := st.assignmentFor(equal("r3", "r1", "r2"), slices.Clone(names), nil); b != a {
 		t.Error("the same members in another order computed a new assignment")
 	}
-	if b := st.assignmentFor(equal("r1", "r2"), names); b == a || b.owner(names[0]) == "r3" {
+	if b := st.assignmentFor(equal("r1", "r2"), names, nil); b == a || b.owner(names[0]) == "r3" {
 		t.Error("removing a member reused the old assignment")
 	}
-	if b := st.assignmentFor(equal("r1", "r2"), names[1:]); b.owner(names[0]) != "" {
+	if b := st.assignmentFor(equal("r1", "r2"), names[1:], nil); b.owner(names[0]) != "" {
 		t.Error("a changed fleet reused the old assignment")
 	}
 }
@@ -403,7 +403,7 @@ func TestHandoffTargetFollowsTheAssignment(t *testing.T) {
 		"r3": {ID: "r3", Weight: 1, Live: true, Since: now.Add(-c.ld / 2)}, // live for less than a LeaseDuration
 	}
 	names := fleetNames()
-	own := assign(c.members(peers, true), names)
+	own := assign(c.members(peers, true), names, nil)
 	for _, name := range names {
 		want := own.owner(name)
 		if want == "r1" || want == "r3" {
@@ -427,6 +427,56 @@ func BenchmarkAssign(b *testing.B) {
 	}
 	ms := equal("r1", "r2", "r3", "r4", "r5")
 	for b.Loop() {
-		assign(ms, names)
+		assign(ms, names, nil)
+	}
+}
+
+// TestAssignIsSticky: with the fences' holders, the assignment moves only what it must. Over
+// every test fleet: the holders of an assignment are its own fixed point; removing a member
+// moves its clusters and no other; adding one moves clusters only off members over their new
+// capacity, exactly as many as they are over, and only to members that were under it; a
+// holder that is not a member holds nothing in the assignment; and the bounds hold throughout.
+func TestAssignIsSticky(t *testing.T) {
+	three, four := equal("r1", "r2", "r3"), equal("r1", "r2", "r3", "r4")
+	for fleet, names := range testFleets() {
+		a := assign(three, names, nil)
+		if b := assign(three, names, a.owners); !maps.Equal(a.owners, b.owners) {
+			t.Fatalf("%s: the holders of an assignment are not its fixed point", fleet)
+		}
+		for _, gone := range three {
+			rest := slices.DeleteFunc(slices.Clone(three), func(m member) bool { return m.id == gone.id })
+			b := assign(rest, names, a.owners)
+			checkBounded(t, fleet+" without "+gone.id, rest, names, b)
+			for _, name := range names {
+				if was := a.owner(name); was != gone.id && b.owner(name) != was {
+					t.Fatalf("%s: removing %s moved %s from %s to %s", fleet, gone.id, name, was, b.owner(name))
+				}
+			}
+		}
+		b := assign(four, names, a.owners)
+		checkBounded(t, fleet+" with r4", four, names, b)
+		limit := capacity(len(names), 1, 4)
+		over, moved := 0, 0
+		for _, n := range a.counts() {
+			over += max(0, n-limit)
+		}
+		for _, name := range names {
+			if was, now := a.owner(name), b.owner(name); was != now {
+				moved++
+				if a.counts()[was] <= limit || (now != "r4" && a.counts()[now] >= limit) {
+					t.Fatalf("%s: adding r4 moved %s from %s (held %d, capacity %d) to %s", fleet, name, was, a.counts()[was], limit, now)
+				}
+			}
+		}
+		if moved != over {
+			t.Errorf("%s: adding r4 moved %d clusters, want the %d the others held over their capacity %d", fleet, moved, over, limit)
+		}
+		ghost := maps.Clone(a.owners)
+		for name := range ghost {
+			ghost[name] = "gone"
+		}
+		if c := assign(three, names, ghost); !maps.Equal(c.owners, a.owners) {
+			t.Errorf("%s: holders that are not members changed the assignment", fleet)
+		}
 	}
 }

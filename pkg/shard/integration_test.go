@@ -90,8 +90,8 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 	r.checkUnowned.Store(true)
 	joined := append(survivors, "r4")
 	want := r.assigned(joined...)
-	if len(holdersIn(want, "r4")) == 0 {
-		t.Fatalf("the test's cluster names give r4 nothing: %v", want)
+	if len(holdersIn(want(r.apiHolders()), "r4")) == 0 {
+		t.Fatalf("the test's cluster names give r4 nothing: %v", want(r.apiHolders()))
 	}
 	t1 := time.Now()
 	r.start("r4", nil)
@@ -265,18 +265,21 @@ func (r *rig) aliveIDs() []string {
 }
 
 // assigned is the assignment the design converges to over the given replicas (weight 1
-// each): rendezvous hashing with bounded loads over the rig's whole fleet.
-func (r *rig) assigned(ids ...string) map[string]string {
+// each), from the fences' holders: rendezvous hashing with bounded loads over the rig's whole
+// fleet, sticky. The fleet has converged when its holders are that assignment's fixed point.
+func (r *rig) assigned(ids ...string) func(holders map[string]string) map[string]string {
 	ms := make([]member, len(ids))
 	for i, id := range ids {
 		ms[i] = member{id: id, weight: 1}
 	}
-	a := assign(ms, r.names)
-	out := map[string]string{}
-	for _, name := range r.names {
-		out[name] = a.owner(name)
+	return func(holders map[string]string) map[string]string {
+		a := assign(ms, r.names, holders)
+		out := map[string]string{}
+		for _, name := range r.names {
+			out[name] = a.owner(name)
+		}
+		return out
 	}
-	return out
 }
 
 func holdersIn(assign map[string]string, id string) []string {
@@ -320,11 +323,12 @@ func (r *rig) mostLoaded() (string, []string) {
 
 // converge waits until every cluster's fence (as the API server lists it) is held by its
 // wanted replica, that replica alone offers it, and every replica's Owners agrees.
-func (r *rig) converge(what string, within time.Duration, want map[string]string) {
+func (r *rig) converge(what string, within time.Duration, assigned func(holders map[string]string) map[string]string) {
 	r.t.Helper()
 	start := time.Now()
 	r.waitFor(what, within, 50*time.Millisecond, func() (bool, string) {
 		holders := r.apiHolders()
+		want := assigned(holders)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		offeredBy := map[string][]string{}

@@ -54,6 +54,19 @@ type arrival struct {
 	at   time.Time
 }
 
+// handBack reports whether handing cluster's fence to `to` now would hand it back to the
+// replica it came from within ld of its coming, and until when that holds. Such a handoff
+// waits: while two replicas see different fleets or peers, each may take the other for the
+// owner, and they would otherwise pass the fence back and forth as fast as they reconcile,
+// running the cluster nowhere. Once they agree, or the window has passed, it moves.
+func (st *loopState) handBack(cluster, to string, now time.Time, ld time.Duration) (until time.Time, back bool) {
+	a, ok := st.arrived[cluster]
+	if !ok || to == "" || to != a.from || now.Sub(a.at) >= ld {
+		return time.Time{}, false
+	}
+	return a.at.Add(ld), true
+}
+
 // orphanMark: the fence's holder was first seen without a peer Lease at since.
 type orphanMark struct {
 	holder string
@@ -202,14 +215,15 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 		}
 	}
 	members := c.members(peers, active)
-	// Who should hold each cluster: one assignment over the whole fleet this replica sees and
-	// the members, computed only when this replica may take or hand over clusters. Replicas
-	// that see the same fleet and the same members compute the same one.
+	// Who should hold each cluster: one assignment over the whole fleet this replica sees, the
+	// members and the fences' holders (sticky: a holder within its capacity keeps what it
+	// holds), computed only when this replica may take or hand over clusters. Replicas that see
+	// the same fleet, members and fences compute the same one.
+	fences := st.fences()
 	var own *assignment
 	if active {
-		own = st.assignmentFor(members, st.names)
+		own = st.assignmentFor(members, st.names, heldBy(fences))
 	}
-	fences := st.fences()
 	local := c.localFunc()
 	loaded := c.loadedVersion()
 
@@ -283,12 +297,8 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 				continue // keep the fence, run nothing
 			}
 			to := c.handoffTarget(name, own, peers, now)
-			// A fence is not handed back to the replica it came from within a LeaseDuration of
-			// its coming: while two replicas see different fleets, each may take the other for
-			// the cluster's owner, and they would otherwise pass it back and forth as fast as
-			// they reconcile, running it nowhere. Once they agree (or the window passes), it moves.
-			if a, ok := st.arrived[name]; ok && to != "" && to == a.from && now.Sub(a.at) < c.ld {
-				soon(a.at.Add(c.ld))
+			if until, back := st.handBack(name, to, now, c.ld); back {
+				soon(until)
 				to = ""
 			}
 			if to == "" {

@@ -166,10 +166,11 @@ func (c *Coordinator) shutdown(ctx context.Context, st *loopState) error {
 	// fleet (one that left it, or reached a peer's fleet before ours and came with a handoff)
 	// goes to its owner in the assignment over the fleet plus those clusters: what a peer whose
 	// fleet is ours plus them computes.
-	own := st.assignmentFor(members, st.names)
+	holders := heldBy(fences)
+	own := st.assignmentFor(members, st.names, holders)
 	var wider *assignment
 	if len(outside) > 0 {
-		wider = assign(members, append(slices.Clone(st.names), outside...))
+		wider = assign(members, append(slices.Clone(st.names), outside...), holders)
 	}
 	var errs []error
 	for _, name := range held {
