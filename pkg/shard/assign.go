@@ -33,12 +33,13 @@ func score(peer, cluster string, weight int) float64 {
 }
 
 // The slack is how far above its exact weighted share a member's capacity lies, as the
-// fraction slackNum/slackDen (1/16 = 6.25%). A larger slack lets more clusters stay with their
-// rendezvous favourite, so fewer move when the fleet or the peers change; a smaller one
-// balances better. 1/16 keeps 100 clusters over 3 equal members at most 36 per member
-// (⌈100/3 × 17/16⌉ = 36), and 9 over 3 at most 4.
+// fraction slackNum/slackDen. It is 0: with sticky assignment (assign's held), a holder within
+// its capacity keeps its clusters whatever the fleet or the peers do, so a slack would no
+// longer save moves, and it would keep a joining replica from taking anything (6 clusters over
+// 3 replicas at a slack of 1/16 let each of two holders keep 3, leaving the third none).
+// 100 clusters over 3 equal members: at most ⌈100/3⌉ = 34 each.
 const (
-	slackNum = 1
+	slackNum = 0
 	slackDen = 16
 )
 

@@ -102,17 +102,17 @@ func TestAssignBalancesEqualMembers(t *testing.T) {
 	for _, name := range names {
 		plain[favourite(three, name)]++
 	}
-	if limit := capacity(100, 1, 3); limit != 36 {
-		t.Fatalf("capacity of one of 3 equal members over 100 clusters = %d, want 36", limit)
+	if limit := capacity(100, 1, 3); limit != 34 {
+		t.Fatalf("capacity of one of 3 equal members over 100 clusters = %d, want 34", limit)
 	}
-	if slices.Max(slices.Collect(maps.Values(plain))) <= 36 {
+	if slices.Max(slices.Collect(maps.Values(plain))) <= 34 {
 		t.Fatalf("plain rendezvous hashing gives %v: these names no longer test the bound", plain)
 	}
 	got := checkBounded(t, "benchmark fleet", three, names, assign(three, names, nil))
-	// The others can take at most 2 × 36, so nobody is left with fewer than 28.
+	// The others can take at most 2 × 34, so nobody is left with fewer than 32.
 	for _, m := range three {
-		if got[m.id] < 28 {
-			t.Errorf("%s owns %d of 100, want at least 28 (all: %v)", m.id, got[m.id], got)
+		if got[m.id] < 32 {
+			t.Errorf("%s owns %d of 100, want at least 32 (all: %v)", m.id, got[m.id], got)
 		}
 	}
 	t.Logf("100 benchmark clusters over 3 equal members: plain rendezvous %v, bounded %v", plain, got)
@@ -194,14 +194,19 @@ func TestAssignIsGreedyRendezvous(t *testing.T) {
 		t.Error("no cluster left its favourite: the bound was not exercised")
 	}
 
-	// 300 cluster-NNN names: every member's favourites fit in its capacity, and then every
-	// cluster goes to its favourite.
-	names, three := clusterNames(300), equal("r1", "r2", "r3")
-	fav := favouriteCounts(three, names)
-	for _, m := range three {
-		if fav[m.id] > capacity(len(names), 1, 3) {
-			t.Fatalf("plain rendezvous hashing gives %v: over the capacity, these names no longer test this", fav)
+	// A fleet where every member's favourites fit in its capacity: then every cluster goes to
+	// its favourite.
+	three := equal("r1", "r2", "r3")
+	names = nil
+	for _, key := range slices.Sorted(maps.Keys(testFleets())) {
+		fav := favouriteCounts(three, testFleets()[key])
+		if fav["r1"] <= capacity(len(testFleets()[key]), 1, 3) && fav["r2"] <= capacity(len(testFleets()[key]), 1, 3) && fav["r3"] <= capacity(len(testFleets()[key]), 1, 3) {
+			names = testFleets()[key]
+			break
 		}
+	}
+	if names == nil {
+		t.Fatal("no test fleet whose favourites fit the capacities")
 	}
 	a = assign(three, names, nil)
 	for _, name := range names {
@@ -274,8 +279,8 @@ func moves(a, b *assignment, names []string, changed string) (its, others int) {
 // adding a 4th moves to it what it owns and at most maxOthersOnAdd others; adding a cluster to
 // a fleet of 100 over 3 members moves at most maxOnNewCluster existing ones.
 const (
-	maxOthersOnRemove = 6
-	maxOthersOnAdd    = 5
+	maxOthersOnRemove = 9
+	maxOthersOnAdd    = 8
 	maxOnNewCluster   = 2
 )
 

@@ -19,10 +19,10 @@
 //   - Ownership. Who should hold each cluster comes from one assignment over the whole fleet
 //     this replica loaded and the members (the live peers that are not leaving, and this
 //     replica while it may run clusters): weighted rendezvous (HRW) hashing with bounded
-//     loads (assign.go). Each member may own at most ⌈N × weight/Σweights × (1 + 1/16)⌉ of
+//     loads (assign.go). Each member may own at most ⌈N × weight/Σweights⌉ of
 //     the N clusters; (cluster, member) pairs are taken in descending rendezvous score and a
 //     cluster goes to the first member with room. 100 clusters over 3 equal replicas give each
-//     at most 36 (the benchmark fleet's names: 36/34/30, where plain HRW gave 40/32/28), and
+//     at most 34 (the benchmark fleet's names: 34/34/32, where plain HRW gave 40/32/28), and
 //     every cluster has an owner while there is a member. The assignment is sticky: the pairs
 //     of a cluster and the member that holds its fence come first, so a holder within its
 //     capacity keeps what it holds. A member that leaves (or dies) thus moves its own clusters
@@ -30,7 +30,7 @@
 //     as many as they are over (TestAssignIsSticky); no cluster moves merely to reach its
 //     rendezvous favourite. Without holders (a fleet starting from nothing), measured over 102
 //     fleets of 100 and 300 names (TestAssignDisruption), removing one of 3 equal members moves
-//     its clusters plus at most 6 others, and adding a cluster to a fleet of 100 changes the
+//     its clusters plus at most 9 others, and adding a cluster to a fleet of 100 changes the
 //     owner of at most 2 others: measurements, not proven bounds.
 //     Replicas that see the same fleet, members and fences compute the same owner for every
 //     cluster. An owner depends on the whole fleet, all members and the holders, though: while
