@@ -274,7 +274,7 @@ func moves(a, b *assignment, names []string, changed string) (its, others int) {
 	return its, others
 }
 
-// The disruption bounds, measured over testFleets with a slack of 1/16 (and stated in doc.go):
+// The disruption bounds, measured over testFleets without holders and without slack (and stated in doc.go):
 // removing one of 3 equal members moves its own clusters and at most maxOthersOnRemove others;
 // adding a 4th moves to it what it owns and at most maxOthersOnAdd others; adding a cluster to
 // a fleet of 100 over 3 members moves at most maxOnNewCluster existing ones.
