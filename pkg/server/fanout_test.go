@@ -321,29 +321,24 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 			t.Errorf("the peer failing with 404: %v, %d parts' positions, warnings %q; want %v, 1, a warning for c", keys, len(pos.Parts), hdr.Values("Warning"), wantKeys[:5])
 		}
 	}
-	// clusters.multicache.io answers from status, not narrowed to a part's clusters: every
-	// owner is asked at once, for its own clusters.
-	mu.Lock()
-	asked = nil
-	mu.Unlock()
-	if code, _, body := do(t, fanned, "GET", "/apis/multicache.io/v1/clusters?limit=500", ""); code != 200 {
-		t.Fatalf("clusters: %d %s", code, body)
+	// Every owner is asked at once, for its own clusters, by a page of clusters.multicache.io
+	// (answered from status, not narrowed to a part's clusters) and by a page with a selector
+	// (whose matches may lie in any cluster).
+	for path, want := range map[string]string{
+		"/apis/multicache.io/v1/clusters?limit=500":                   "[c] limit 500",
+		"/api/v1/pods?limit=5&fieldSelector=metadata.namespace%3Dns0": "[c] limit 5",
+	} {
+		mu.Lock()
+		asked = nil
+		mu.Unlock()
+		if code, _, body := do(t, fanned, "GET", path, ""); code != 200 {
+			t.Fatalf("%s: %d %s", path, code, body)
+		}
+		if mu.Lock(); !slices.Equal(asked, []string{want}) {
+			t.Errorf("%s asked the peer %q, want %q", path, asked, want)
+		}
+		mu.Unlock()
 	}
-	if mu.Lock(); !slices.Equal(asked, []string{"[c] limit 500"}) {
-		t.Errorf("a page of clusters asked the peer %q, want its clusters", asked)
-	}
-	mu.Unlock()
-	// A selector's matches may lie in any cluster: every owner is asked at once.
-	mu.Lock()
-	asked = nil
-	mu.Unlock()
-	if code, _, body := do(t, fanned, "GET", "/api/v1/pods?limit=5&fieldSelector=metadata.namespace%3Dns0", ""); code != 200 {
-		t.Fatalf("selected page: %d %s", code, body)
-	}
-	if mu.Lock(); !slices.Equal(asked, []string{"[c] limit 5"}) {
-		t.Errorf("a page with a selector asked the peer %q, want its clusters", asked)
-	}
-	mu.Unlock()
 }
 
 // watchUntil opens a watch at path and reads its events until stop says so, for at most 10 s.
