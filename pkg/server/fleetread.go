@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
-	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/watchcache"
@@ -576,16 +575,10 @@ func (f fanout) pageInKeyOrder(ctx context.Context, cont *watchcache.Continue, l
 		}
 	}
 	sort.Slice(order, func(i, j int) bool { return order[i].cluster < order[j].cluster })
-	var after *aggregate.Key
+	start := 0 // order[start] is the first cluster the page can hold
 	if cont != nil {
-		k := cont.After()
-		after = &k
-	}
-	start := len(order)
-	if after == nil {
-		start = 0
-	} else {
-		start = sort.Search(len(order), func(i int) bool { return order[i].cluster >= after.Cluster })
+		after := cont.After().Cluster
+		start = sort.Search(len(order), func(i int) bool { return order[i].cluster >= after })
 	}
 	leader, run := -1, []string{}
 	end := start // order[start:end] is the leading run

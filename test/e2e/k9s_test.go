@@ -60,16 +60,37 @@ func (k k9s) pane() string { return k.tmux("capture-pane", "-t", k.session, "-p"
 // await waits until the pane shows what f accepts, and returns it.
 func (k k9s) await(what string, f func(pane string) bool) string {
 	k.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var pane string
-	for time.Now().Before(deadline) {
+	pane, ok := k.within(30*time.Second, f)
+	if !ok {
+		k.t.Fatalf("k9s: timed out waiting for %s; its pane:\n%s", what, pane)
+	}
+	return pane
+}
+
+// within polls the pane for up to d until f accepts it; ok says whether it did.
+func (k k9s) within(d time.Duration, f func(pane string) bool) (pane string, ok bool) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if pane = k.pane(); f(pane) {
+			return pane, true
+		}
+	}
+	return pane, false
+}
+
+// commandUntil types cmd and waits for the pane f accepts. A loaded machine can drop the
+// keys typed before k9s opened its prompt: the command is typed again (after Escape) up to
+// twice more before it fails.
+func (k k9s) commandUntil(cmd, what string, f func(pane string) bool) string {
+	k.t.Helper()
+	for range 2 {
+		k.command(cmd)
+		if pane, ok := k.within(10*time.Second, f); ok {
 			return pane
 		}
-		time.Sleep(200 * time.Millisecond)
+		k.keys("Escape")
 	}
-	k.t.Fatalf("k9s: timed out waiting for %s; its pane:\n%s", what, pane)
-	return ""
+	k.command(cmd)
+	return k.await(what, f)
 }
 
 // k9sRows are the table rows of a pane: the cells of each line between the box's borders
@@ -225,8 +246,7 @@ current-context: fleet
 	k.await("the Pod created meanwhile", func(p string) bool { return strings.Contains(p, "k9s-live") })
 
 	// A filter.
-	k.command("/k9s-live")
-	pane = k.await("the filtered view", func(p string) bool { return k9sCount(p, "pods") == 1 })
+	pane = k.commandUntil("/k9s-live", "the filtered view", func(p string) bool { return k9sCount(p, "pods") == 1 })
 	if _, rows := k9sRows(pane, "CLUSTER"); len(rows) != 1 || rows[0][0] != "fleet-2" || rows[0][2] != "k9s-live" {
 		t.Errorf("filter k9s-live: rows %v", rows)
 	}
