@@ -48,6 +48,7 @@ type serveFlags struct {
 	leaseDuration                                  time.Duration
 	maxWarmups, weight                             int
 	syncGCPercent                                  int
+	unpagedListMax, unpagedListBudget              int
 }
 
 func newServe() *cobra.Command {
@@ -77,6 +78,8 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.mgmtContext, "management-context", "", "context of --management-kubeconfig (default: its current context)")
 	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
 	fl.IntVar(&f.syncGCPercent, "sync-gc-percent", 0, "Go GC percent while the initial sync runs, 0 to leave GOGC alone (default 400)")
+	fl.IntVar(&f.unpagedListMax, "unpaged-list-max", 0, fmt.Sprintf("a cluster's first list of a resource with at most this many objects is one unpaged LIST from its API server's watch cache; a larger one streams (watch-list); -1: every first list streams (default %d)", clusterset.DefaultUnpagedListMax))
+	fl.IntVar(&f.unpagedListBudget, "unpaged-list-budget", 0, fmt.Sprintf("objects of unpaged first lists in memory at once, across the fleet; a list that does not fit streams (default %d)", clusterset.DefaultUnpagedListBudget))
 	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's runtime profiles under /debug/pprof/ (behind the API's authentication)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "Go heap soft limit, e.g. 3Gi (default: 90% of the container's memory limit, or GOMEMLIMIT)")
 	fl.StringVar(&f.authMode, "auth", "", "token (with --token-file) or delegated (TokenReview and SubjectAccessReview against the management cluster)")
@@ -138,6 +141,12 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	}
 	if f.profiling {
 		cfg.Server.Profiling = true
+	}
+	if fl.Changed("unpaged-list-max") {
+		cfg.UnpagedListMax = f.unpagedListMax
+	}
+	if fl.Changed("unpaged-list-budget") {
+		cfg.UnpagedListBudget = f.unpagedListBudget
 	}
 	if fl.Changed("sync-gc-percent") {
 		p := f.syncGCPercent
@@ -275,7 +284,8 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		}
 		src = coord // the registry runs the clusters this replica owns
 	}
-	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst, UserAgent: "multicache/" + version})
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst, UserAgent: "multicache/" + version,
+		UnpagedListMax: cfg.UnpagedListMax, UnpagedListBudget: cfg.UnpagedListBudget})
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func TestProgressPagedList(t *testing.T) {
 	}
 	list, _ := progressListWatch(&p, func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return pages[o.Continue], nil
-	}, nil)
+	}, nil, nil)
 	want := []SyncProgress{{500, 1200, true}, {1000, 1200, true}, {1200, 1200, false}}
 	for i, cont := range []string{"", "c1", "c2"} {
 		if _, err := list(context.Background(), metav1.ListOptions{Limit: 500, Continue: cont}); err != nil {
@@ -57,7 +57,7 @@ func TestProgressStreamedList(t *testing.T) {
 	_, watchFn := progressListWatch(&p, func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		estimated <- o
 		return cmList(1, "x", ptr.To(int64(9))), nil
-	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil })
+	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil }, nil)
 
 	w, err := watchFn(context.Background(), metav1.ListOptions{SendInitialEvents: ptr.To(true), LabelSelector: "a=b", AllowWatchBookmarks: true})
 	if err != nil {
@@ -95,7 +95,7 @@ func TestProgressWatchStops(t *testing.T) {
 	fw := watch.NewRaceFreeFake()
 	_, watchFn := progressListWatch(&p, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 		return cmList(0, "", nil), nil
-	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil })
+	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil }, nil)
 	w, _ := watchFn(context.Background(), metav1.ListOptions{SendInitialEvents: ptr.To(true)})
 	// An event nobody reads, then Stop: the relay must end and close its channel.
 	fw.Add(&corev1.ConfigMap{})
@@ -140,7 +140,7 @@ func TestTransformRunsOncePerStreamedObject(t *testing.T) {
 	fw := watch.NewRaceFreeFake()
 	_, watchFn := progressListWatch(&p, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 		return cmList(0, "", nil), nil
-	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil })
+	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil }, nil)
 	w, _ := watchFn(context.Background(), metav1.ListOptions{SendInitialEvents: ptr.To(true)})
 	defer w.Stop()
 	streamed := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a"}}

@@ -40,6 +40,15 @@ type Options struct {
 	ProbeInterval time.Duration
 	// ProbeTimeout bounds one probe. Default 5s.
 	ProbeTimeout time.Duration
+	// UnpagedListMax is the largest first list, in objects, fetched as one unpaged LIST from
+	// the API server's watch cache; a larger one, or one whose size is unknown, streams
+	// (watch-list). See unpaged.go. Default DefaultUnpagedListMax, or
+	// MULTICACHE_UNPAGED_LIST_MAX when set; negative: every first list streams.
+	UnpagedListMax int
+	// UnpagedListBudget bounds the objects of unpaged lists under way at once, across every
+	// cluster and resource: their responses and decoded objects are all in memory until stored.
+	// A list that does not fit streams. Default DefaultUnpagedListBudget.
+	UnpagedListBudget int
 }
 
 // Default fills every unset field with its default.
@@ -68,6 +77,12 @@ func (o *Options) Default() {
 	if o.ProbeTimeout == 0 {
 		o.ProbeTimeout = 5 * time.Second
 	}
+	if o.UnpagedListMax == 0 {
+		o.UnpagedListMax = unpagedListMaxFromEnv(DefaultUnpagedListMax)
+	}
+	if o.UnpagedListBudget == 0 {
+		o.UnpagedListBudget = DefaultUnpagedListBudget
+	}
 }
 
 // Validate reports every bad field, each named as the config file names it
@@ -93,6 +108,9 @@ func (o Options) Validate() error {
 	if o.Burst < 0 {
 		errs = append(errs, fmt.Errorf("burst: %d: must not be negative", o.Burst))
 	}
+	if o.UnpagedListBudget < 0 {
+		errs = append(errs, fmt.Errorf("unpagedListBudget: %d: must not be negative (0: the default)", o.UnpagedListBudget))
+	}
 	return errors.Join(errs...)
 }
 
@@ -110,6 +128,8 @@ type Registry struct {
 	shelf shelf // states of clusters handed off, for their next owners (handover.go)
 	taker Taker // finds the states other replicas handed off; nil: none
 
+	unpaged *listBudget // objects of the unpaged first lists under way (unpaged.go)
+
 	mu       sync.Mutex
 	clusters map[string]*runner
 	retiring map[string]*runner // stopping (and, if removed, leaving); a cluster's next runner waits for it
@@ -122,7 +142,8 @@ func New(opts Options) (*Registry, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, mems: map[string]*aggregate.Membership{}, clusters: map[string]*runner{}, retiring: map[string]*runner{}, loaded: make(chan struct{})}
+	r := &Registry{opts: opts, log: opts.Logger, aggs: map[string]*aggregate.Aggregate{}, mems: map[string]*aggregate.Membership{}, clusters: map[string]*runner{}, retiring: map[string]*runner{}, loaded: make(chan struct{}),
+		unpaged: &listBudget{free: opts.UnpagedListBudget}}
 	for _, spec := range opts.Resources {
 		agg, mem, err := aggregate.New(aggregate.Options{Resource: spec.Name, Logger: opts.Logger})
 		if err != nil {

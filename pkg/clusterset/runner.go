@@ -180,7 +180,7 @@ func (r *runner) run() {
 			}
 			switch {
 			case err == nil:
-				inf, mode, berr := s.build(cfg, res, r.reg.taker)
+				inf, mode, berr := s.build(ctx, cfg, res, r.reg.taker, firstLists{max: r.reg.opts.UnpagedListMax, budget: r.reg.unpaged})
 				if berr != nil {
 					r.leaveStale(s)
 					s.set(Failed, berr.Error())
@@ -188,6 +188,7 @@ func (r *runner) run() {
 					continue
 				}
 				if jerr := r.reg.mems[s.spec.Name].Join(r.cfg.Name, inf); jerr != nil {
+					s.endPlan()
 					r.leaveStale(s)
 					s.set(Failed, jerr.Error())
 					next = append(next, s)

@@ -43,7 +43,8 @@ type stack struct {
 	hasErr   bool   // the reflector reported an error and has not made progress since
 	probeErr bool   // the cluster's health probe is failing
 	progress progress
-	key      string // HandedState.Key of the running informer; under mu
+	key      string    // HandedState.Key of the running informer; under mu
+	plan     *listPlan // how the running informer's first list runs, until it has; under mu
 }
 
 func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {
@@ -93,9 +94,16 @@ type resolved struct {
 	definition *apiextensionsv1.CustomResourceDefinition // a custom resource's; read-only once set
 }
 
+// firstLists is what decides how stacks fill their stores at start (unpaged.go).
+type firstLists struct {
+	max    int         // Options.UnpagedListMax
+	budget *listBudget // the registry's, shared by every stack
+}
+
 // build creates the informer for r with the decoding spec.Mode asks for. With take, its first
-// initial list starts from the state another replica handed over, when there is one.
-func (s *stack) build(cfg *rest.Config, r resolved, take Taker) (cache.SharedIndexInformer, Mode, error) {
+// initial list starts from the state another replica handed over, when there is one; otherwise
+// fl plans it (unpaged.go), which costs the cluster one LIST with limit 1.
+func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Taker, fl firstLists) (cache.SharedIndexInformer, Mode, error) {
 	mode := s.spec.Mode
 	if mode == ModeAuto {
 		mode = ModeUnstructured
@@ -149,24 +157,39 @@ func (s *stack) build(cfg *rest.Config, r resolved, take Taker) (cache.SharedInd
 		example, client, list, watchFn = &metav1.PartialObjectMetadata{}, mc, asList(ri.List), ri.Watch
 	}
 	key := stateKey(s.spec, r.gvr.String(), mode)
+	var handed *Handed
 	if take != nil {
-		server := cfg.Host
-		watchFn = s.handedWatch(func(ctx context.Context) (*Handed, bool) {
-			h, ok, err := take(ctx, s.cluster, key)
-			if err != nil {
-				s.log.Info("handoff: no state taken from the other replicas; listing from the cluster", zap.Error(err))
-			}
-			if ok && h.Server != server {
-				s.log.Info("handoff: the state handed over is of another server; listing from the cluster")
-				return nil, false
-			}
-			return h, ok && h.Key == key
-		}, func() runtime.Object { return example.DeepCopyObject() }, watchFn)
+		h, ok, err := take(ctx, s.cluster, key)
+		switch {
+		case err != nil:
+			s.log.Info("handoff: no state taken from the other replicas; listing from the cluster", zap.Error(err))
+		case ok && h.Server != cfg.Host:
+			s.log.Info("handoff: the state handed over is of another server; listing from the cluster")
+		case ok && h.Key == key:
+			handed = h
+		}
 	}
+	plan := &listPlan{estimate: -1}
+	if handed != nil {
+		watchFn = s.handedWatch(func(context.Context) (*Handed, bool) { return handed, true },
+			func() runtime.Object { return example.DeepCopyObject() }, watchFn)
+	} else {
+		tweaked := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			s.spec.tweak(&o)
+			return list(ctx, o)
+		}
+		p, err := planList(ctx, tweaked, fl.max, fl.budget)
+		if err != nil {
+			s.log.Info("first list: streamed", zap.Error(err))
+		}
+		plan = p
+	}
+	lw := listWatch(s.spec, &s.progress, client, list, watchFn, s.onListWatchError, plan)
 	s.mu.Lock()
 	s.key = key
+	s.endPlanLocked()
+	s.plan = plan
 	s.mu.Unlock()
-	lw := listWatch(s.spec, &s.progress, client, list, watchFn, s.onListWatchError)
 	inf, err := informer.New(informer.Options{
 		ListerWatcher: lw,
 		ObjectType:    example,
@@ -175,21 +198,43 @@ func (s *stack) build(cfg *rest.Config, r resolved, take Taker) (cache.SharedInd
 		Logger:        ptr.To(klog.Background().WithValues("cluster", s.cluster, "resource", r.gvr.String())),
 	})
 	if err != nil {
+		s.endPlan()
 		return nil, mode, fmt.Errorf("cluster %q: %s: %w", s.cluster, r.gvr, err)
 	}
+	if plan.unpaged {
+		s.log.Debug("first list: unpaged, from the watch cache", zap.Int("estimate", plan.estimate))
+	}
 	return inf, mode, nil
+}
+
+// endPlan gives back what the stack's plan for its first list reserved, if it has not yet:
+// the stack stops, or its informer will not run.
+func (s *stack) endPlan() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endPlanLocked()
+}
+
+func (s *stack) endPlanLocked() {
+	s.plan.done()
+	s.plan = nil
 }
 
 // listWatch applies the spec's selectors to every list and watch, makes p follow each list,
 // reports the failures client-go's reflector returns from its list and watch to report (see
 // reportErrors), and declares whether the client speaks watch-list (client-go's reflector
-// otherwise waits forever for the bookmark that ends a streamed initial list).
+// otherwise waits forever for the bookmark that ends a streamed initial list). With an unpaged
+// plan it declares that it does not, so that the reflector lists, and its first list is one
+// unpaged LIST.
 func listWatch(spec ResourceSpec, p *progress, client any,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
-	report func(context.Context, error)) cache.ListerWatcher {
-	list, watchFn = progressListWatch(p, list, watchFn)
+	report func(context.Context, error), plan *listPlan) cache.ListerWatcher {
+	list, watchFn = progressListWatch(p, list, watchFn, plan.estimated)
 	list, watchFn = reportErrors(list, watchFn, report)
+	if plan.unpaged {
+		list, client = unpagedFirst(plan, list), noWatchList{}
+	}
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			spec.tweak(&o)
@@ -335,6 +380,7 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 		defer close(stopped)
 		inf.RunWithContext(ctx)
 	}()
+	defer s.endPlan()
 	defer func() { <-stopped }()
 	start := time.Now()
 	t := time.NewTicker(100 * time.Millisecond)

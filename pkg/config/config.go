@@ -51,6 +51,11 @@ type Config struct {
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
 	Burst int     `json:"burst,omitempty"`
+	// UnpagedListMax and UnpagedListBudget decide which first lists are one unpaged LIST from
+	// the API server's watch cache rather than streamed (clusterset.Options). 0: the defaults;
+	// UnpagedListMax -1: every first list streams.
+	UnpagedListMax    int `json:"unpagedListMax,omitempty"`
+	UnpagedListBudget int `json:"unpagedListBudget,omitempty"`
 }
 
 // Kubeconfig selects the clusters.
@@ -339,10 +344,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	if len(errs) == 0 {
-		// Resources, their selectors, modes and indexes, and qps/burst: as the Registry checks them.
+		// Resources, their selectors, modes and indexes, qps/burst and the unpaged lists' bounds:
+		// as the Registry checks them.
 		specs, err := c.ResourceSpecs()
 		if err == nil {
-			err = clusterset.Options{Source: clusterset.Static{}, Resources: specs, QPS: c.QPS, Burst: c.Burst}.Validate()
+			err = clusterset.Options{Source: clusterset.Static{}, Resources: specs, QPS: c.QPS, Burst: c.Burst,
+				UnpagedListMax: c.UnpagedListMax, UnpagedListBudget: c.UnpagedListBudget}.Validate()
 		}
 		if err != nil {
 			errs = append(errs, err)
