@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,7 @@ import (
 // daemonRun is one `multicache serve` from process start to /readyz 200.
 type daemonRun struct {
 	ready   time.Duration
+	peakRSS float64          // bytes: the process's peak resident set (VmHWM) when /readyz said 200
 	samples []progressSample // /multicache/v1/clusters while it synced, when sampled
 	d       *exec.Cmd
 	url     string
@@ -88,6 +90,10 @@ func startDaemon(ctx context.Context, b *testing.B, bin string, env []string, sa
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				r.ready = time.Since(start)
+				if r.peakRSS, err = procStatusBytes(cmd.Process.Pid, "VmHWM"); err != nil {
+					r.stop()
+					return nil, err
+				}
 				return r, nil
 			}
 		}
@@ -107,6 +113,21 @@ func (r *daemonRun) stop() {
 		_ = r.d.Process.Kill()
 		<-r.done
 	}
+}
+
+// procStatusBytes is a size field of /proc/PID/status (VmRSS, VmHWM, ...), in bytes.
+func procStatusBytes(pid int, field string) (float64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }
 
 // podsBaseline is B for Pods alone: one informer factory per cluster, in this process.
@@ -185,7 +206,7 @@ func BenchmarkDaemonReady(b *testing.B) {
 	}
 	bin := harness.Binary(b)
 	var table strings.Builder
-	table.WriteString("| Pods per cluster | variant | time (median, min–max) | ÷ B | ÷ L protobuf |\n|---|---|---|---|---|\n")
+	table.WriteString("| Pods per cluster | variant | time (median, min–max) | ÷ B | ÷ L protobuf | the daemon's peak RSS at ready (median, min–max) |\n|---|---|---|---|---|---|\n")
 	var rows []goal
 	for _, per := range sizes {
 		b.Run(fmt.Sprintf("3x%d", per), func(b *testing.B) {
@@ -200,63 +221,50 @@ func BenchmarkDaemonReady(b *testing.B) {
 				cfg.QPS, cfg.Burst = -1, 0
 				cfgs = append(cfgs, cfg)
 			}
+			daemon := func(env []string, args ...string) func() (time.Duration, float64, error) {
+				return func() (time.Duration, float64, error) {
+					r, err := startDaemon(ctx, b, bin, env, 0, append([]string{"--kubeconfig", f.Kubeconfig()}, args...)...)
+					if err != nil {
+						return 0, 0, err
+					}
+					r.stop()
+					return r.ready, r.peakRSS, nil
+				}
+			}
+			inProcess := func(run func() (time.Duration, error)) func() (time.Duration, float64, error) {
+				return func() (time.Duration, float64, error) { d, err := run(); return d, 0, err }
+			}
 			variants := []struct {
 				name string
-				run  func() (time.Duration, error)
+				run  func() (time.Duration, float64, error)
 			}{
-				{"multicache serve: process start to /readyz 200", func() (time.Duration, error) {
-					r, err := startDaemon(ctx, b, bin, nil, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "pods")
-					if err != nil {
-						return 0, err
-					}
-					r.stop()
-					return r.ready, nil
-				}},
-				{"multicache serve, paged LIST instead of watch-list (KUBE_FEATURE_WatchListClient=false)", func() (time.Duration, error) {
-					r, err := startDaemon(ctx, b, bin, []string{"KUBE_FEATURE_WatchListClient=false"}, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "pods")
-					if err != nil {
-						return 0, err
-					}
-					r.stop()
-					return r.ready, nil
-				}},
-				{"multicache serve --sync-gc-percent 0: GOGC 100 throughout the sync", func() (time.Duration, error) {
-					r, err := startDaemon(ctx, b, bin, nil, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "pods", "--sync-gc-percent", "0")
-					if err != nil {
-						return 0, err
-					}
-					r.stop()
-					return r.ready, nil
-				}},
-				{"multicache serve --resource limitranges (no objects): the fixed start cost", func() (time.Duration, error) {
-					r, err := startDaemon(ctx, b, bin, nil, 0, "--kubeconfig", f.Kubeconfig(), "--resource", "limitranges")
-					if err != nil {
-						return 0, err
-					}
-					r.stop()
-					return r.ready, nil
-				}},
-				{"B: informer factory per cluster, synced", func() (time.Duration, error) { return podsBaseline(ctx, cfgs) }},
-				{"L: unpaged LIST, protobuf", func() (time.Duration, error) {
+				{"multicache serve: process start to /readyz 200", daemon(nil, "--resource", "pods")},
+				{"multicache serve --unpaged-list-max -1: every first list streamed (watch-list)", daemon(nil, "--resource", "pods", "--unpaged-list-max", "-1")},
+				{"multicache serve --unpaged-list-max -1, KUBE_FEATURE_WatchListClient=false: client-go's paged LIST", daemon([]string{"KUBE_FEATURE_WatchListClient=false"}, "--resource", "pods", "--unpaged-list-max", "-1")},
+				{"multicache serve --sync-gc-percent 0: GOGC 100 throughout the sync", daemon(nil, "--resource", "pods", "--sync-gc-percent", "0")},
+				{"multicache serve --resource limitranges (no objects): the fixed start cost", daemon(nil, "--resource", "limitranges")},
+				{"B: informer factory per cluster, synced", inProcess(func() (time.Duration, error) { return podsBaseline(ctx, cfgs) })},
+				{"L: unpaged LIST, protobuf", inProcess(func() (time.Duration, error) {
 					return podsList(ctx, cfgs, runtime.ContentTypeProtobuf)
-				}},
-				{"L: unpaged LIST, JSON", func() (time.Duration, error) { return podsList(ctx, cfgs, runtime.ContentTypeJSON) }},
+				})},
+				{"L: unpaged LIST, JSON", inProcess(func() (time.Duration, error) { return podsList(ctx, cfgs, runtime.ContentTypeJSON) })},
 			}
 			// A consistent list waits for each API server's watch cache to catch up with the
 			// bulk writes, so that no variant pays for it.
 			if _, err := podsList(ctx, cfgs, runtime.ContentTypeProtobuf); err != nil {
 				b.Fatal(err)
 			}
-			times := map[string][]float64{}
+			times, peaks := map[string][]float64{}, map[string][]float64{}
 			for run := range runs {
 				for i := range variants {
 					v := variants[(i+run)%len(variants)]
-					d, err := v.run()
+					d, peak, err := v.run()
 					if err != nil {
 						b.Fatalf("%s: %v", v.name, err)
 					}
 					times[v.name] = append(times[v.name], d.Seconds())
-					b.Logf("3×%d run %d %-50s %6.2fs", per, run+1, v.name, d.Seconds())
+					peaks[v.name] = append(peaks[v.name], peak/(1<<20))
+					b.Logf("3×%d run %d %-50s %6.2fs peak RSS %4.0f MiB", per, run+1, v.name, d.Seconds(), peak/(1<<20))
 					time.Sleep(2 * time.Second) // let the API servers settle
 				}
 			}
@@ -267,11 +275,15 @@ func BenchmarkDaemonReady(b *testing.B) {
 			bMed, lMed := median(times[bName]), median(times[lName])
 			for _, v := range variants {
 				m := median(times[v.name])
-				fmt.Fprintf(&table, "| %d | %s | %s | %.2f× | %.2f× |\n", per, v.name, spreadSeconds(times[v.name]), m/bMed, m/lMed)
+				peak := "—"
+				if median(peaks[v.name]) > 0 {
+					peak = fmt.Sprintf("%.0f MiB (%.0f–%.0f)", median(peaks[v.name]), slices.Min(peaks[v.name]), slices.Max(peaks[v.name]))
+				}
+				fmt.Fprintf(&table, "| %d | %s | %s | %.2f× | %.2f× | %s |\n", per, v.name, spreadSeconds(times[v.name]), m/bMed, m/lMed, peak)
 			}
 			d := median(times[variants[0].name])
-			rows = append(rows, goal{"P7", fmt.Sprintf("daemon start to /readyz 200, 3 clusters × %dk Pods, ÷ B", per/1000), "≤ 1.1× B",
-				fmt.Sprintf("%.2f× B, %.2f× L (%s vs B %s, L %s)", d/bMed, d/lMed, spreadSeconds(times[variants[0].name]), spreadSeconds(times[bName]), spreadSeconds(times[lName])), met(d/bMed <= 1.1), ""})
+			rows = append(rows, goal{"P7", fmt.Sprintf("daemon start to /readyz 200, 3 clusters × %dk Pods, ÷ B and ÷ L", per/1000), "≤ 1.1× B, ≤ 1.3× L",
+				fmt.Sprintf("%.2f× B, %.2f× L (%s vs B %s, L %s)", d/bMed, d/lMed, spreadSeconds(times[variants[0].name]), spreadSeconds(times[bName]), spreadSeconds(times[lName])), met(d/bMed <= 1.1 && d/lMed <= 1.3), ""})
 		})
 	}
 	b.Log("\n" + table.String())

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -157,20 +156,13 @@ func (p *scaleProc) memory(b *testing.B) (heapBytes, rssBytes, peakBytes float64
 			}
 		}
 	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	rssBytes, err = procStatusBytes(p.cmd.Process.Pid, "VmRSS")
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc := bufio.NewScanner(strings.NewReader(string(status)))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			rssBytes = kb * 1024
-		}
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			peakBytes = kb * 1024
-		}
+	peakBytes, err = procStatusBytes(p.cmd.Process.Pid, "VmHWM")
+	if err != nil {
+		b.Fatal(err)
 	}
 	return heapBytes, rssBytes, peakBytes
 }
