@@ -202,7 +202,7 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 		return nil, mode, fmt.Errorf("cluster %q: %s: %w", s.cluster, r.gvr, err)
 	}
 	if plan.unpaged {
-		s.log.Debug("first list: unpaged, from the watch cache", zap.Int("estimate", plan.estimate))
+		s.log.Debug("first list: a LIST, not streamed", zap.Int("estimate", plan.estimate))
 	}
 	return inf, mode, nil
 }
@@ -224,8 +224,7 @@ func (s *stack) endPlanLocked() {
 // reports the failures client-go's reflector returns from its list and watch to report (see
 // reportErrors), and declares whether the client speaks watch-list (client-go's reflector
 // otherwise waits forever for the bookmark that ends a streamed initial list). With an unpaged
-// plan it declares that it does not, so that the reflector lists, and its first list is one
-// unpaged LIST.
+// plan it declares that it does not, so that the reflector lists.
 func listWatch(spec ResourceSpec, p *progress, client any,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
@@ -233,7 +232,7 @@ func listWatch(spec ResourceSpec, p *progress, client any,
 	list, watchFn = progressListWatch(p, list, watchFn, plan.estimated)
 	list, watchFn = reportErrors(list, watchFn, report)
 	if plan.unpaged {
-		list, client = unpagedFirst(plan, list), noWatchList{}
+		list, client = releaseAfterFirst(plan, list), noWatchList{}
 	}
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

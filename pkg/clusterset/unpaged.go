@@ -14,27 +14,28 @@ import (
 
 // How a stack's first list fills its store.
 //
-// client-go's reflector streams its initial list when the client speaks watch-list: the API
-// server sends every object as a watch event and a bookmark that ends them, so the client never
-// holds the whole list at once. That bound on memory has a price in CPU: on our machine class,
-// 3 API servers streaming 20,000 Pods each spent 2.3–2.7 CPU-seconds, against 1.1 for one
-// unpaged LIST of the same Pods from their watch caches (docs/BENCHMARKS.md, P7). On two cores
-// shared with the API servers, that difference is most of the daemon's time to ready.
+// client-go's reflector streams its initial list when the client speaks watch-list (client-go's
+// default since 1.35): the API server sends every object as a watch event, then a bookmark that
+// ends them, so the client never holds the whole list at once. That bound on memory has a price
+// in CPU. On our machine class, 3 API servers streaming 20,000 Pods each spent 2.2–2.8
+// CPU-seconds, against 1.1–1.8 for the reflector's plain LIST of the same Pods (resourceVersion
+// "0", which each API server answers from its watch cache in one response; docs/BENCHMARKS.md,
+// P7). On two cores shared with the API servers, that difference is most of the daemon's time
+// to ready.
 //
-// So a list that is small enough is fetched the way informers fetched before watch-list: one
-// LIST with resourceVersion "0" and no limit, which the API server answers from its watch
-// cache in one response. Its price is memory while it runs: the response and its decoded
-// objects are held together until the store has taken them (P7 reports the peak RSS of both
-// ways). Two bounds keep that price known:
+// So a first list that is small enough takes client-go's list path: the stack declares a client
+// without watch-list (noWatchList), and the reflector lists as informers did before watch-list.
+// Its price is memory while it runs: the response and its decoded objects are all held until the
+// store has taken them (P7 reports the peak RSS both ways). Two bounds keep that price known:
 //   - a list estimated at more than Options.UnpagedListMax objects streams;
-//   - at most Options.UnpagedListBudget objects are being fetched unpaged at once, across every
+//   - at most Options.UnpagedListBudget objects are being listed this way at once, across every
 //     cluster and resource; a list that does not fit streams rather than waits.
 //
 // The estimate is a LIST with limit 1 (its remainingItemCount), sent before the reflector is
 // built, since the reflector decides once whether it streams. A list whose size is unknown (a
 // label or field selector: the API server does not count those) streams. A start from a state
 // another replica handed over takes no estimate: it streams from that state (handover.go).
-// Later relists are the reflector's own: streamed, or paged as client-go pages them.
+// Later relists are the reflector's own, in the way it was built with.
 
 // DefaultUnpagedListMax and DefaultUnpagedListBudget are Options' defaults. The environment
 // variable MULTICACHE_UNPAGED_LIST_MAX, when set, replaces the first (a negative value: every
@@ -77,8 +78,8 @@ func (b *listBudget) give(n int) {
 
 // listPlan is how one stack's first list runs.
 type listPlan struct {
-	// unpaged: the first list is one LIST with no limit, served from the watch cache; the
-	// reflector does not stream.
+	// unpaged: the reflector is built without watch-list, so that its first list is its LIST
+	// from resourceVersion "0", which a watch cache answers in one response.
 	unpaged bool
 	// estimate is the count the plan was made on; -1 when unknown.
 	estimate int
@@ -136,25 +137,23 @@ func planList(ctx context.Context, list func(context.Context, metav1.ListOptions
 	return p, nil
 }
 
-// unpagedFirst makes the first list request of a reflector one unpaged LIST: the reflector asks
-// with resourceVersion "0" and a page limit, which API servers since 1.34 serve page by page
-// from snapshots of their watch cache (the ListFromCacheSnapshot feature). Without the limit it
-// is one response from that cache.
-// The plan's reservation is given back when that request returns: the objects are then in the
-// reflector's hands, which store them at once.
-func unpagedFirst(plan *listPlan, list func(context.Context, metav1.ListOptions) (runtime.Object, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-	var first sync.Once
+// releaseAfterFirst gives the plan's reservation back once the reflector's first list is over:
+// its last page has arrived (the objects are then in the reflector's hands, which stores them
+// at once), or it failed. The requests themselves are the reflector's, unchanged: its first
+// list asks for resourceVersion "0" with a page limit, and an API server answers that from its
+// watch cache, whole, whatever the limit (kube-apiserver 1.37 returned all 20,000 Pods to
+// limit=1); without a watch cache, etcd pages it.
+func releaseAfterFirst(plan *listPlan, list func(context.Context, metav1.ListOptions) (runtime.Object, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		isFirst := false
-		if o.Continue == "" && o.ResourceVersion == "0" {
-			first.Do(func() { isFirst = true })
+		out, err := list(ctx, o)
+		if err != nil {
+			plan.done()
+			return nil, err
 		}
-		if !isFirst {
-			return list(ctx, o)
+		if lm, lerr := meta.ListAccessor(out); lerr != nil || lm.GetContinue() == "" {
+			plan.done()
 		}
-		defer plan.done()
-		o.Limit = 0
-		return list(ctx, o)
+		return out, nil
 	}
 }
 

@@ -68,7 +68,7 @@ func TestPlanList(t *testing.T) {
 	}
 }
 
-func TestUnpagedFirst(t *testing.T) {
+func TestReleaseAfterFirst(t *testing.T) {
 	budget := &listBudget{free: 10}
 	plan, _ := planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 		return cmList(1, "c", ptr.To(int64(9))), nil
@@ -76,31 +76,40 @@ func TestUnpagedFirst(t *testing.T) {
 	if !plan.unpaged || budget.free != 0 {
 		t.Fatalf("plan %+v, budget %d; want unpaged with all 10 reserved", plan, budget.free)
 	}
+	pages := map[string]*corev1.ConfigMapList{"": cmList(5, "p2", nil), "p2": cmList(5, "", nil)}
 	var asked []metav1.ListOptions
-	list := unpagedFirst(plan, func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	list := releaseAfterFirst(plan, func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		asked = append(asked, o)
-		return cmList(0, "", nil), nil
+		return pages[o.Continue], nil
 	})
-	for _, o := range []metav1.ListOptions{
-		{ResourceVersion: "0", Limit: 500}, // the reflector's first list: unpaged
-		{ResourceVersion: "0", Limit: 500}, // a later list from "0": as asked
-		{ResourceVersion: "", Limit: 500},  // a relist after 410: as asked
-	} {
-		if _, err := list(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
+	// A server without a watch cache pages the first list: the reservation holds until its
+	// last page.
+	if _, err := list(context.Background(), metav1.ListOptions{ResourceVersion: "0", Limit: 500}); err != nil || budget.free != 0 {
+		t.Fatalf("after the first page: err %v, budget %d; want 0 (still reserved)", err, budget.free)
 	}
-	if asked[0].Limit != 0 || asked[1].Limit != 500 || asked[2].Limit != 500 {
-		t.Fatalf("limits sent %d, %d, %d; want 0, 500, 500", asked[0].Limit, asked[1].Limit, asked[2].Limit)
+	if _, err := list(context.Background(), metav1.ListOptions{ResourceVersion: "0", Limit: 500, Continue: "p2"}); err != nil || budget.free != 10 {
+		t.Fatalf("after the last page: err %v, budget %d; want 10 given back", err, budget.free)
 	}
-	if budget.free != 10 {
-		t.Fatalf("after the first list: budget %d; want 10 given back", budget.free)
+	// The requests are the reflector's own, unchanged.
+	if asked[0].Limit != 500 || asked[0].ResourceVersion != "0" {
+		t.Fatalf("asked %+v; want the reflector's limit and resourceVersion", asked[0])
+	}
+
+	// A failed first list gives the reservation back too.
+	plan, _ = planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		return cmList(1, "", nil), nil
+	}, 10, budget)
+	failing := releaseAfterFirst(plan, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		return nil, errors.New("boom")
+	})
+	if _, err := failing(context.Background(), metav1.ListOptions{ResourceVersion: "0"}); err == nil || budget.free != 10 {
+		t.Fatalf("a failed list: err %v, budget %d; want the error and 10", err, budget.free)
 	}
 }
 
 // TestReflectorFollowsThePlan runs client-go's own reflector over listWatch: an unpaged plan
-// lists once, unpaged, from resourceVersion "0", and never streams; a streamed plan opens a
-// watch with initial events and sends no list.
+// lists once, from resourceVersion "0", and never streams; a streamed plan opens a watch with
+// initial events and sends no list.
 func TestReflectorFollowsThePlan(t *testing.T) {
 	for _, unpaged := range []bool{true, false} {
 		t.Run(map[bool]string{true: "unpaged", false: "streamed"}[unpaged], func(t *testing.T) {
@@ -152,8 +161,8 @@ func TestReflectorFollowsThePlan(t *testing.T) {
 			}
 			streamed := watches[0].SendInitialEvents != nil && *watches[0].SendInitialEvents
 			if unpaged {
-				if len(lists) != 1 || lists[0].Limit != 0 || lists[0].ResourceVersion != "0" || streamed {
-					t.Fatalf("lists %+v, first watch %+v; want one unpaged list from \"0\" and a plain watch", lists, watches[0])
+				if len(lists) != 1 || lists[0].ResourceVersion != "0" || streamed {
+					t.Fatalf("lists %+v, first watch %+v; want one list from \"0\" and a plain watch", lists, watches[0])
 				}
 				if len(store.List()) != 3 || watches[0].ResourceVersion != "7" {
 					t.Fatalf("store %d objects, watch from %q; want 3 and the list's \"7\"", len(store.List()), watches[0].ResourceVersion)
