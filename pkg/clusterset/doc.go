@@ -12,6 +12,9 @@
 // them in the aggregates, which tell handlers only what differs. A cluster's runs never
 // overlap, and no change waits for another cluster.
 //
+// Each stack's first list is either client-go's LIST from the watch cache or its streamed
+// watch-list, chosen per list by its estimated size within a fleet-wide budget (unpaged.go).
+//
 // Objects are decoded as typed (protobuf) for built-in kinds, unstructured for CRDs, or
 // metadata-only on request. The default transform drops managedFields and kubectl's
 // last-applied annotation and shares repeated parts across objects (package intern).

@@ -40,6 +40,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		{"resources: [{name: pods}]\nserver: {listen: '0.0.0.0:8080'}", "server.listen: 0.0.0.0:8080 is not loopback"},
 		{"resources: [{name: pods}]\nserver: {requestTimeout: soon}", "duration \"soon\""},
 		{"resources: [{name: pods}]\nlogging: {format: xml}", "logging.format"},
+		{"resources: [{name: pods}]\nunpagedListBudget: -5", "unpagedListBudget: -5: must not be negative"},
 		{"resources: [{name: pods}]\nsharding: {enabled: true, advertiseURL: 'https://a:1', peerCertFile: c.pem}", "sharding.peerCertFile and sharding.peerKeyFile go together"},
 		{"resources: [{name: pods}]\nsharding: {enabled: true, advertiseURL: 'https://a:1', peerCertFile: c.pem, peerKeyFile: k.pem}", "sharding.peerCAFile: required with sharding.peerCertFile"},
 		{"resources: [{name: pods}]\nsharding: {enabled: true, advertiseURL: 'https://a:1', peerCertFile: c.pem, peerKeyFile: k.pem, peerCAFile: ca.pem}", "sharding.peerCertFile: needs server.tls"},
