@@ -23,6 +23,39 @@ import (
 // clusters × 20k Pods. config.DefaultSyncGCPercent (400) makes it run about a quarter as often
 // while the sync lasts (docs/BENCHMARKS.md, P7, measures what that saves).
 
+// syncMemoryBudget is a quarter of the memory limit in force (GOMEMLIMIT, memoryLimit, or 90%
+// of the container's limit), or of the machine's memory without one: what the initial sync may
+// spend beyond the cache itself. ok is false when there is no measure of either.
+func syncMemoryBudget() (bytes int64, ok bool) {
+	base := debug.SetMemoryLimit(-1)
+	if base == math.MaxInt64 {
+		total, err := memlimit.FromSystem()
+		if err != nil || total == 0 || total >= math.MaxInt64 {
+			return 0, false
+		}
+		base = int64(total)
+	}
+	return base / 4, true
+}
+
+// listedObjectBytes is what one object of a first list that is a LIST (not streamed) adds to
+// the daemon's peak memory while the list runs: its share of the response and its decoded
+// form, held until the store has taken them. P7 (docs/BENCHMARKS.md) measured the difference
+// in peak RSS between the two ways, divided by the objects: 8.6 KiB at 3 × 20k Pods and
+// 10.4 KiB at 3 × 50k (Pods of 2–3 containers, managedFields included).
+const listedObjectBytes = 10 << 10
+
+// unpagedListBudget is the default of --unpaged-list-budget: as many objects as
+// listedObjectBytes each fit in the sync's memory budget. Without a measure of memory, the
+// library's default.
+func unpagedListBudget() int {
+	budget, ok := syncMemoryBudget()
+	if !ok {
+		return clusterset.DefaultUnpagedListBudget
+	}
+	return max(1, int(budget/listedObjectBytes))
+}
+
 // raiseGCForSync sets the collector's percent to pct until the returned function is called
 // (once the initial sync is over), and returns it to what it was.
 //
@@ -42,15 +75,10 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 		return func() {}
 	}
 	prevLimit := debug.SetMemoryLimit(-1)
-	base := prevLimit
-	if base == math.MaxInt64 {
-		total, err := memlimit.FromSystem()
-		if err != nil || total == 0 || total >= math.MaxInt64 {
-			return func() {} // no measure of the machine: no budget to hold the raise to
-		}
-		base = int64(total)
+	budget, ok := syncMemoryBudget()
+	if !ok {
+		return func() {} // no measure of the machine: no budget to hold the raise to
 	}
-	budget := base / 4
 	prev := debug.SetGCPercent(pct)
 	if prev < 0 { // the collector is off: leave it so
 		debug.SetGCPercent(prev)

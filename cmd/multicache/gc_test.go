@@ -69,3 +69,16 @@ func TestRaiseFits(t *testing.T) {
 		}
 	}
 }
+
+func TestUnpagedListBudgetFollowsTheMemoryLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(4 << 30)
+	defer debug.SetMemoryLimit(prev)
+	// A quarter of 4 GiB at 10 KiB an object.
+	if got, want := unpagedListBudget(), (1<<30)/(10<<10); got != want {
+		t.Errorf("with a 4 GiB limit: budget %d objects, want %d", got, want)
+	}
+	debug.SetMemoryLimit(40 << 10)
+	if got := unpagedListBudget(); got != 1 {
+		t.Errorf("with a 40 KiB limit: budget %d objects, want 1 (the budget is never 0, which means the default)", got)
+	}
+}

@@ -302,9 +302,9 @@ defaults; its time runs from the process start to the first 200 from /readyz, po
 B syncs one informer factory per cluster in the benchmark's own process (no process start), and
 L lists every cluster's Pods at once, unpaged. Each variant ran %d times per size, in rotating
 order; median (min–max). With its defaults the daemon's first list of each cluster is the
-reflector's LIST from the watch cache (up to `+"`--unpaged-list-max`"+`, 50,000 objects, and
-150,000 at once); `+"`--unpaged-list-max -1`"+` streams every first list (watch-list), as B
-does. The daemon's peak RSS is its VmHWM when /readyz first said 200. client-go's
+reflector's LIST from the watch cache (up to `+"`--unpaged-list-max`"+`, 50,000 objects; all
+three lists fit its budget at once at both sizes); `+"`--unpaged-list-max -1`"+` streams every first
+list (watch-list), as B does. The daemon's peak RSS is its VmHWM when /readyz first said 200. client-go's
 KUBE_FEATURE_* variables do not reach the daemon: it links kubectl's printers, whose
 k8s.io/kubernetes feature gates replace client-go's at start.
 
