@@ -46,14 +46,16 @@ func syncMemoryBudget() (bytes int64, ok bool) {
 const listedObjectBytes = 10 << 10
 
 // unpagedListBudget is the default of --unpaged-list-budget: as many objects as
-// listedObjectBytes each fit in the sync's memory budget. Without a measure of memory, the
-// library's default.
+// listedObjectBytes each fit in half the sync's memory budget (an eighth of the memory limit in
+// force, or of the machine's memory), so that lists in flight and the heap they are stored into
+// do not, together, take the room the API servers or other tenants of the machine need.
+// Without a measure of memory, the library's default.
 func unpagedListBudget() int {
 	budget, ok := syncMemoryBudget()
 	if !ok {
 		return clusterset.DefaultUnpagedListBudget
 	}
-	return max(1, int(budget/listedObjectBytes))
+	return max(1, int(budget/2/listedObjectBytes))
 }
 
 // raiseGCForSync sets the collector's percent to pct until the returned function is called

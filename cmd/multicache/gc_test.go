@@ -73,8 +73,8 @@ func TestRaiseFits(t *testing.T) {
 func TestUnpagedListBudgetFollowsTheMemoryLimit(t *testing.T) {
 	prev := debug.SetMemoryLimit(4 << 30)
 	defer debug.SetMemoryLimit(prev)
-	// A quarter of 4 GiB at 10 KiB an object.
-	if got, want := unpagedListBudget(), (1<<30)/(10<<10); got != want {
+	// An eighth of 4 GiB at 10 KiB an object.
+	if got, want := unpagedListBudget(), (512<<20)/(10<<10); got != want {
 		t.Errorf("with a 4 GiB limit: budget %d objects, want %d", got, want)
 	}
 	debug.SetMemoryLimit(40 << 10)
