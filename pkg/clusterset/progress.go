@@ -131,11 +131,11 @@ func (p *progress) estimate(gen int64, list runtime.Object) {
 // progressListWatch wraps the list and watch functions of a stack so that p follows each list.
 // A streamed list also sends one list request with limit 1 at its start, whose
 // remainingItemCount gives the expected total; it costs the API server one object. The first
-// streamed list uses estimated instead, when it is not nil (the one its plan was made on).
+// streamed list uses estimated() instead, when that is not nil (the one its plan was made on).
 func progressListWatch(p *progress,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
-	estimated runtime.Object) (
+	estimated func() runtime.Object) (
 	func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
 	var firstEstimate sync.Once
@@ -162,7 +162,11 @@ func progressListWatch(p *progress,
 			return nil, err
 		}
 		var known runtime.Object
-		firstEstimate.Do(func() { known = estimated })
+		firstEstimate.Do(func() {
+			if estimated != nil {
+				known = estimated()
+			}
+		})
 		if known != nil {
 			p.estimate(gen, known)
 			return newCountingWatch(w, p), nil

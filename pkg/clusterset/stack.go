@@ -43,8 +43,8 @@ type stack struct {
 	hasErr   bool   // the reflector reported an error and has not made progress since
 	probeErr bool   // the cluster's health probe is failing
 	progress progress
-	key      string    // HandedState.Key of the running informer; under mu
-	plan     *listPlan // how the running informer's first list runs, until it has; under mu
+	key      string     // HandedState.Key of the running informer; under mu
+	first    *firstList // how the running informer's first list runs; under mu
 }
 
 func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {
@@ -102,7 +102,8 @@ type firstLists struct {
 
 // build creates the informer for r with the decoding spec.Mode asks for. With take, its first
 // initial list starts from the state another replica handed over, when there is one; otherwise
-// fl plans it (unpaged.go), which costs the cluster one LIST with limit 1.
+// fl plans it (unpaged.go), which costs the cluster one LIST with limit 1. Both happen when the
+// informer runs, on its goroutine, not here.
 func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Taker, fl firstLists) (cache.SharedIndexInformer, Mode, error) {
 	mode := s.spec.Mode
 	if mode == ModeAuto {
@@ -157,38 +158,44 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 		example, client, list, watchFn = &metav1.PartialObjectMetadata{}, mc, asList(ri.List), ri.Watch
 	}
 	key := stateKey(s.spec, r.gvr.String(), mode)
-	var handed *Handed
-	if take != nil {
-		h, ok, err := take(ctx, s.cluster, key)
-		switch {
-		case err != nil:
-			s.log.Info("handoff: no state taken from the other replicas; listing from the cluster", zap.Error(err))
-		case ok && h.Server != cfg.Host:
-			s.log.Info("handoff: the state handed over is of another server; listing from the cluster")
-		case ok && h.Key == key:
-			handed = h
-		}
+	tweaked := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		s.spec.tweak(&o)
+		return list(ctx, o)
 	}
-	plan := &listPlan{estimate: -1}
-	if handed != nil {
-		watchFn = s.handedWatch(func(context.Context) (*Handed, bool) { return handed, true },
-			func() runtime.Object { return example.DeepCopyObject() }, watchFn)
-	} else {
-		tweaked := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			s.spec.tweak(&o)
-			return list(ctx, o)
+	// Decided when client-go's reflector is created, on the informer's goroutine (unpaged.go).
+	first := &firstList{decide: func() (*Handed, *listPlan) {
+		if take != nil {
+			h, ok, err := take(ctx, s.cluster, key)
+			switch {
+			case err != nil:
+				s.log.Info("handoff: no state taken from the other replicas; listing from the cluster", zap.Error(err))
+			case ok && h.Server != cfg.Host:
+				s.log.Info("handoff: the state handed over is of another server; listing from the cluster")
+			case ok && h.Key == key:
+				return h, &listPlan{estimate: -1}
+			}
 		}
-		p, err := planList(ctx, tweaked, fl.max, fl.budget)
+		s.progress.begin() // the estimate is the list's first request
+		plan, err := planList(ctx, tweaked, fl.max, fl.budget)
 		if err != nil {
 			s.log.Info("first list: streamed", zap.Error(err))
 		}
-		plan = p
+		if plan.unpaged {
+			s.log.Debug("first list: a LIST, not streamed", zap.Int("estimate", plan.estimate))
+		}
+		return nil, plan
+	}}
+	if take != nil {
+		watchFn = s.handedWatch(func(context.Context) (*Handed, bool) {
+			h, _ := first.get()
+			return h, h != nil
+		}, func() runtime.Object { return example.DeepCopyObject() }, watchFn)
 	}
-	lw := listWatch(s.spec, &s.progress, client, list, watchFn, s.onListWatchError, plan)
+	lw := listWatch(s.spec, &s.progress, client, list, watchFn, s.onListWatchError, first)
 	s.mu.Lock()
 	s.key = key
-	s.endPlanLocked()
-	s.plan = plan
+	s.first.done()
+	s.first = first
 	s.mu.Unlock()
 	inf, err := informer.New(informer.Options{
 		ListerWatcher: lw,
@@ -201,9 +208,6 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 		s.endPlan()
 		return nil, mode, fmt.Errorf("cluster %q: %s: %w", s.cluster, r.gvr, err)
 	}
-	if plan.unpaged {
-		s.log.Debug("first list: a LIST, not streamed", zap.Int("estimate", plan.estimate))
-	}
 	return inf, mode, nil
 }
 
@@ -212,12 +216,7 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 func (s *stack) endPlan() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.endPlanLocked()
-}
-
-func (s *stack) endPlanLocked() {
-	s.plan.done()
-	s.plan = nil
+	s.first.done()
 }
 
 // listWatch applies the spec's selectors to every list and watch, makes p follow each list,
@@ -228,13 +227,11 @@ func (s *stack) endPlanLocked() {
 func listWatch(spec ResourceSpec, p *progress, client any,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
-	report func(context.Context, error), plan *listPlan) cache.ListerWatcher {
-	list, watchFn = progressListWatch(p, list, watchFn, plan.estimated)
+	report func(context.Context, error), first *firstList) cache.ListerWatcher {
+	list, watchFn = progressListWatch(p, list, watchFn, first.estimated)
 	list, watchFn = reportErrors(list, watchFn, report)
-	if plan.unpaged {
-		list, client = releaseAfterFirst(plan, list), noWatchList{}
-	}
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+	list = releaseAfterFirst(first, list)
+	return first.listerWatcher(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			spec.tweak(&o)
 			return list(ctx, o)

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
 )
 
 // How a stack's first list fills its store.
@@ -23,8 +25,9 @@ import (
 // P7). On two cores shared with the API servers, that difference is most of the daemon's time
 // to ready.
 //
-// So a first list that is small enough takes client-go's list path: the stack declares a client
-// without watch-list (noWatchList), and the reflector lists as informers did before watch-list.
+// So a first list that is small enough takes client-go's list path: the stack's ListerWatcher
+// declares no watch-list when the reflector asks (plannedListWatch), and the reflector lists as
+// informers did before watch-list.
 // Its price is memory while it runs: the response and its decoded objects are all held until the
 // store has taken them (P7 reports the peak RSS both ways). Two bounds keep that price known:
 //   - a list estimated at more than Options.UnpagedListMax objects streams;
@@ -137,28 +140,97 @@ func planList(ctx context.Context, list func(context.Context, metav1.ListOptions
 	return p, nil
 }
 
+// firstList decides, once, how a stack's first list runs: from a state another replica handed
+// over, or planned (planList). The decision is taken when client-go's reflector is created,
+// which happens when the informer runs, on its goroutine (the reflector then asks its
+// ListerWatcher whether it speaks watch-list, through IsWatchListSemanticsUnSupported): so a
+// slow answer holds back this stack only, and a stopped one (its context ended) decides at once.
+// With the WatchListClient feature off the reflector never asks: nothing is decided, and it lists.
+type firstList struct {
+	decide func() (*Handed, *listPlan)
+
+	once    sync.Once
+	mu      sync.Mutex
+	decided bool
+	handed  *Handed
+	plan    *listPlan
+}
+
+// get decides, if that has not happened yet, and returns the decision.
+func (f *firstList) get() (*Handed, *listPlan) {
+	f.once.Do(func() {
+		h, p := f.decide()
+		f.mu.Lock()
+		f.handed, f.plan, f.decided = h, p, true
+		f.mu.Unlock()
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.handed, f.plan
+}
+
+// planned is the plan, once decided; nil before (or when never decided).
+func (f *firstList) planned() *listPlan {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.decided {
+		return nil
+	}
+	return f.plan
+}
+
+// estimated is the limit-1 list the plan was made on, if any.
+func (f *firstList) estimated() runtime.Object {
+	if p := f.planned(); p != nil {
+		return p.estimated
+	}
+	return nil
+}
+
+// done gives back what the plan reserved, if anything; safe on a nil firstList.
+func (f *firstList) done() {
+	if f != nil {
+		f.planned().done()
+	}
+}
+
+// listerWatcher is lw, declaring watch-list as client does (cache.ToListWatcherWithWatchListSemantics)
+// unless the first list is planned as a LIST.
+func (f *firstList) listerWatcher(lw *cache.ListWatch, client any) cache.ListerWatcher {
+	return &plannedListWatch{ListWatch: lw, first: f, clientRefuses: watchlist.DoesClientNotSupportWatchListSemantics(client)}
+}
+
+type plannedListWatch struct {
+	*cache.ListWatch
+	first         *firstList
+	clientRefuses bool
+}
+
+// IsWatchListSemanticsUnSupported is what client-go's reflector asks when it is created.
+func (lw *plannedListWatch) IsWatchListSemanticsUnSupported() bool {
+	if lw.clientRefuses {
+		return true
+	}
+	_, plan := lw.first.get()
+	return plan.unpaged
+}
+
 // releaseAfterFirst gives the plan's reservation back once the reflector's first list is over:
 // its last page has arrived (the objects are then in the reflector's hands, which stores them
 // at once), or it failed. The requests themselves are the reflector's, unchanged: its first
 // list asks for resourceVersion "0" with a page limit, and an API server answers that from its
 // watch cache, whole, whatever the limit (kube-apiserver 1.37 returned all 20,000 Pods to
 // limit=1); without a watch cache, etcd pages it.
-func releaseAfterFirst(plan *listPlan, list func(context.Context, metav1.ListOptions) (runtime.Object, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+func releaseAfterFirst(first *firstList, list func(context.Context, metav1.ListOptions) (runtime.Object, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		out, err := list(ctx, o)
 		if err != nil {
-			plan.done()
+			first.done()
 			return nil, err
 		}
 		if lm, lerr := meta.ListAccessor(out); lerr != nil || lm.GetContinue() == "" {
-			plan.done()
+			first.done()
 		}
 		return out, nil
 	}
 }
-
-// noWatchList declares a client that does not speak watch-list, so that client-go's reflector
-// lists (see watchlist.DoesClientNotSupportWatchListSemantics).
-type noWatchList struct{}
-
-func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }

@@ -68,6 +68,13 @@ func TestPlanList(t *testing.T) {
 	}
 }
 
+// decided is a firstList that has decided on plan.
+func decided(plan *listPlan) *firstList {
+	f := &firstList{decide: func() (*Handed, *listPlan) { return nil, plan }}
+	f.get()
+	return f
+}
+
 func TestReleaseAfterFirst(t *testing.T) {
 	budget := &listBudget{free: 10}
 	plan, _ := planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
@@ -78,7 +85,7 @@ func TestReleaseAfterFirst(t *testing.T) {
 	}
 	pages := map[string]*corev1.ConfigMapList{"": cmList(5, "p2", nil), "p2": cmList(5, "", nil)}
 	var asked []metav1.ListOptions
-	list := releaseAfterFirst(plan, func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	list := releaseAfterFirst(decided(plan), func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		asked = append(asked, o)
 		return pages[o.Continue], nil
 	})
@@ -99,7 +106,7 @@ func TestReleaseAfterFirst(t *testing.T) {
 	plan, _ = planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 		return cmList(1, "", nil), nil
 	}, 10, budget)
-	failing := releaseAfterFirst(plan, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	failing := releaseAfterFirst(decided(plan), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 		return nil, errors.New("boom")
 	})
 	if _, err := failing(context.Background(), metav1.ListOptions{ResourceVersion: "0"}); err == nil || budget.free != 10 {
@@ -130,13 +137,22 @@ func TestReflectorFollowsThePlan(t *testing.T) {
 				return watch.NewFake(), nil
 			}
 			// 3 objects: unpaged with max 10, streamed with max 2. A streamed plan's estimate
-			// is its progress's too, so that the first stream sends no list of its own.
+			// is its progress's too, so that the first stream sends no list of its own. The
+			// plan is made when the reflector is created, not before.
 			max := map[bool]int{true: 10, false: 2}[unpaged]
-			plan, _ := planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-				return cmList(3, "", nil), nil
-			}, max, &listBudget{free: 3})
+			estimates := 0
+			first := &firstList{decide: func() (*Handed, *listPlan) {
+				plan, _ := planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+					estimates++
+					return cmList(3, "", nil), nil
+				}, max, &listBudget{free: 3})
+				return nil, plan
+			}}
 			var p progress
-			lw := listWatch(ResourceSpec{Name: "configmaps"}, &p, nil, list, watchFn, func(context.Context, error) {}, plan)
+			lw := listWatch(ResourceSpec{Name: "configmaps"}, &p, nil, list, watchFn, func(context.Context, error) {}, first)
+			if estimates != 0 {
+				t.Fatalf("%d estimates before the reflector exists; want none", estimates)
+			}
 			store := cache.NewStore(cache.MetaNamespaceKeyFunc)
 			r := cache.NewReflector(lw, &corev1.ConfigMap{}, store, 0)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -158,6 +174,9 @@ func TestReflectorFollowsThePlan(t *testing.T) {
 			defer mu.Unlock()
 			if len(watches) == 0 {
 				t.Fatal("the reflector opened no watch in 10s")
+			}
+			if estimates != 1 {
+				t.Fatalf("%d estimates; want 1", estimates)
 			}
 			streamed := watches[0].SendInitialEvents != nil && *watches[0].SendInitialEvents
 			if unpaged {
