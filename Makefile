@@ -47,9 +47,9 @@ test: tools fmt-check vet ## Build the tools, then run unit, race, integration a
 	$(DAEMON) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	KUBE_CACHE_MUTATION_DETECTOR=true KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
-	# The integration suite again with every first list streamed (watch-list), which the
-	# inconsistency detector checks: the suite's clusters are small, so by default their first
-	# lists are unpaged.
+# The integration suite again with every first list streamed (watch-list), which the
+# inconsistency detector checks: the suite's clusters are small, so by default their first
+# lists are LISTs from the watch cache.
 	MULTICACHE_UNPAGED_LIST_MAX=-1 KUBE_CACHE_MUTATION_DETECTOR=true KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
 
