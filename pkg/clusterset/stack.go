@@ -176,7 +176,9 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 			}
 		}
 		s.progress.begin() // the estimate is the list's first request
-		plan, err := planList(ctx, tweaked, fl.max, fl.budget)
+		ectx, cancel := context.WithTimeout(ctx, estimateTimeout)
+		defer cancel()
+		plan, err := planList(ectx, tweaked, fl.max, fl.budget)
 		if err != nil {
 			s.log.Info("first list: streamed", zap.Error(err))
 		}
@@ -187,7 +189,7 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 	}}
 	if take != nil {
 		watchFn = s.handedWatch(func(context.Context) (*Handed, bool) {
-			h, _ := first.get()
+			h := first.takeHanded()
 			return h, h != nil
 		}, func() runtime.Object { return example.DeepCopyObject() }, watchFn)
 	}
@@ -230,7 +232,6 @@ func listWatch(spec ResourceSpec, p *progress, client any,
 	report func(context.Context, error), first *firstList) cache.ListerWatcher {
 	list, watchFn = progressListWatch(p, list, watchFn, first.estimated)
 	list, watchFn = reportErrors(list, watchFn, report)
-	list = releaseAfterFirst(first, list)
 	return first.listerWatcher(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			spec.tweak(&o)
@@ -392,6 +393,7 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 		case <-t.C:
 		case <-firstSync:
 			firstSync = nil
+			s.endPlan() // the first list is in the store: what it reserved is free again
 		}
 		if !inf.HasSynced() {
 			continue

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,14 +32,21 @@ import (
 // Its price is memory while it runs: the response and its decoded objects are all held until the
 // store has taken them (P7 reports the peak RSS both ways). Two bounds keep that price known:
 //   - a list estimated at more than Options.UnpagedListMax objects streams;
-//   - at most Options.UnpagedListBudget objects are being listed this way at once, across every
-//     cluster and resource; a list that does not fit streams rather than waits.
+//   - at most Options.UnpagedListBudget objects are in first lists listed this way at once,
+//     across every cluster and resource, from the estimate until the stack's first sync (or its
+//     stop); a list that does not fit streams rather than waits.
 //
-// The estimate is a LIST with limit 1 (its remainingItemCount), sent before the reflector is
-// built, since the reflector decides once whether it streams. A list whose size is unknown (a
-// label or field selector: the API server does not count those) streams. A start from a state
-// another replica handed over takes no estimate: it streams from that state (handover.go).
-// Later relists are the reflector's own, in the way it was built with.
+// The estimate is a LIST with limit 1 (its remainingItemCount), sent when the reflector is
+// created, since the reflector decides then, once, whether it streams. A list whose size is
+// unknown (a label or field selector: the API server does not count those), or whose estimate
+// fails or takes longer than estimateTimeout, streams. A start from a state another replica
+// handed over takes no estimate: it streams from that state (handover.go). Later relists are
+// the reflector's own, in the way it was built, and outside the budget: a reflector built to
+// list relists with a whole LIST from the watch cache (from its last resourceVersion), as
+// client-go's informers did before watch-list, however large the resource has grown.
+
+// estimateTimeout bounds the limit-1 LIST a first list is planned on: past it, the list streams.
+const estimateTimeout = 30 * time.Second
 
 // DefaultUnpagedListMax and DefaultUnpagedListBudget are Options' defaults. The environment
 // variable MULTICACHE_UNPAGED_LIST_MAX, when set, replaces the first (a negative value: every
@@ -144,29 +152,45 @@ func planList(ctx context.Context, list func(context.Context, metav1.ListOptions
 // over, or planned (planList). The decision is taken when client-go's reflector is created,
 // which happens when the informer runs, on its goroutine (the reflector then asks its
 // ListerWatcher whether it speaks watch-list, through IsWatchListSemanticsUnSupported): so a
-// slow answer holds back this stack only, and a stopped one (its context ended) decides at once.
-// With the WatchListClient feature off the reflector never asks: nothing is decided, and it lists.
+// slow answer holds back this stack only. With the WatchListClient feature off the reflector
+// never asks: nothing is decided, and it lists.
 type firstList struct {
 	decide func() (*Handed, *listPlan)
 
 	once    sync.Once
 	mu      sync.Mutex
 	decided bool
-	handed  *Handed
+	closed  bool    // done was called: a plan decided later gives its reservation back at once
+	handed  *Handed // until takeHanded: the whole handed state, not to be kept longer
 	plan    *listPlan
 }
 
-// get decides, if that has not happened yet, and returns the decision.
-func (f *firstList) get() (*Handed, *listPlan) {
+// get decides, if that has not happened yet, and returns the plan.
+func (f *firstList) get() *listPlan {
 	f.once.Do(func() {
 		h, p := f.decide()
 		f.mu.Lock()
 		f.handed, f.plan, f.decided = h, p, true
+		closed := f.closed
 		f.mu.Unlock()
+		if closed {
+			p.done()
+		}
 	})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.handed, f.plan
+	return f.plan
+}
+
+// takeHanded decides, if that has not happened yet, and hands out the state taken over, once:
+// the stack's store takes its objects, and nothing here keeps them.
+func (f *firstList) takeHanded() *Handed {
+	f.get()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.handed
+	f.handed = nil
+	return h
 }
 
 // planned is the plan, once decided; nil before (or when never decided).
@@ -187,11 +211,17 @@ func (f *firstList) estimated() runtime.Object {
 	return nil
 }
 
-// done gives back what the plan reserved, if anything; safe on a nil firstList.
+// done gives back what the plan reserved, now or, if it is still being decided, as soon as it
+// is; safe on a nil firstList and more than once.
 func (f *firstList) done() {
-	if f != nil {
-		f.planned().done()
+	if f == nil {
+		return
 	}
+	f.mu.Lock()
+	f.closed = true
+	p := f.plan
+	f.mu.Unlock()
+	p.done()
 }
 
 // listerWatcher is lw, declaring watch-list as client does (cache.ToListWatcherWithWatchListSemantics)
@@ -211,26 +241,5 @@ func (lw *plannedListWatch) IsWatchListSemanticsUnSupported() bool {
 	if lw.clientRefuses {
 		return true
 	}
-	_, plan := lw.first.get()
-	return plan.unpaged
-}
-
-// releaseAfterFirst gives the plan's reservation back once the reflector's first list is over:
-// its last page has arrived (the objects are then in the reflector's hands, which stores them
-// at once), or it failed. The requests themselves are the reflector's, unchanged: its first
-// list asks for resourceVersion "0" with a page limit, and an API server answers that from its
-// watch cache, whole, whatever the limit (kube-apiserver 1.37 returned all 20,000 Pods to
-// limit=1); without a watch cache, etcd pages it.
-func releaseAfterFirst(first *firstList, list func(context.Context, metav1.ListOptions) (runtime.Object, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		out, err := list(ctx, o)
-		if err != nil {
-			first.done()
-			return nil, err
-		}
-		if lm, lerr := meta.ListAccessor(out); lerr != nil || lm.GetContinue() == "" {
-			first.done()
-		}
-		return out, nil
-	}
+	return lw.first.get().unpaged
 }

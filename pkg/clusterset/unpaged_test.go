@@ -68,50 +68,54 @@ func TestPlanList(t *testing.T) {
 	}
 }
 
-// decided is a firstList that has decided on plan.
-func decided(plan *listPlan) *firstList {
-	f := &firstList{decide: func() (*Handed, *listPlan) { return nil, plan }}
-	f.get()
-	return f
-}
-
-func TestReleaseAfterFirst(t *testing.T) {
+func TestFirstList(t *testing.T) {
 	budget := &listBudget{free: 10}
-	plan, _ := planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-		return cmList(1, "c", ptr.To(int64(9))), nil
-	}, 10, budget)
-	if !plan.unpaged || budget.free != 0 {
-		t.Fatalf("plan %+v, budget %d; want unpaged with all 10 reserved", plan, budget.free)
+	reserve := func() *listPlan {
+		p, _ := planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return cmList(1, "c", ptr.To(int64(9))), nil
+		}, 10, budget)
+		return p
 	}
-	pages := map[string]*corev1.ConfigMapList{"": cmList(5, "p2", nil), "p2": cmList(5, "", nil)}
-	var asked []metav1.ListOptions
-	list := releaseAfterFirst(decided(plan), func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		asked = append(asked, o)
-		return pages[o.Continue], nil
-	})
-	// A server without a watch cache pages the first list: the reservation holds until its
-	// last page.
-	if _, err := list(context.Background(), metav1.ListOptions{ResourceVersion: "0", Limit: 500}); err != nil || budget.free != 0 {
-		t.Fatalf("after the first page: err %v, budget %d; want 0 (still reserved)", err, budget.free)
+	// Decided once, however often asked; done gives the reservation back, once.
+	calls := 0
+	f := &firstList{decide: func() (*Handed, *listPlan) { calls++; return nil, reserve() }}
+	if f.planned() != nil || f.estimated() != nil {
+		t.Fatal("a plan before anything asked for one")
 	}
-	if _, err := list(context.Background(), metav1.ListOptions{ResourceVersion: "0", Limit: 500, Continue: "p2"}); err != nil || budget.free != 10 {
-		t.Fatalf("after the last page: err %v, budget %d; want 10 given back", err, budget.free)
+	if !f.get().unpaged || !f.get().unpaged || calls != 1 || budget.free != 0 {
+		t.Fatalf("decisions %d, budget %d; want one unpaged plan holding all 10", calls, budget.free)
 	}
-	// The requests are the reflector's own, unchanged.
-	if asked[0].Limit != 500 || asked[0].ResourceVersion != "0" {
-		t.Fatalf("asked %+v; want the reflector's limit and resourceVersion", asked[0])
+	if f.estimated() == nil {
+		t.Fatal("a decided plan without the list it was estimated on")
+	}
+	f.done()
+	f.done()
+	if budget.free != 10 {
+		t.Fatalf("after done: budget %d, want 10", budget.free)
 	}
 
-	// A failed first list gives the reservation back too.
-	plan, _ = planList(context.Background(), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-		return cmList(1, "", nil), nil
-	}, 10, budget)
-	failing := releaseAfterFirst(decided(plan), func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-		return nil, errors.New("boom")
-	})
-	if _, err := failing(context.Background(), metav1.ListOptions{ResourceVersion: "0"}); err == nil || budget.free != 10 {
-		t.Fatalf("a failed list: err %v, budget %d; want the error and 10", err, budget.free)
+	// done while undecided (the stack stopped): a later decision gives its reservation back.
+	f = &firstList{decide: func() (*Handed, *listPlan) { return nil, reserve() }}
+	f.done()
+	f.get()
+	if budget.free != 10 {
+		t.Fatalf("a plan decided after done: budget %d, want 10", budget.free)
 	}
+
+	// A handed state is handed out once, and not kept.
+	h := &Handed{Key: "k", ResourceVersion: "42"}
+	f = &firstList{decide: func() (*Handed, *listPlan) { return h, &listPlan{estimate: -1} }}
+	if f.get().unpaged {
+		t.Fatal("a start from a handed state must stream")
+	}
+	if got := f.takeHanded(); got != h {
+		t.Fatalf("takeHanded: %v, want the handed state", got)
+	}
+	if got := f.takeHanded(); got != nil {
+		t.Fatalf("takeHanded again: %v, want nil (given out once)", got)
+	}
+	var nilFirst *firstList
+	nilFirst.done() // a stack that never built one
 }
 
 // TestReflectorFollowsThePlan runs client-go's own reflector over listWatch: an unpaged plan
