@@ -20,11 +20,11 @@ import (
 // client-go's reflector streams its initial list when the client speaks watch-list (client-go's
 // default since 1.35): the API server sends every object as a watch event, then a bookmark that
 // ends them, so the client never holds the whole list at once. That bound on memory has a price
-// in CPU. On our machine class, 3 API servers streaming 20,000 Pods each spent 2.2–2.8
-// CPU-seconds, against 1.1–1.8 for the reflector's plain LIST of the same Pods (resourceVersion
+// in CPU. On our machine class, 3 API servers streaming 20,000 Pods each to the daemon spent 2.01
+// CPU-seconds, against 1.17 for the reflector's plain LIST of the same Pods (resourceVersion
 // "0", which each API server answers from its watch cache in one response; docs/BENCHMARKS.md,
-// P7). On two cores shared with the API servers, that difference is most of the daemon's time
-// to ready.
+// P7, medians of 5). On two cores shared with the API servers, that difference is most of the
+// daemon's time to ready.
 //
 // So a first list that is small enough takes client-go's list path: the stack's ListerWatcher
 // declares no watch-list when the reflector asks (plannedListWatch), and the reflector lists as
