@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 
@@ -21,6 +22,10 @@ type Server struct {
 	pods []corev1.Pod // what a list of pods returns
 	// openAPIReads counts the reads of the OpenAPI v3 document of v1.
 	openAPIReads int
+	// podLists are the queries of the LIST requests of pods, in order (watches not included).
+	podLists []url.Values
+	// watchLists counts the watch-list requests of pods (refused).
+	watchLists int
 }
 
 // New starts a Server for t.
@@ -43,6 +48,21 @@ func (f *Server) OpenAPIReads() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.openAPIReads
+}
+
+// PodLists are the queries of the LIST requests of pods so far, in order; watches are not lists.
+func (f *Server) PodLists() []url.Values {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]url.Values(nil), f.podLists...)
+}
+
+// WatchLists is how many watch-lists of pods (watch=true&sendInitialEvents=true) were asked for;
+// the server refuses them, as one without the feature does.
+func (f *Server) WatchLists() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watchLists
 }
 
 // Config reaches the server.
@@ -117,6 +137,9 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case "/api/v1/pods":
 		switch {
 		case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
+			f.mu.Lock()
+			f.watchLists++
+			f.mu.Unlock()
 			reply(400, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400, "reason": "BadRequest", "message": "no watch-list here"})
 		case q.Get("watch") == "true":
 			w.Header().Set("Content-Type", "application/json")
@@ -124,6 +147,9 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
 		default:
+			f.mu.Lock()
+			f.podLists = append(f.podLists, q)
+			f.mu.Unlock()
 			if slow != nil {
 				select {
 				case <-slow:
