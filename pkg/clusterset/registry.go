@@ -40,14 +40,15 @@ type Options struct {
 	ProbeInterval time.Duration
 	// ProbeTimeout bounds one probe. Default 5s.
 	ProbeTimeout time.Duration
-	// UnpagedListMax is the largest first list, in objects, fetched as one unpaged LIST from
-	// the API server's watch cache; a larger one, or one whose size is unknown, streams
-	// (watch-list). See unpaged.go. Default DefaultUnpagedListMax, or
+	// UnpagedListMax is the largest first list, in objects, fetched as client-go's LIST (which
+	// an API server answers from its watch cache in one response); a larger one, or one whose
+	// size is unknown, streams (watch-list). See unpaged.go. Default DefaultUnpagedListMax, or
 	// MULTICACHE_UNPAGED_LIST_MAX when set; negative: every first list streams.
 	UnpagedListMax int
-	// UnpagedListBudget bounds the objects of unpaged lists under way at once, across every
-	// cluster and resource: their responses and decoded objects are all in memory until stored.
-	// A list that does not fit streams. Default DefaultUnpagedListBudget.
+	// UnpagedListBudget bounds the objects of first lists listed (not streamed) at once, across
+	// every cluster and resource, each counted from its estimate until its stack's first sync:
+	// their responses and decoded objects are all in memory until stored. A list that does not
+	// fit streams. Default DefaultUnpagedListBudget.
 	UnpagedListBudget int
 }
 
