@@ -157,12 +157,11 @@ func planList(ctx context.Context, list func(context.Context, metav1.ListOptions
 type firstList struct {
 	decide func() (*Handed, *listPlan)
 
-	once    sync.Once
-	mu      sync.Mutex
-	decided bool
-	closed  bool    // done was called: a plan decided later gives its reservation back at once
-	handed  *Handed // until takeHanded: the whole handed state, not to be kept longer
-	plan    *listPlan
+	once   sync.Once
+	mu     sync.Mutex
+	closed bool      // done was called: a plan decided later gives its reservation back at once
+	handed *Handed   // until takeHanded: the whole handed state, not to be kept longer
+	plan   *listPlan // nil until decided (decide never returns a nil plan)
 }
 
 // get decides, if that has not happened yet, and returns the plan.
@@ -170,7 +169,7 @@ func (f *firstList) get() *listPlan {
 	f.once.Do(func() {
 		h, p := f.decide()
 		f.mu.Lock()
-		f.handed, f.plan, f.decided = h, p, true
+		f.handed, f.plan = h, p
 		closed := f.closed
 		f.mu.Unlock()
 		if closed {
@@ -197,9 +196,6 @@ func (f *firstList) takeHanded() *Handed {
 func (f *firstList) planned() *listPlan {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.decided {
-		return nil
-	}
 	return f.plan
 }
 

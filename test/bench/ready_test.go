@@ -221,9 +221,9 @@ func BenchmarkDaemonReady(b *testing.B) {
 				cfg.QPS, cfg.Burst = -1, 0
 				cfgs = append(cfgs, cfg)
 			}
-			daemon := func(env []string, args ...string) func() (time.Duration, float64, error) {
+			daemon := func(args ...string) func() (time.Duration, float64, error) {
 				return func() (time.Duration, float64, error) {
-					r, err := startDaemon(ctx, b, bin, env, 0, append([]string{"--kubeconfig", f.Kubeconfig()}, args...)...)
+					r, err := startDaemon(ctx, b, bin, nil, 0, append([]string{"--kubeconfig", f.Kubeconfig()}, args...)...)
 					if err != nil {
 						return 0, 0, err
 					}
@@ -238,10 +238,10 @@ func BenchmarkDaemonReady(b *testing.B) {
 				name string
 				run  func() (time.Duration, float64, error)
 			}{
-				{"multicache serve: process start to /readyz 200", daemon(nil, "--resource", "pods")},
-				{"multicache serve --unpaged-list-max -1: every first list streamed (watch-list)", daemon(nil, "--resource", "pods", "--unpaged-list-max", "-1")},
-				{"multicache serve --sync-gc-percent 0: GOGC 100 throughout the sync", daemon(nil, "--resource", "pods", "--sync-gc-percent", "0")},
-				{"multicache serve --resource limitranges (no objects): the fixed start cost", daemon(nil, "--resource", "limitranges")},
+				{"multicache serve: process start to /readyz 200", daemon("--resource", "pods")},
+				{"multicache serve --unpaged-list-max -1: every first list streamed (watch-list)", daemon("--resource", "pods", "--unpaged-list-max", "-1")},
+				{"multicache serve --sync-gc-percent 0: GOGC 100 throughout the sync", daemon("--resource", "pods", "--sync-gc-percent", "0")},
+				{"multicache serve --resource limitranges (no objects): the fixed start cost", daemon("--resource", "limitranges")},
 				{"B: informer factory per cluster, synced", inProcess(func() (time.Duration, error) { return podsBaseline(ctx, cfgs) })},
 				{"L: unpaged LIST, protobuf", inProcess(func() (time.Duration, error) {
 					return podsList(ctx, cfgs, runtime.ContentTypeProtobuf)
