@@ -210,10 +210,10 @@ func clip[T any](s []T) []T {
 }
 
 // isEmpty reports whether *p is the zero value. Nil and empty slices differ, so a decoded
-// "[]" is never replaced by nil.
+// "[]" is never replaced by nil. (reflect's IsZero compares in place; DeepEqual against a zero
+// value would copy both into interfaces, once per container of every Pod.)
 func isEmpty[T any](p *T) bool {
-	var zero T
-	return reflect.DeepEqual(*p, zero)
+	return reflect.ValueOf(p).Elem().IsZero()
 }
 
 // appendStr appends s with a length prefix, so concatenated keys are unambiguous.
@@ -228,7 +228,10 @@ func (t *Table) StringMap(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
-	keys := make([]string, 0, len(m))
+	// Keys and the lookup key are built in stack buffers when they fit (most label sets do);
+	// only the key handed to the table is allocated.
+	var keysBuf [16]string
+	keys := keysBuf[:0]
 	size := 0
 	for k, v := range m {
 		keys = append(keys, k)
@@ -238,7 +241,8 @@ func (t *Table) StringMap(m map[string]string) map[string]string {
 		return m
 	}
 	slices.Sort(keys)
-	b := make([]byte, 0, size+2*len(m)+1)
+	var keyBuf [512]byte
+	b := keyBuf[:0]
 	for _, k := range keys {
 		b = appendStr(appendStr(b, k), m[k])
 	}
@@ -263,15 +267,21 @@ func (t *Table) Resources(l corev1.ResourceList) corev1.ResourceList {
 	if len(l) == 0 {
 		return l
 	}
-	names := make([]string, 0, len(l))
+	var namesBuf [8]corev1.ResourceName
+	names := namesBuf[:0]
 	for n := range l {
-		names = append(names, string(n))
+		names = append(names, n)
 	}
 	slices.Sort(names)
-	var b []byte
+	var keyBuf [256]byte
+	var num [64]byte
+	b := keyBuf[:0]
 	for _, n := range names {
-		q := l[corev1.ResourceName(n)]
-		b = appendStr(appendStr(b, n), q.String())
+		q := l[n]
+		// The canonical form Quantity.String would give, without allocating it.
+		v, suffix := q.CanonicalizeBytes(num[:0])
+		b = binary.AppendUvarint(appendStr(b, string(n)), uint64(len(v)+len(suffix)))
+		b = append(append(b, v...), suffix...)
 	}
 	key := string(b)
 	if c, ok := t.resources.Get(key); ok {
@@ -286,7 +296,8 @@ func (t *Table) Tolerations(ts []corev1.Toleration) []corev1.Toleration {
 	if len(ts) == 0 {
 		return ts
 	}
-	var b []byte
+	var keyBuf [512]byte
+	b := keyBuf[:0]
 	for _, x := range ts {
 		b = appendStr(appendStr(appendStr(appendStr(b, x.Key), string(x.Operator)), x.Value), string(x.Effect))
 		if x.TolerationSeconds != nil {
