@@ -20,8 +20,9 @@ import (
 // An initial sync allocates at a high rate (every object decoded, transformed and indexed)
 // while the live heap grows from nothing, so at GOGC 100 the collector runs again and again over
 // a heap that is still being built: it was about a third of the sync's CPU in a profile of 3
-// clusters × 20k Pods. config.DefaultSyncGCPercent (400) makes it run about a quarter as often
-// while the sync lasts (docs/BENCHMARKS.md, P7, measures what that saves).
+// clusters × 20k Pods. By default (config.DefaultSyncGCPercent, -1) it does not run while the
+// sync lasts, unless the heap reaches the sync's memory budget (docs/BENCHMARKS.md, P7,
+// measures what that saves against GOGC 100 and 400).
 
 // syncMemoryBudget is a quarter of the memory limit in force (GOMEMLIMIT, memoryLimit, or 90%
 // of the container's limit), or of the machine's memory without one: what the initial sync may
@@ -59,7 +60,9 @@ func unpagedListBudget() int {
 }
 
 // raiseGCForSync sets the collector's percent to pct until the returned function is called
-// (once the initial sync is over), and returns it to what it was.
+// (once the initial sync is over), and returns it to what it was. pct -1 turns the collector
+// off meanwhile: it then collects only when the heap reaches the budget (the memory limit
+// while the raise holds).
 //
 // What it trades: the heap may grow to (1 + pct/100) × the live heap between collections.
 // So that the trade stays small, the raise has a budget of a quarter of the memory limit in
@@ -69,11 +72,13 @@ func unpagedListBudget() int {
 // the limit in force are back for the rest of the sync. A small fleet's sync thus runs raised
 // throughout; a large one's only while its heap is small, and its peak is then what GOGC's
 // percent costs, or the budget if that is more. (S1, 2M objects on one replica: the peak was
-// 12.2 GiB when the raise held to the end under half the machine's memory.) It does nothing
-// when pct is 100 or less, or when GOGC is set: an operator's own choice of GOGC stands. The
-// returned function may be called more than once.
+// 12.2 GiB when the raise held to the end under half the machine's memory.) Off (-1), the raise
+// holds while the live heap is at most half the budget, so that a collection at the budget
+// frees at least as much as it keeps. It does nothing when pct is 0 to 100, or when GOGC is
+// set: an operator's own choice of GOGC stands. The returned function may be called more than
+// once.
 func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
-	if pct <= 100 || os.Getenv("GOGC") != "" {
+	if (pct >= 0 && pct <= 100) || os.Getenv("GOGC") != "" {
 		return func() {}
 	}
 	prevLimit := debug.SetMemoryLimit(-1)
@@ -81,12 +86,14 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 	if !ok {
 		return func() {} // no measure of the machine: no budget to hold the raise to
 	}
+	// The limit first: the collector is never off without it.
+	debug.SetMemoryLimit(budget)
 	prev := debug.SetGCPercent(pct)
 	if prev < 0 { // the collector is off: leave it so
 		debug.SetGCPercent(prev)
+		debug.SetMemoryLimit(prevLimit)
 		return func() {}
 	}
-	debug.SetMemoryLimit(budget)
 	log.Info("initial sync: garbage collector raised", zap.Int("gcPercent", pct), zap.Int("was", prev), zap.Int64("budgetBytes", budget))
 	done := make(chan struct{})
 	var once sync.Once
@@ -122,8 +129,13 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 	return restore
 }
 
-// raiseFits reports whether a live heap, grown by pct percent, fits in budget bytes.
+// raiseFits reports whether a live heap, grown by pct percent, fits in budget bytes. Off
+// (pct < 0), the collector runs at the budget, and the raise fits while that frees at least
+// half of it: as if pct were 100.
 func raiseFits(live uint64, pct int, budget int64) bool {
+	if pct < 0 {
+		pct = 100
+	}
 	return float64(live)*(1+float64(pct)/100) <= float64(budget)
 }
 

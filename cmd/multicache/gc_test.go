@@ -37,6 +37,19 @@ func TestRaiseGCForSync(t *testing.T) {
 		t.Errorf("after the sync: memory limit %d, want %d again", l, limit)
 	}
 
+	// Off: the collector stops, under the same limit, and both come back.
+	restore = raiseGCForSync(-1, zap.NewNop())
+	if got := gcPercent(); got != -1 {
+		t.Errorf("off during the sync: GC percent %d, want -1", got)
+	}
+	if l := debug.SetMemoryLimit(-1); l <= 0 || l == math.MaxInt64 || (limit != math.MaxInt64 && l != limit/4) {
+		t.Errorf("off during the sync: memory limit %d (was %d): want a quarter of the one in force, or of the machine's memory", l, limit)
+	}
+	restore()
+	if got, l := gcPercent(), debug.SetMemoryLimit(-1); got != before || l != limit {
+		t.Errorf("after an off sync: GC percent %d, limit %d; want %d and %d again", got, l, before, limit)
+	}
+
 	for _, pct := range []int{0, 100} {
 		raiseGCForSync(pct, zap.NewNop())()
 		if got := gcPercent(); got != before {
@@ -63,6 +76,8 @@ func TestRaiseFits(t *testing.T) {
 		{live: 13 * gib / 10, pct: 400, limit: 6 * gib, want: false}, // goal 6.5 GiB
 		{live: 2 * gib, pct: 200, limit: 6 * gib, want: true},        // goal 6 GiB
 		{live: 0, pct: 400, limit: 1, want: true},
+		{live: 3 * gib, pct: -1, limit: 6 * gib, want: true},  // off: a collection at 6 GiB frees half
+		{live: 31 * gib / 10, pct: -1, limit: 6 * gib, want: false},
 	} {
 		if got := raiseFits(c.live, c.pct, c.limit); got != c.want {
 			t.Errorf("raiseFits(%d, %d, %d) = %v, want %v", c.live, c.pct, c.limit, got, c.want)

@@ -77,7 +77,7 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster (cluster Secrets, delegated auth); default: in-cluster config")
 	fl.StringVar(&f.mgmtContext, "management-context", "", "context of --management-kubeconfig (default: its current context)")
 	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
-	fl.IntVar(&f.syncGCPercent, "sync-gc-percent", 0, "Go GC percent while the initial sync runs, 0 to leave GOGC alone (default 400)")
+	fl.IntVar(&f.syncGCPercent, "sync-gc-percent", 0, "Go GC percent while the initial sync runs, within a quarter of the memory limit: -1 collects only at that budget, 0 leaves GOGC alone (default -1)")
 	fl.IntVar(&f.unpagedListMax, "unpaged-list-max", 0, fmt.Sprintf("a cluster's first list of a resource with at most this many objects is one unpaged LIST from its API server's watch cache; a larger one streams (watch-list); -1: every first list streams (default %d)", clusterset.DefaultUnpagedListMax))
 	fl.IntVar(&f.unpagedListBudget, "unpaged-list-budget", 0, "objects of first lists listed (not streamed) at once, across the fleet; a list that does not fit streams (default: an eighth of the memory limit, or of the machine's memory, at 10 KiB an object)")
 	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's runtime profiles under /debug/pprof/ (behind the API's authentication)")

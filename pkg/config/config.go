@@ -44,9 +44,10 @@ type Config struct {
 	// without one): the memory limit is the budget meanwhile, and GOGC's percent and the limit
 	// in force are back once the heap the raise allows, (1 + SyncGCPercent/100) × the live
 	// heap, outgrows the budget, or once the sync is over (every cluster synced or failing).
-	// Nil: 400. 0 (or up to 100) leaves the collector alone, as does GOGC set in the
-	// environment. A sharded replica's clusters come after its start, through Leases, so they
-	// sync at GOGC's percent.
+	// -1 turns the collector off meanwhile: it collects only when the heap reaches the budget,
+	// and GOGC's percent is back once the live heap outgrows half the budget. Nil: -1. 0 (or up
+	// to 100) leaves the collector alone, as does GOGC set in the environment. A sharded
+	// replica's clusters come after its start, through Leases, so they sync at GOGC's percent.
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
@@ -392,8 +393,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, prefixed("sources.secrets.", err))
 		}
 	}
-	if p := c.SyncGCPercent; p != nil && (*p < 0 || *p > 10000) {
-		bad("syncGCPercent", "%d: want 0 (leave the collector alone) to 10000", *p)
+	if p := c.SyncGCPercent; p != nil && (*p < -1 || *p > 10000) {
+		bad("syncGCPercent", "%d: want -1 (off until the budget), 0 (leave the collector alone) or up to 10000", *p)
 	}
 	if c.MemoryLimit != "" {
 		if q, err := resource.ParseQuantity(c.MemoryLimit); err != nil || q.Sign() <= 0 {
@@ -534,7 +535,7 @@ func (c *Config) KubeconfigOptions() clusterset.KubeconfigOptions {
 }
 
 // DefaultSyncGCPercent is SyncGCPercent's default.
-const DefaultSyncGCPercent = 400
+const DefaultSyncGCPercent = -1
 
 // SyncGC is the garbage collector's percent for the initial sync: SyncGCPercent, or its
 // default.

@@ -97,7 +97,8 @@ func TestManagementFields(t *testing.T) {
 		{"resources: [{name: pods}]\nserver: {listen: '0.0.0.0:8443', auth: {mode: delegated}}\n", "server.tls: required with server.auth.mode delegated beyond loopback"},
 		{"resources: [{name: pods}]\nmemoryLimit: lots\n", `memoryLimit: "lots": want a positive quantity`},
 		{"resources: [{name: pods}]\nsyncGCPercent: 800\n", ""},
-		{"resources: [{name: pods}]\nsyncGCPercent: -1\n", `syncGCPercent: -1: want 0`},
+		{"resources: [{name: pods}]\nsyncGCPercent: -1\n", ""},
+		{"resources: [{name: pods}]\nsyncGCPercent: -2\n", `syncGCPercent: -2: want -1`},
 		{"resources: [{name: pods}]\nsources: {secret: {}}\n", `unknown field "secret"`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
