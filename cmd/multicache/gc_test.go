@@ -76,7 +76,7 @@ func TestRaiseFits(t *testing.T) {
 		{live: 13 * gib / 10, pct: 400, limit: 6 * gib, want: false}, // goal 6.5 GiB
 		{live: 2 * gib, pct: 200, limit: 6 * gib, want: true},        // goal 6 GiB
 		{live: 0, pct: 400, limit: 1, want: true},
-		{live: 3 * gib, pct: -1, limit: 6 * gib, want: true},  // off: a collection at 6 GiB frees half
+		{live: 3 * gib, pct: -1, limit: 6 * gib, want: true}, // off: a collection at 6 GiB frees half
 		{live: 31 * gib / 10, pct: -1, limit: 6 * gib, want: false},
 	} {
 		if got := raiseFits(c.live, c.pct, c.limit); got != c.want {

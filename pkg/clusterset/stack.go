@@ -135,8 +135,9 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 			return nil, mode, err
 		}
 		client = rc
+		lists := newSizedLists(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
 		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
+			return lists.list(ctx, rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec))
 		}
 		watchFn = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.Watch = true
