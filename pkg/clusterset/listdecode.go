@@ -53,7 +53,9 @@ func (s *sizedLists) list(ctx context.Context, req *rest.Request) (runtime.Objec
 	s.mu.Lock()
 	expectBytes, expectItems := s.bytes, s.items
 	s.mu.Unlock()
-	buf := bytes.NewBuffer(make([]byte, 0, expectBytes+expectBytes/16+bytes.MinRead))
+	// Room the body does not fill costs address space only: the pages of a new allocation
+	// are not touched until written.
+	buf := bytes.NewBuffer(make([]byte, 0, expectBytes+bytes.MinRead))
 	if _, err := buf.ReadFrom(body); err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.gvk.Kind, err)
 	}
@@ -89,6 +91,7 @@ func (s *sizedLists) decode(data []byte, items int) (runtime.Object, error) {
 	if items > 0 {
 		if f := reflect.ValueOf(obj).Elem().FieldByName("Items"); f.IsValid() && f.Kind() == reflect.Slice {
 			f.Set(reflect.MakeSlice(f.Type(), 0, items+items/16))
+			// (Unlike the body's, the items' room is written: decoding zeroes each as it goes.)
 		}
 	}
 	if err := u.Unmarshal(raw); err != nil {
@@ -97,8 +100,9 @@ func (s *sizedLists) decode(data []byte, items int) (runtime.Object, error) {
 	return obj, nil
 }
 
-// learn records what the next list is expected to be: as large as this one, or, when this one
-// was a page, as large as its items and those remaining would be at this one's bytes per item.
+// learn records what the next list is expected to be: as large as this one and a sixteenth,
+// or, when this one was a page, as large as its items and those remaining would be at this
+// one's bytes per item, and a quarter (a page of one item says little of the others' size).
 func (s *sizedLists) learn(size int, obj runtime.Object) {
 	n := meta.LenList(obj)
 	lm, err := meta.ListAccessor(obj)
@@ -106,9 +110,10 @@ func (s *sizedLists) learn(size int, obj runtime.Object) {
 		return
 	}
 	total := n
+	size += size / 16
 	if r := lm.GetRemainingItemCount(); r != nil && *r > 0 && n > 0 {
 		total = n + int(*r)
-		size = int(int64(size) * int64(total) / int64(n))
+		size = int(int64(size) * int64(total) / int64(n) * 5 / 4)
 	}
 	s.mu.Lock()
 	s.bytes, s.items = size, total
