@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -28,31 +29,51 @@ import (
 // protobuf serializer).
 var protobufPrefix = []byte{0x6b, 0x38, 0x73, 0x00}
 
+// Bounds of what sizedLists sets aside before a body arrives: the Go heap counts the room of
+// a buffer as in use whether or not it is written, so a guess must not be allowed to push the
+// collector on. A body larger than the room grows it, as io.ReadAll would.
+const (
+	maxExpectedListBytes = 256 << 20
+	maxExpectedListItems = 1 << 20
+)
+
 // sizedLists decodes the typed lists of one cluster × resource, sized by the one before.
 // Safe for concurrent use.
 type sizedLists struct {
 	gvk     schema.GroupVersionKind // of the list
 	decoder runtime.Decoder         // for bodies that are not protobuf
 
-	mu    sync.Mutex
-	bytes int // the body the next list is expected to have
-	items int // its items
+	mu      sync.Mutex
+	perItem int // bytes of body per item the next list is expected to have, with room to spare
+	total   int // items the whole collection is expected to have
 }
 
 func newSizedLists(listGVK schema.GroupVersionKind) *sizedLists {
 	return &sizedLists{gvk: listGVK, decoder: scheme.Codecs.UniversalDeserializer()}
 }
 
-// list sends req and decodes its body.
-func (s *sizedLists) list(ctx context.Context, req *rest.Request) (runtime.Object, error) {
+// expect is the room to set aside for the answer to a list with opts: the whole collection,
+// or a page of opts.Limit items when the server honours the limit (a list at resourceVersion
+// "0" is answered from the watch cache whole, whatever its limit).
+func (s *sizedLists) expect(opts metav1.ListOptions) (bodyBytes, items int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	items = s.total
+	if opts.Limit > 0 && opts.ResourceVersion != "0" && int64(items) > opts.Limit {
+		items = int(opts.Limit)
+	}
+	items = min(items, maxExpectedListItems)
+	return min(items*s.perItem, maxExpectedListBytes), items
+}
+
+// list sends req, a list with opts, and decodes its body.
+func (s *sizedLists) list(ctx context.Context, req *rest.Request, opts metav1.ListOptions) (runtime.Object, error) {
 	body, err := req.Stream(ctx) // a status other than 2xx comes back as Do's error would
 	if err != nil {
 		return nil, err
 	}
 	defer body.Close()
-	s.mu.Lock()
-	expectBytes, expectItems := s.bytes, s.items
-	s.mu.Unlock()
+	expectBytes, expectItems := s.expect(opts)
 	// Room the body does not fill costs address space only: the pages of a new allocation
 	// are not touched until written.
 	buf := bytes.NewBuffer(make([]byte, 0, expectBytes+bytes.MinRead))
@@ -91,7 +112,6 @@ func (s *sizedLists) decode(data []byte, items int) (runtime.Object, error) {
 	if items > 0 {
 		if f := reflect.ValueOf(obj).Elem().FieldByName("Items"); f.IsValid() && f.Kind() == reflect.Slice {
 			f.Set(reflect.MakeSlice(f.Type(), 0, items+items/16))
-			// (Unlike the body's, the items' room is written: decoding zeroes each as it goes.)
 		}
 	}
 	if err := u.Unmarshal(raw); err != nil {
@@ -100,24 +120,35 @@ func (s *sizedLists) decode(data []byte, items int) (runtime.Object, error) {
 	return obj, nil
 }
 
-// learn records what the next list is expected to be: as large as this one and a sixteenth,
-// or, when this one was a page, as large as its items and those remaining would be at this
-// one's bytes per item, and a quarter (a page of one item says little of the others' size).
+// learn records what lists are expected to be after one of size bytes: this one's bytes per
+// item and a sixteenth, or a quarter when it was a page (a page of one item says little of the
+// others' size); and as many items as it had, or, when it was a page, as it and those remaining
+// have. A list with no items teaches nothing of their size.
 func (s *sizedLists) learn(size int, obj runtime.Object) {
 	n := meta.LenList(obj)
 	lm, err := meta.ListAccessor(obj)
 	if err != nil {
 		return
 	}
-	total := n
-	size += size / 16
-	if r := lm.GetRemainingItemCount(); r != nil && *r > 0 && n > 0 {
-		total = n + int(*r)
-		size = int(int64(size) * int64(total) / int64(n) * 5 / 4)
-	}
 	s.mu.Lock()
-	s.bytes, s.items = size, total
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	page := lm.GetContinue() != ""
+	switch r := lm.GetRemainingItemCount(); {
+	case !page:
+		s.total = n
+	case r != nil:
+		s.total = n + int(*r)
+	default:
+		s.total = max(s.total, n)
+	}
+	if n > 0 {
+		per := size / n
+		if page {
+			s.perItem = per + per/4
+		} else {
+			s.perItem = per + per/16
+		}
+	}
 }
 
 // protobufRaw returns the object bytes of a protobuf body of kind (the raw field of its

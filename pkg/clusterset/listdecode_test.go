@@ -87,10 +87,14 @@ func TestSizedListsDecodeAsTheRESTClient(t *testing.T) {
 		{"whole, JSON", map[string]string{"json": "1"}},
 		{"a page of 7, JSON", map[string]string{"limit": "7", "json": "1"}},
 	} {
+		var opts metav1.ListOptions
 		req := func() *rest.Request {
 			r := rc.Get().Resource("pods")
 			for k, v := range c.query {
 				r = r.Param(k, v)
+			}
+			if l, ok := c.query["limit"]; ok {
+				opts.Limit, _ = strconv.ParseInt(l, 10, 64)
 			}
 			return r
 		}
@@ -98,7 +102,7 @@ func TestSizedListsDecodeAsTheRESTClient(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Do: %v", c.name, err)
 		}
-		got, err := lists.list(ctx, req())
+		got, err := lists.list(ctx, req(), opts)
 		if err != nil {
 			t.Fatalf("%s: sizedLists: %v", c.name, err)
 		}
@@ -109,8 +113,8 @@ func TestSizedListsDecodeAsTheRESTClient(t *testing.T) {
 			t.Errorf("%s: kind %v, the REST client gives %v", c.name, got.GetObjectKind().GroupVersionKind(), want.GetObjectKind().GroupVersionKind())
 		}
 		if c.name == "a page of one, protobuf" {
-			if lists.items != 50 || lists.bytes <= 0 {
-				t.Errorf("after a page of 1 of 50: expects %d items in %d bytes", lists.items, lists.bytes)
+			if b, n := lists.expect(metav1.ListOptions{}); n != 50 || b <= 0 {
+				t.Errorf("after a page of 1 of 50: expects %d items in %d bytes", n, b)
 			}
 		}
 		if c.name == "whole, protobuf" {
@@ -123,7 +127,7 @@ func TestSizedListsDecodeAsTheRESTClient(t *testing.T) {
 	}
 
 	_, wantErr := rc.Get().Resource("gone").Do(ctx).Get()
-	_, err = lists.list(ctx, rc.Get().Resource("gone"))
+	_, err = lists.list(ctx, rc.Get().Resource("gone"), metav1.ListOptions{})
 	if !apierrors.IsResourceExpired(err) || err.Error() != wantErr.Error() {
 		t.Errorf("410: got %v, the REST client gives %v", err, wantErr)
 	}
@@ -160,5 +164,29 @@ func TestProtobufRaw(t *testing.T) {
 		if _, ok := protobufRaw(b, "PodList"); ok {
 			t.Errorf("%s: taken apart", name)
 		}
+	}
+}
+
+// TestSizedListsExpect: a page is expected to hold its limit, unless the server answers whole
+// (resourceVersion "0"); what is set aside is bounded however large the guess.
+func TestSizedListsExpect(t *testing.T) {
+	s := &sizedLists{perItem: 1000, total: 20000}
+	for _, c := range []struct {
+		opts         metav1.ListOptions
+		bytes, items int
+	}{
+		{metav1.ListOptions{}, 20000 * 1000, 20000},
+		{metav1.ListOptions{Limit: 500}, 500 * 1000, 500},
+		{metav1.ListOptions{Limit: 500, ResourceVersion: "0"}, 20000 * 1000, 20000},
+		{metav1.ListOptions{Limit: 500, ResourceVersion: "42"}, 500 * 1000, 500},
+		{metav1.ListOptions{Limit: 50000}, 20000 * 1000, 20000},
+	} {
+		if b, n := s.expect(c.opts); b != c.bytes || n != c.items {
+			t.Errorf("%+v: expects %d items in %d bytes, want %d in %d", c.opts, n, b, c.items, c.bytes)
+		}
+	}
+	huge := &sizedLists{perItem: 1 << 20, total: 1 << 22}
+	if b, n := huge.expect(metav1.ListOptions{}); b != maxExpectedListBytes || n != maxExpectedListItems {
+		t.Errorf("a huge guess sets aside %d items in %d bytes, want the bounds %d and %d", n, b, maxExpectedListItems, maxExpectedListBytes)
 	}
 }

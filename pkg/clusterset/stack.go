@@ -137,7 +137,7 @@ func (s *stack) build(ctx context.Context, cfg *rest.Config, r resolved, take Ta
 		client = rc
 		lists := newSizedLists(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
 		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return lists.list(ctx, rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec))
+			return lists.list(ctx, rc.Get().Namespace(ns).Resource(r.gvr.Resource).VersionedParams(&o, scheme.ParameterCodec), o)
 		}
 		watchFn = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.Watch = true
