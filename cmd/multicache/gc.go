@@ -43,7 +43,11 @@ func syncMemoryBudget() (bytes int64, ok bool) {
 // the daemon's peak memory while the list runs: its share of the response and its decoded
 // form, held until the store has taken them. P7 (docs/BENCHMARKS.md) measured the difference
 // in peak RSS between the two ways, divided by the objects: 8.6 KiB at 3 × 20k Pods and
-// 10.4 KiB at 3 × 50k (Pods of 2–3 containers, managedFields included).
+// 10.4 KiB at 3 × 50k (Pods of 2–3 containers, managedFields included), when the REST
+// client's io.ReadAll still read the lists and the collector ran at 400% during the sync.
+// Lists are now read into buffers of their expected size (pkg/clusterset/listdecode.go), and
+// with the collector off both ways keep their garbage: P7's listed peaks are now below the
+// streamed ones, so the figure errs on the side of listing less at once.
 const listedObjectBytes = 10 << 10
 
 // unpagedListBudget is the default of --unpaged-list-budget: as many objects as
@@ -73,8 +77,9 @@ func unpagedListBudget() int {
 // throughout; a large one's only while its heap is small, and its peak is then what GOGC's
 // percent costs, or the budget if that is more. (S1, 2M objects on one replica: the peak was
 // 12.2 GiB when the raise held to the end under half the machine's memory.) Off (-1), the raise
-// holds while the live heap is at most half the budget, so that a collection at the budget
-// frees at least as much as it keeps. It does nothing when pct is 0 to 100, or when GOGC is
+// holds while the live heap is at most half the budget, as a raise to 100% would: the heap a
+// collection keeps is then at most half the budget (the limit also counts the runtime's own
+// memory, so in a small container collections come sooner than that). It does nothing when pct is 0 to 100, or when GOGC is
 // set: an operator's own choice of GOGC stands. The returned function may be called more than
 // once.
 func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
@@ -130,8 +135,8 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 }
 
 // raiseFits reports whether a live heap, grown by pct percent, fits in budget bytes. Off
-// (pct < 0), the collector runs at the budget, and the raise fits while that frees at least
-// half of it: as if pct were 100.
+// (pct < 0), the collector runs at the budget, and the raise fits as if pct were 100: while
+// the live heap is at most half the budget.
 func raiseFits(live uint64, pct int, budget int64) bool {
 	if pct < 0 {
 		pct = 100

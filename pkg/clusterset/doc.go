@@ -16,7 +16,9 @@
 // watch-list, chosen per list by its estimated size within a fleet-wide budget (unpaged.go).
 //
 // Objects are decoded as typed (protobuf) for built-in kinds, unstructured for CRDs, or
-// metadata-only on request. The default transform drops managedFields and kubectl's
+// metadata-only on request. A typed LIST is read into a buffer the size of the resource's
+// last list and decoded into room made for its items (listdecode.go); what comes out is what
+// client-go's REST client would have returned. The default transform drops managedFields and kubectl's
 // last-applied annotation and shares repeated parts across objects (package intern).
 //
 // Options types carry their defaults and validation (Options, KubeconfigOptions, ResourceSpec);

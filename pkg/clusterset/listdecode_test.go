@@ -7,14 +7,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -50,7 +55,12 @@ func podListServer(t *testing.T, total int) *httptest.Server {
 				rest := int64(total - l)
 				list.Items, list.Continue, list.RemainingItemCount = pods[:l], "next", &rest
 			}
+			if n, err := strconv.Atoi(r.URL.Query().Get("only")); err == nil { // the collection has shrunk to n
+				list.Items = pods[:n]
+			}
 			obj = list
+		case "/api/v1/expired-ok": // a failure Status with 200
+			obj = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"}
 		case "/api/v1/gone":
 			status = http.StatusGone
 			obj = &metav1.Status{Status: metav1.StatusFailure, Code: int32(status), Reason: metav1.StatusReasonExpired, Message: "too old resource version"}
@@ -72,7 +82,7 @@ func podListServer(t *testing.T, total int) *httptest.Server {
 func TestSizedListsDecodeAsTheRESTClient(t *testing.T) {
 	srv := podListServer(t, 50)
 	defer srv.Close()
-	rc, err := typedClient(&rest.Config{Host: srv.URL}, corev1.SchemeGroupVersion)
+	rc, err := typedClient(&rest.Config{Host: srv.URL, QPS: -1}, corev1.SchemeGroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +136,57 @@ func TestSizedListsDecodeAsTheRESTClient(t *testing.T) {
 		}
 	}
 
-	_, wantErr := rc.Get().Resource("gone").Do(ctx).Get()
-	_, err = lists.list(ctx, rc.Get().Resource("gone"), metav1.ListOptions{})
-	if !apierrors.IsResourceExpired(err) || err.Error() != wantErr.Error() {
-		t.Errorf("410: got %v, the REST client gives %v", err, wantErr)
+	for _, res := range []string{"gone", "expired-ok"} {
+		_, wantErr := rc.Get().Resource(res).Do(ctx).Get()
+		_, err = lists.list(ctx, rc.Get().Resource(res), metav1.ListOptions{})
+		if !apierrors.IsResourceExpired(err) || err.Error() != wantErr.Error() {
+			t.Errorf("%s: got %v, the REST client gives %v", res, err, wantErr)
+		}
+	}
+
+	// The collection shrank: the room made for items follows the body, not the last list;
+	// and no items decode to nil, as the REST client's do.
+	for _, n := range []int{5, 0} {
+		want, _ := rc.Get().Resource("pods").Param("only", strconv.Itoa(n)).Do(ctx).Get()
+		got, err := lists.list(ctx, rc.Get().Resource("pods").Param("only", strconv.Itoa(n)), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := got.(*corev1.PodList)
+		if !apiequality.Semantic.DeepEqual(got, want) || len(l.Items) != n || cap(l.Items) > 2*n+1 || (n == 0) != (l.Items == nil) {
+			t.Errorf("a list of %d after one of 50: %d items, room for %d (nil: %v)", n, len(l.Items), cap(l.Items), l.Items == nil)
+		}
+		// Back to 50 for the next round: the whole list teaches the size again.
+		if _, err := lists.list(ctx, rc.Get().Resource("pods"), metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSizedListsRetryAsDo: a GET whose connection is dropped before an answer is sent again,
+// as rest.Request.Do does.
+func TestSizedListsRetryAsDo(t *testing.T) {
+	inner := podListServer(t, 3)
+	defer inner.Close()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close() // dropped: the client reads EOF
+			}
+			return
+		}
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	rc, err := typedClient(&rest.Config{Host: srv.URL, QPS: -1}, corev1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := newSizedLists(corev1.SchemeGroupVersion.WithKind("PodList")).list(context.Background(), rc.Get().Resource("pods"), metav1.ListOptions{})
+	if err != nil || meta.LenList(got) != 3 || calls.Load() != 2 {
+		t.Fatalf("after a dropped connection: %d items, %d requests, error %v; want 3 items in 2 requests", meta.LenList(got), calls.Load(), err)
 	}
 }
 
@@ -144,7 +201,8 @@ func TestProtobufRaw(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := buf.Bytes()
-	raw, ok := protobufRaw(body, "PodList")
+	podList := corev1.SchemeGroupVersion.WithKind("PodList")
+	raw, ok := protobufRaw(body, podList)
 	if !ok {
 		t.Fatal("a PodList body was not taken apart")
 	}
@@ -152,16 +210,21 @@ func TestProtobufRaw(t *testing.T) {
 	if err := got.Unmarshal(raw); err != nil || got.ResourceVersion != "7" || len(got.Items) != 1 || got.Items[0].Name != "a" {
 		t.Fatalf("raw decodes to %+v (%v)", got, err)
 	}
-	if _, ok := protobufRaw(body, "ServiceList"); ok {
-		t.Error("a PodList body taken for a ServiceList")
+	for _, other := range []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("ServiceList"), {Group: "apps", Version: "v1", Kind: "PodList"}} {
+		if _, ok := protobufRaw(body, other); ok {
+			t.Errorf("a v1 PodList body taken for a %v", other)
+		}
 	}
+	// An envelope of raw bytes alone, no kind named.
+	untyped := protowire.AppendBytes(protowire.AppendTag(bytes.Clone(protobufPrefix), 2, protowire.BytesType), raw)
 	for name, b := range map[string][]byte{
 		"JSON":      []byte(`{"kind":"PodList"}`),
 		"truncated": body[:len(body)-3],
 		"encoded":   append(bytes.Clone(body), 0x1a, 4, 'g', 'z', 'i', 'p'), // contentEncoding: gzip
 		"empty":     protobufPrefix,
+		"untyped":   untyped,
 	} {
-		if _, ok := protobufRaw(b, "PodList"); ok {
+		if _, ok := protobufRaw(b, podList); ok {
 			t.Errorf("%s: taken apart", name)
 		}
 	}

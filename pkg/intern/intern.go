@@ -274,14 +274,12 @@ func (t *Table) Resources(l corev1.ResourceList) corev1.ResourceList {
 	}
 	slices.Sort(names)
 	var keyBuf [256]byte
-	var num [64]byte
 	b := keyBuf[:0]
 	for _, n := range names {
 		q := l[n]
-		// The canonical form Quantity.String would give, without allocating it.
-		v, suffix := q.CanonicalizeBytes(num[:0])
-		b = binary.AppendUvarint(appendStr(b, string(n)), uint64(len(v)+len(suffix)))
-		b = append(append(b, v...), suffix...)
+		// As written (a decoded quantity keeps its text when that is canonical, and String
+		// then returns it without allocating), so "+1" and "1" are not taken for each other.
+		b = appendStr(appendStr(b, string(n)), q.String())
 	}
 	key := string(b)
 	if c, ok := t.resources.Get(key); ok {

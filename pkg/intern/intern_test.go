@@ -249,8 +249,9 @@ func TestEventSharesItsStrings(t *testing.T) {
 // unsafeData is where a string's bytes are: equal for a shared string.
 func unsafeData(s string) *byte { return unsafe.StringData(s) }
 
-// TestResourcesKeyIsTheCanonicalQuantity: lists are equal when their quantities are, however
-// each was written ("0.1" and "100m"), and different amounts or names never share.
+// TestResourcesKeyIsTheCanonicalQuantity: lists are equal when their quantities are, written
+// as Quantity.String gives them ("0.1" is read as "100m"), and different amounts, names or
+// spellings kept as written ("+1") never share.
 func TestResourcesKeyIsTheCanonicalQuantity(t *testing.T) {
 	tab := New(Options{})
 	list := func(cpu, mem string) corev1.ResourceList {
@@ -259,6 +260,10 @@ func TestResourcesKeyIsTheCanonicalQuantity(t *testing.T) {
 	a := tab.Resources(list("100m", "128Mi"))
 	if b := tab.Resources(list("0.1", "128Mi")); !samePtr(a, b) {
 		t.Errorf("0.1 and 100m CPU: equal lists not shared")
+	}
+	plus := tab.Resources(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("+1")})
+	if samePtr(plus, tab.Resources(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})) {
+		t.Errorf(`"+1" taken for "1": a list would be served as the other was written`)
 	}
 	for _, other := range []corev1.ResourceList{list("200m", "128Mi"), list("100m", "129Mi"), {corev1.ResourceCPU: resource.MustParse("100m"), "memory2": resource.MustParse("128Mi")}} {
 		if samePtr(a, tab.Resources(other)) {
