@@ -262,7 +262,10 @@ current-context: fleet
 	}
 	back()
 	k.keys("d")
-	pane = k.await("describe", func(p string) bool { return strings.Contains(p, "Describe(load-0/k9s-live)") })
+	// The view opens with its title and fills once the describe has been answered.
+	pane = k.await("describe", func(p string) bool {
+		return strings.Contains(p, "Describe(load-0/k9s-live)") && strings.Contains(p, "Namespace:")
+	})
 	if !strings.Contains(pane, "multicache.io/cluster") || !strings.Contains(pane, "Namespace:") {
 		t.Errorf("describe of k9s-live:\n%s", pane)
 	}
