@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/storage/peer"
 )
 
 func items(objs ...string) *api.List {
@@ -121,5 +122,43 @@ func TestClientFlagsNameTheFlag(t *testing.T) {
 		if _, err := tc.f.client(); err == nil || !strings.HasPrefix(err.Error(), tc.flag+":") {
 			t.Errorf("%+v: %v, want an error naming %s", tc.f, err, tc.flag)
 		}
+	}
+}
+
+// TestPeerCerts: `multicache peer-certs` makes a CA and per replica a certificate that the
+// daemon takes as that replica's peer certificate; given the CA, it signs more with it.
+func TestPeerCerts(t *testing.T) {
+	dir := t.TempDir()
+	run := func(args ...string) error {
+		cmd := newRoot()
+		cmd.SetArgs(append([]string{"peer-certs", "--dir", dir}, args...))
+		cmd.SetOut(&bytes.Buffer{})
+		return cmd.Execute()
+	}
+	if err := run("r1", "r2"); err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(dir, "ca.crt")
+	for _, id := range []string{"r1", "r2"} {
+		tr, err := peer.LoadTrust(filepath.Join(dir, id+".crt"), filepath.Join(dir, id+".key"), ca, "")
+		if err != nil || tr.Identity() != id {
+			t.Errorf("%s: %v, %v", id, tr, err)
+		}
+	}
+	caBefore, _ := os.ReadFile(ca)
+	if err := run("--ca-cert", ca, "--ca-key", filepath.Join(dir, "ca.key"), "r3"); err != nil {
+		t.Fatal(err)
+	}
+	if caAfter, _ := os.ReadFile(ca); !bytes.Equal(caBefore, caAfter) {
+		t.Error("a run given the CA replaced it")
+	}
+	if _, err := peer.LoadTrust(filepath.Join(dir, "r3.crt"), filepath.Join(dir, "r3.key"), ca, "r3"); err != nil {
+		t.Errorf("r3, signed by the given CA: %v", err)
+	}
+	if err := run("--ca-cert", ca, "r4"); err == nil || !strings.Contains(err.Error(), "--ca-cert and --ca-key go together") {
+		t.Errorf("--ca-cert without --ca-key: %v", err)
+	}
+	if err := run("Not_A_Name"); err == nil {
+		t.Error("an identity that is no DNS name was accepted")
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -33,6 +32,7 @@ import (
 	"github.com/multicache/multicache/pkg/config"
 	"github.com/multicache/multicache/pkg/server"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage/peer"
 )
 
 type serveFlags struct {
@@ -277,9 +277,13 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	metrics := prometheus.NewRegistry()
+	trust, err := peerTrust(cfg)
+	if err != nil {
+		return err
+	}
 	var coord *shard.Coordinator
 	if cfg.ShardingEnabled() {
-		if coord, err = newCoordinator(cfg, mgmt, src, log, metrics); err != nil {
+		if coord, err = newCoordinator(cfg, mgmt, src, log, metrics, trust); err != nil {
 			return err
 		}
 		src = coord // the registry runs the clusters this replica owns
@@ -301,19 +305,7 @@ func serve(ctx context.Context, cfg *config.Config) error {
 			cs, ok := reg.ClusterStatus(cluster)
 			return reg.Running(cluster), ok && cs.State != clusterset.Pending && cs.State != clusterset.Syncing
 		})
-		sopts.Fleet = coord
-		if sopts.PeerClient, err = peerClient(cfg.Sharding); err != nil {
-			return err
-		}
-		if cfg.Sharding.PeerTrust() {
-			names, err := peerNames(cfg)
-			if err != nil {
-				return err
-			}
-			if sopts.PeerAuthenticator, err = auth.PeerAuthenticator(cfg.Sharding.PeerCAFile, names); err != nil {
-				return err
-			}
-		}
+		sopts.Fleet, sopts.PeerTrust = coord, trust
 		if cfg.Sharding.PeerTimeout.Duration > 0 {
 			sopts.PeerTimeout = cfg.Sharding.PeerTimeout.Duration
 		}
@@ -349,20 +341,24 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	defer endRequests()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
-	if cfg.Server.TLS != nil && (cfg.Server.TLS.ClientCAFile != "" || cfg.Sharding.PeerTrust()) {
+	if cfg.Server.TLS != nil && (cfg.Server.TLS.ClientCAFile != "" || trust != nil) {
 		// Certificates are verified by the authenticators (callers' against the client CA,
 		// peers' against the peer CA); the pool tells clients which CAs to use.
 		pool := x509.NewCertPool()
-		for _, f := range []struct{ field, path string }{{"server.tls.clientCAFile", cfg.Server.TLS.ClientCAFile}, {"sharding.peerCAFile", peerCAOf(cfg)}} {
-			if f.path == "" {
-				continue
-			}
-			pem, err := os.ReadFile(f.path)
+		if f := cfg.Server.TLS.ClientCAFile; f != "" {
+			pem, err := os.ReadFile(f)
 			if err != nil || !pool.AppendCertsFromPEM(pem) {
-				return fmt.Errorf("%s %s: no PEM certificate in it (%v)", f.field, f.path, err)
+				return fmt.Errorf("server.tls.clientCAFile %s: no PEM certificate in it (%v)", f, err)
 			}
 		}
+		if trust != nil {
+			pool.AppendCertsFromPEM(trust.CAPEM())
+		}
 		hs.TLSConfig = &tls.Config{ClientAuth: tls.RequestClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
+		if trust != nil {
+			// A peer that asks for this replica's identity gets its peer certificate.
+			hs.TLSConfig = trust.ServerConfig(hs.TLSConfig)
+		}
 	}
 	restoreGC := raiseGCForSync(cfg.SyncGC(), log)
 	regCtx, stopReg := context.WithCancel(context.Background())
@@ -465,8 +461,10 @@ func serve(ctx context.Context, cfg *config.Config) error {
 	return err
 }
 
-// newCoordinator builds the replica's share of the fleet from the sharding config.
-func newCoordinator(cfg *config.Config, mgmt kubernetes.Interface, src clusterset.Source, log *zap.Logger, metrics prometheus.Registerer) (*shard.Coordinator, error) {
+// newCoordinator builds the replica's share of the fleet from the sharding config. With peer
+// certificates, the replica's identity defaults to its certificate's, and a peer Lease counts
+// only once its URL proves the peer (trust.Verify).
+func newCoordinator(cfg *config.Config, mgmt kubernetes.Interface, src clusterset.Source, log *zap.Logger, metrics prometheus.Registerer, trust *peer.Trust) (*shard.Coordinator, error) {
 	sh := cfg.Sharding
 	ns := sh.Namespace
 	if ns == "" {
@@ -475,71 +473,41 @@ func newCoordinator(cfg *config.Config, mgmt kubernetes.Interface, src clusterse
 			ns = cfg.Sources.Secrets.Namespace
 		}
 	}
-	c, err := shard.New(shard.Options{Client: mgmt, Namespace: ns, Identity: sh.Identity, AdvertiseURL: sh.AdvertiseURL,
+	opts := shard.Options{Client: mgmt, Namespace: ns, Identity: sh.Identity, AdvertiseURL: sh.AdvertiseURL,
 		LeaseDuration: sh.LeaseDuration.Duration, Weight: sh.Weight, MaxWarmups: sh.MaxWarmups, Source: src,
-		Logger: log.Named("shard"), Metrics: metrics})
+		Logger: log.Named("shard"), Metrics: metrics}
+	if trust != nil {
+		opts.Identity, opts.Verify = trust.Identity(), trust.Verify
+	}
+	c, err := shard.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
 	return c, nil
 }
 
-// peerClient calls the other replicas: their serving certificates are checked against
-// peerCAFile when given, else the system's roots.
-func peerClient(sh *config.Sharding) (*http.Client, error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 32
-	if sh.PeerCAFile != "" {
-		pem, err := os.ReadFile(sh.PeerCAFile)
-		pool := x509.NewCertPool()
-		if err != nil || !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("sharding.peerCAFile %s: no PEM certificate in it (%v)", sh.PeerCAFile, err)
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+// peerTrust loads this replica's peer certificate, nil without one. The peer CA must not be
+// the callers' client CA, nor share a certificate with it: a caller's client certificate could
+// then vouch for any user.
+func peerTrust(cfg *config.Config) (*peer.Trust, error) {
+	if !cfg.Sharding.PeerTrust() {
+		return nil, nil
 	}
-	if sh.PeerTrust() {
-		cert, err := tls.LoadX509KeyPair(sh.PeerCertFile, sh.PeerKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("sharding.peerCertFile %s, sharding.peerKeyFile %s: %w", sh.PeerCertFile, sh.PeerKeyFile, err)
-		}
-		tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
-	}
-	return &http.Client{Transport: tr}, nil
-}
-
-// peerNames are the common names a peer's client certificate may have: that of this replica's
-// own peer certificate (every replica runs with the same one, or with one of the same name).
-// The peer CA must not be the callers' client CA, or any caller with a client certificate
-// could claim to be any user.
-func peerNames(cfg *config.Config) ([]string, error) {
 	sh := cfg.Sharding
-	pair, err := tls.LoadX509KeyPair(sh.PeerCertFile, sh.PeerKeyFile)
+	trust, err := peer.LoadTrust(sh.PeerCertFile, sh.PeerKeyFile, sh.PeerCAFile, sh.Identity)
 	if err != nil {
-		return nil, fmt.Errorf("sharding.peerCertFile %s: %w", sh.PeerCertFile, err)
-	}
-	leaf, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		return nil, fmt.Errorf("sharding.peerCertFile %s: %w", sh.PeerCertFile, err)
-	}
-	if leaf.Subject.CommonName == "" {
-		return nil, fmt.Errorf("sharding.peerCertFile %s: the certificate has no common name: peers are trusted by it", sh.PeerCertFile)
+		return nil, err
 	}
 	if cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "" {
-		peerCA, err1 := os.ReadFile(sh.PeerCAFile)
-		clientCA, err2 := os.ReadFile(cfg.Server.TLS.ClientCAFile)
-		if err1 == nil && err2 == nil && bytes.Equal(bytes.TrimSpace(peerCA), bytes.TrimSpace(clientCA)) {
-			return nil, fmt.Errorf("sharding.peerCAFile %s: it is also server.tls.clientCAFile: a caller's client certificate could then vouch for any user; use a CA of the replicas' own", sh.PeerCAFile)
+		clientCA, err := os.ReadFile(cfg.Server.TLS.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.clientCAFile: %w", err)
+		}
+		if ca := trust.Overlaps(clientCA); ca != "" {
+			return nil, fmt.Errorf("sharding.peerCAFile %s: it holds %s, which server.tls.clientCAFile holds too: a caller's client certificate could then vouch for any user; use a CA of the replicas' own", sh.PeerCAFile, ca)
 		}
 	}
-	return []string{leaf.Subject.CommonName}, nil
-}
-
-// peerCAOf is sharding.peerCAFile when peers vouch for their callers, else "".
-func peerCAOf(cfg *config.Config) string {
-	if !cfg.Sharding.PeerTrust() {
-		return ""
-	}
-	return cfg.Sharding.PeerCAFile
+	return trust, nil
 }
 
 // managementClient reaches the management cluster: from its kubeconfig and context, or, when

@@ -130,22 +130,17 @@ func New(opts Options) (*Delegated, error) {
 }
 
 // PeerAuthenticator reads who a peer replica says its caller is (PeerUserHeader,
-// PeerUIDHeader, PeerGroupHeader, PeerExtraHeaderPrefix), believing it only from a request whose client certificate the CA
-// in caFile signed for one of names (the replicas' peer certificate's common name): k8s.io/
-// apiserver's request-header authenticator, as aggregated API servers use for kube-apiserver's
-// requests. A request without such a certificate is not authenticated by it (ok false); one
-// with a certificate the CA did not sign, or for another name, is an error.
-func PeerAuthenticator(caFile string, names []string) (authenticator.Request, error) {
-	if len(names) == 0 {
-		return nil, errors.New("sharding.peerCertFile: the peer certificate has no common name to trust peers by")
-	}
-	pem, err := os.ReadFile(caFile)
+// PeerUIDHeader, PeerGroupHeader, PeerExtraHeaderPrefix), believing it only from a request
+// whose client certificate the peers' CA (caPEM, sharding.peerCAFile) signed: k8s.io/apiserver's
+// request-header authenticator, as aggregated API servers use for kube-apiserver's requests.
+// Every replica has a certificate of its own, so names (the common names allowed) is empty as a
+// rule, and then any certificate the CA signed is a replica's: the peer CA must sign replicas'
+// certificates only. A request without such a certificate is not authenticated by it (ok
+// false); one with a certificate the CA did not sign, or for a name not allowed, is an error.
+func PeerAuthenticator(caPEM []byte, names []string) (authenticator.Request, error) {
+	ca, err := dynamiccertificates.NewStaticCAContent("peer-ca", caPEM)
 	if err != nil {
 		return nil, fmt.Errorf("sharding.peerCAFile: %w", err)
-	}
-	ca, err := dynamiccertificates.NewStaticCAContent("peer-ca", pem)
-	if err != nil {
-		return nil, fmt.Errorf("sharding.peerCAFile %s: %w", caFile, err)
 	}
 	return headerrequest.NewDynamicVerifyOptionsSecure(ca.VerifyOptions, headerrequest.StaticStringSlice(names),
 		headerrequest.StaticStringSlice{PeerUserHeader}, headerrequest.StaticStringSlice{PeerUIDHeader},

@@ -13,8 +13,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -86,11 +84,7 @@ func peerRequest(cert *x509.Certificate, name string, groups ...string) *http.Re
 // signed, and from nothing else: no certificate, or one another CA signed.
 func TestPeerAuthenticator(t *testing.T) {
 	peers, other := newTestCA(t, "peer-ca"), newTestCA(t, "other-ca")
-	caFile := filepath.Join(t.TempDir(), "peer-ca.pem")
-	if err := os.WriteFile(caFile, peers.pem, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pa, err := PeerAuthenticator(caFile, []string{"multicache-peer"})
+	pa, err := PeerAuthenticator(peers.pem, []string{"multicache-peer"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +116,20 @@ func TestPeerAuthenticator(t *testing.T) {
 		!slices.Equal(resp.User.GetGroups(), []string{"dev"}) || !reflect.DeepEqual(resp.User.GetExtra(), alice.Extra) {
 		t.Errorf("SetPeerIdentity's alice came back as %+v (%v, %v)", resp, ok, err)
 	}
-	if _, err := PeerAuthenticator(filepath.Join(t.TempDir(), "missing.pem"), []string{"multicache-peer"}); err == nil {
-		t.Error("a missing peer CA file was accepted")
+	if _, err := PeerAuthenticator([]byte("not a certificate"), nil); err == nil {
+		t.Error("a peer CA that holds no certificate was accepted")
 	}
-	if _, err := PeerAuthenticator(caFile, nil); err == nil {
-		t.Error("no peer name was accepted: any certificate the CA signs would be believed")
+	// Without names (every replica has a certificate of its own), any certificate the peer CA
+	// signed vouches; still none another CA signed.
+	any, err := PeerAuthenticator(peers.pem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, ok, err := any.AuthenticateRequest(peerRequest(peers.client(t, "replica-7"), "alice")); err != nil || !ok || resp.User.GetName() != "alice" {
+		t.Errorf("a replica's own certificate vouching for alice: %+v, %v, %v", resp, ok, err)
+	}
+	if _, ok, _ := any.AuthenticateRequest(peerRequest(other.client(t, "replica-7"), "alice")); ok {
+		t.Error("without names, headers with a certificate another CA signed were believed")
 	}
 }
 

@@ -101,26 +101,28 @@ type Sharding struct {
 	LeaseDuration Duration `json:"leaseDuration,omitempty"`
 	// AdvertiseURL is how the other replicas reach this one (required when enabled).
 	AdvertiseURL string `json:"advertiseURL,omitempty"`
-	// Identity names this replica among its peers. Default: the host name and a random suffix.
+	// Identity names this replica among its peers. Default: the peer certificate's common
+	// name, else the host name and a random suffix.
 	Identity string `json:"identity,omitempty"`
 	// Weight is this replica's share of the clusters relative to the others'. Default 1.
 	Weight int `json:"weight,omitempty"`
 	// MaxWarmups caps the clusters this replica syncs at once. Default 4.
 	MaxWarmups int `json:"maxWarmups,omitempty"`
-	// PeerCAFile verifies the other replicas' serving certificates (https advertise URLs).
-	// Default: the system's roots.
+	// PeerCAFile is the peers' CA: it signs every replica's peer certificate, and nothing else
+	// (any certificate it signed may vouch for any user).
 	PeerCAFile string `json:"peerCAFile,omitempty"`
-	// PeerTimeout bounds a call to another replica (watches excepted). Default 10s.
+	// PeerTimeout bounds every call to another replica until its answer's headers arrive, and
+	// each read of its body. Default 10s.
 	PeerTimeout Duration `json:"peerTimeout,omitempty"`
-	// PeerCertFile and PeerKeyFile are this replica's peer client certificate, signed by the
-	// CA in PeerCAFile (which then also signs every replica's serving certificate). With
-	// them, replicas trust each other as aggregated API servers trust kube-apiserver: the
-	// replica a request reaches authenticates the caller and tells the owners it asks who the
-	// caller is, in request headers over mutual TLS; an owner believes those headers only
-	// from a client certificate the peer CA signed. Callers' credentials then never leave the
-	// replica they reached, and client-certificate callers fan out too. Without them, each
-	// call forwards the caller's bearer token, never over plain http to a host that is not
-	// loopback.
+	// PeerCertFile and PeerKeyFile are this replica's own peer certificate, signed by the CA in
+	// PeerCAFile for server and client use, whose DNS names include the replica's identity
+	// (which defaults to the certificate's common name). With them, replicas trust each other
+	// as aggregated API servers trust kube-apiserver: a peer Lease counts only once its URL
+	// answered, over TLS, with the certificate of the replica it names; the replica a request
+	// reaches authenticates the caller and tells the owners it asks who the caller is, in
+	// request headers over mutual TLS, and an owner believes those headers only from a client
+	// certificate the peer CA signed. No credential ever leaves the replica it reached.
+	// Required with server.auth; needs server.tls and an https advertiseURL.
 	PeerCertFile string `json:"peerCertFile,omitempty"`
 	PeerKeyFile  string `json:"peerKeyFile,omitempty"`
 }
@@ -418,6 +420,15 @@ func (c *Config) Validate() error {
 		}
 		if sh.PeerTimeout.Duration < 0 {
 			bad("sharding.peerTimeout", "%s: must not be negative", sh.PeerTimeout.Duration)
+		}
+		if c.Server.Auth != nil && (sh.PeerCertFile == "" || sh.PeerKeyFile == "" || sh.PeerCAFile == "") {
+			var missing []string
+			for _, f := range []struct{ name, v string }{{"sharding.peerCertFile", sh.PeerCertFile}, {"sharding.peerKeyFile", sh.PeerKeyFile}, {"sharding.peerCAFile", sh.PeerCAFile}} {
+				if f.v == "" {
+					missing = append(missing, f.name)
+				}
+			}
+			bad("sharding", "with server.auth, replicas trust each other by peer certificates only (no token leaves a replica): set %s (--peer-cert-file, --peer-key-file, --peer-ca-file)", strings.Join(missing, ", "))
 		}
 		switch {
 		case (sh.PeerCertFile == "") != (sh.PeerKeyFile == ""):

@@ -45,6 +45,8 @@ func TestErrorsNameTheField(t *testing.T) {
 		{"resources: [{name: pods}]\nsharding: {enabled: true, advertiseURL: 'https://a:1', peerCertFile: c.pem, peerKeyFile: k.pem}", "sharding.peerCAFile: required with sharding.peerCertFile"},
 		{"resources: [{name: pods}]\nsharding: {enabled: true, advertiseURL: 'https://a:1', peerCertFile: c.pem, peerKeyFile: k.pem, peerCAFile: ca.pem}", "sharding.peerCertFile: needs server.tls"},
 		{"resources: [{name: pods}]\nserver: {tls: {certFile: s.pem, keyFile: s.key}}\nsharding: {enabled: true, advertiseURL: 'http://a:1', peerCertFile: c.pem, peerKeyFile: k.pem, peerCAFile: ca.pem}", "sharding.advertiseURL: \"http://a:1\": with sharding.peerCertFile, advertise an https URL"},
+		{"resources: [{name: pods}]\nserver: {auth: {tokenFile: t}}\nsharding: {enabled: true, advertiseURL: 'https://a:1'}", "sharding: with server.auth, replicas trust each other by peer certificates only (no token leaves a replica): set sharding.peerCertFile, sharding.peerKeyFile, sharding.peerCAFile"},
+		{"resources: [{name: pods}]\nserver: {auth: {mode: delegated}}\nsharding: {enabled: true, advertiseURL: 'https://a:1', peerCertFile: c.pem, peerKeyFile: k.pem}", "set sharding.peerCAFile ("},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -26,9 +26,20 @@ func (s *Server) fanout(next http.Handler) http.Handler {
 	native := s.authn.Wrap(s.fanoutNative)
 	kube := s.authn.Wrap(s.fanoutKube)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(peerHeader) != "" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			next.ServeHTTP(w, r)
 			return
+		}
+		if r.Header.Get(peerHeader) != "" {
+			if s.fromPeer(r) {
+				// A replica's own part of a plan: answered here, once this replica is
+				// coordinated (its part is its plan's then).
+				if !s.notCoordinated(w) {
+					next.ServeHTTP(w, r)
+				}
+				return
+			}
+			r.Header.Del(peerHeader) // a caller's: it skips nothing
 		}
 		switch {
 		case r.URL.Path == api.ClustersPath:
@@ -41,6 +52,21 @@ func (s *Server) fanout(next http.Handler) http.Handler {
 			kube(w, r)
 		}
 	})
+}
+
+// fromPeer reports whether r comes from another replica: under a peer certificate, or from
+// anyone when auth is off (replicas then run on loopback, and every caller reads everything).
+func (s *Server) fromPeer(r *http.Request) bool {
+	if s.authn.Authorizer == nil {
+		return true
+	}
+	if s.opts.PeerAuthenticator == nil {
+		return false
+	}
+	// On a copy: the authenticator removes the identity headers it reads, which the
+	// authentication of the request itself reads again.
+	_, ok, err := s.opts.PeerAuthenticator.AuthenticateRequest(r.Clone(r.Context()))
+	return ok && err == nil
 }
 
 // fanoutNative routes the native API.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage/peer"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -170,17 +171,17 @@ func resumable(t watchcache.Position, pl plan) error {
 
 // peers sends requests to other replicas.
 type peers struct {
-	client *http.Client
-	// identity: calls carry the caller's user and groups (peertrust.go), not its credentials;
-	// client presents this replica's peer certificate.
-	identity bool
-	timeout  time.Duration
-	latency  *prometheus.HistogramVec
+	// clients call each peer: with a peer.Trust, over TLS to the identity the fence names,
+	// presenting this replica's peer certificate, and the calls name the caller
+	// (peertrust.go); without one (auth off) plainly, naming nobody.
+	clients *peer.Clients
+	timeout time.Duration
+	latency *prometheus.HistogramVec
 }
 
 // call sends the caller's request, re-aimed at path with query q, to the replica of p. The
-// caller's credentials go with it: the peer authenticates and authorizes the caller itself.
-// The response's body must be closed.
+// caller's credentials never go with it: with peer certificates its identity does, which the
+// peer believes from them only. The response's body must be closed.
 func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string, q url.Values, kind string) (*http.Response, error) {
 	start := time.Now()
 	target := p.url + path
@@ -202,15 +203,13 @@ func (pc *peers) call(ctx context.Context, r *http.Request, p part, path string,
 	// which run side by side, are shorter of than bandwidth. A merged answer is compressed,
 	// or not, at the replica the client asked.
 	req.Header.Set("Accept-Encoding", "identity")
-	switch auth := r.Header.Get("Authorization"); {
-	case pc.identity:
-		setIdentity(req.Header, r.Context()) // the peer certificate vouches for it
-	case auth != "" && plainRemote(target):
-		return nil, fmt.Errorf("replica %q: refusing to send the caller's credentials over plain http to %s: advertise an https URL, or set sharding.peerCertFile", p.peer, p.url)
-	case auth != "":
-		req.Header.Set("Authorization", auth)
+	if pc.clients.Trusted() {
+		if !strings.HasPrefix(target, "https://") {
+			return nil, fmt.Errorf("replica %q advertises %s: with peer certificates replicas are called over https only", p.peer, p.url)
+		}
+		setIdentity(req.Header, r.Context()) // its peer certificate proves the peer; ours vouches for the caller
 	}
-	resp, err := pc.client.Do(req)
+	resp, err := pc.clients.For(p.peer).Do(req)
 	code := "error"
 	if err == nil {
 		code = strconv.Itoa(resp.StatusCode)

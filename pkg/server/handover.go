@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,7 +20,7 @@ import (
 // Handovers between replicas (clusterset/handover.go): the replica that handed a cluster off
 // answers its next owner with the state it kept, once; the next owner asks that replica, then
 // every other live one. The endpoint is the replicas' own, not an API for clients
-// (handoverCaller), and Secrets are never handed over.
+// (handoverCaller): with auth on, only under peer certificates. Secrets are never handed over.
 
 // handoverPath is followed by /{cluster}?key=….
 const handoverPath = "/multicache/v1/handover"
@@ -47,28 +48,23 @@ func (s *Server) handoverAuth(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // handoverCaller reports whether the caller of a handover may have it: with peer
-// certificates, a replica under its own; otherwise with static tokens, a token holder (the
-// replicas share the token file, and every token reads the whole fleet); with auth off,
-// anyone. With delegated auth and no peer certificates, nobody: a user's credentials could not
-// tell a replica from a user.
+// certificates, a replica under its own; with auth off and none, anyone (replicas then run on
+// loopback). Nobody else: a caller's token reads the fleet, not the states replicas keep for
+// each other, and no token travels between replicas.
 func (s *Server) handoverCaller(ctx context.Context) bool {
 	switch {
 	case s.opts.PeerAuthenticator != nil:
 		replica, _ := ctx.Value(handoverReplica{}).(bool)
 		return replica
-	case s.opts.Authorizer != nil:
-		return false
-	case len(s.opts.Tokens) > 0:
-		all, err := filters.AccessOf(ctx).All(ctx)
-		return err == nil && all
 	default:
-		return true
+		return s.opts.Authorizer == nil && len(s.opts.Tokens) == 0
 	}
 }
 
-// handovers reports whether replicas can hand states to each other (handoverCaller).
+// handovers reports whether replicas can hand states to each other: under peer certificates,
+// or with auth off.
 func (s *Server) handovers() bool {
-	return s.opts.Fleet != nil && (s.opts.PeerAuthenticator != nil || s.opts.Authorizer == nil)
+	return s.opts.Fleet != nil && (s.opts.PeerTrust != nil || (s.opts.Authorizer == nil && len(s.opts.Tokens) == 0))
 }
 
 // handoverTimeout bounds one transfer of a state: a whole cluster's objects.
@@ -116,42 +112,44 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-// takeHandover asks every other live replica for the state one of them kept of cluster's
-// resource key; the first that has it answers. Only with credentials a replica accepts from
-// another without a caller: none (auth off) or a shared token.
+// takeHandover asks the replicas that may keep a state of cluster's resource key for it; the
+// first that has it answers: first the replica that handed the fence over (it may have left the
+// fleet since, its Lease deleted, and still wait for its states to be taken), then every other
+// live peer. With peer certificates a replica is asked under them, at the identity the fence or
+// its Lease names (a fence that names no identity is skipped: its URL alone proves nothing),
+// and a live peer is one whose URL proved it (shard.Options.Verify). No token is ever sent.
 func (s *Server) takeHandover(ctx context.Context, cluster, key string) (*clusterset.Handed, bool, error) {
 	if s.opts.Fleet == nil || s.peers == nil {
 		return nil, false, nil
 	}
 	if !s.handovers() {
-		return nil, false, fmt.Errorf("cluster %q: handovers need peer certificates, token auth or none between replicas", cluster)
+		return nil, false, fmt.Errorf("cluster %q: handovers need peer certificates between replicas, or auth off", cluster)
 	}
-	// First the replica that handed the fence over (it may have left the fleet since, its
-	// Lease deleted, and still be waiting for its states to be taken), then every live peer.
-	type peer struct{ id, url string }
-	var peers []peer
+	type candidate struct{ id, url, what string }
+	var cands []candidate
 	seen := map[string]bool{}
-	add := func(id, u string) {
+	add := func(id, u, what string) {
 		if u != "" && !seen[u] {
 			seen[u] = true
-			peers = append(peers, peer{id, u})
+			cands = append(cands, candidate{id, u, what})
 		}
 	}
+	trusted := s.peers.clients.Trusted()
 	for _, o := range s.opts.Fleet.Owners() {
-		if o.Cluster == cluster && o.Self && o.From != "" {
-			add("the replica that handed "+cluster+" over", o.From)
+		if o.Cluster == cluster && o.Self && o.From != "" && (o.FromID != "" || !trusted) {
+			add(o.FromID, o.From, "the replica that handed "+cluster+" over")
 		}
 	}
 	if pf, ok := s.opts.Fleet.(interface{ Peers() []shard.Peer }); ok {
 		for _, p := range pf.Peers() {
 			if !p.Self && p.Live {
-				add(p.ID, p.URL)
+				add(p.ID, p.URL, fmt.Sprintf("replica %q", p.ID))
 			}
 		}
 	}
 	var errs []string
-	for _, p := range peers {
-		h, ok, err := s.askHandover(ctx, p.id, p.url, cluster, key)
+	for _, c := range cands {
+		h, ok, err := s.askHandover(ctx, c.id, c.url, c.what, cluster, key)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -166,27 +164,25 @@ func (s *Server) takeHandover(ctx context.Context, cluster, key string) (*cluste
 	return nil, false, nil
 }
 
-func (s *Server) askHandover(ctx context.Context, peer, base, cluster, key string) (*clusterset.Handed, bool, error) {
+// askHandover asks replica id at base for the state it kept of cluster's resource key.
+func (s *Server) askHandover(ctx context.Context, id, base, what, cluster, key string) (*clusterset.Handed, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(s.opts.PeerTimeout, handoverTimeout))
 	defer cancel()
 	target := strings.TrimSuffix(base, "/") + handoverPath + "/" + url.PathEscape(cluster) + "?" + url.Values{"key": {key}}.Encode()
+	if s.peers.clients.Trusted() && !strings.HasPrefix(target, "https://") {
+		return nil, false, fmt.Errorf("%s advertises %s: with peer certificates replicas are called over https only", what, base)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return nil, false, fmt.Errorf("replica %q: %w", peer, err)
+		return nil, false, fmt.Errorf("%s: %w", what, err)
 	}
 	req.Header.Set(peerHeader, "1")
-	switch {
-	case s.opts.PeerAuthenticator != nil:
-		req.Header.Set(auth.PeerUserHeader, replicaUser) // the peer certificate vouches for it
-	case len(s.opts.Tokens) > 0:
-		if plainRemote(target) {
-			return nil, false, fmt.Errorf("replica %q: refusing to send a token over plain http to %s", peer, base)
-		}
-		req.Header.Set("Authorization", "Bearer "+s.opts.Tokens[0])
+	if s.peers.clients.Trusted() {
+		req.Header.Set(auth.PeerUserHeader, replicaUser) // our peer certificate vouches for it
 	}
-	resp, err := s.peers.client.Do(req)
+	resp, err := s.peers.clients.For(id).Do(req)
 	if err != nil {
-		return nil, false, fmt.Errorf("replica %q: %w", peer, err)
+		return nil, false, fmt.Errorf("%s: %w", what, err)
 	}
 	defer drain(resp.Body)
 	switch resp.StatusCode {
@@ -195,12 +191,12 @@ func (s *Server) askHandover(ctx context.Context, peer, base, cluster, key strin
 		return nil, false, nil
 	default:
 		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		return nil, false, fmt.Errorf("replica %q: handover of cluster %q: %d %s", peer, cluster, resp.StatusCode, strings.TrimSpace(b.String()))
+		_, _ = b.ReadFrom(io.LimitReader(resp.Body, 4<<10))
+		return nil, false, fmt.Errorf("%s: handover of cluster %q: %d %s", what, cluster, resp.StatusCode, strings.TrimSpace(b.String()))
 	}
 	var h clusterset.Handed
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-		return nil, false, fmt.Errorf("replica %q: handover of cluster %q: %w", peer, cluster, err)
+		return nil, false, fmt.Errorf("%s: handover of cluster %q: %w", what, cluster, err)
 	}
 	return &h, true, nil
 }

@@ -12,22 +12,23 @@ import (
 )
 
 // TestHandoverCaller: who may take a cluster's state. With peer certificates only a replica
-// under its own; with static tokens a token holder; with auth off anyone; with delegated auth
-// and no peer certificates nobody, and no states are taken.
+// under its own; with auth off anyone; with auth on, nobody else: not a token holder (D1: no
+// token travels between replicas, so none opens a handover).
 func TestHandoverCaller(t *testing.T) {
 	replica := context.WithValue(context.Background(), handoverReplica{}, true)
 	holder := filters.WithAccess(context.Background(), auth.Everything{})
 	fl := &staticFleet{}
+	trust := newTestPKI(t).trust("me")
 	for _, tc := range []struct {
 		name        string
 		opts        Options
 		ctx         context.Context
 		want, takes bool
 	}{
-		{"peer certificates, a replica", Options{Fleet: fl, PeerAuthenticator: fakePeerAuth{}}, replica, true, true},
-		{"peer certificates, a caller who reads everything", Options{Fleet: fl, PeerAuthenticator: fakePeerAuth{}}, holder, false, true},
-		{"static tokens, a token holder", Options{Fleet: fl, Tokens: []string{"t"}}, holder, true, true},
-		{"delegated, no peer certificates", Options{Fleet: fl, Authorizer: auth.Tokens([]string{"t"})}, holder, false, false},
+		{"peer certificates, a replica", Options{Fleet: fl, PeerTrust: trust, PeerAuthenticator: fakePeerAuth{}}, replica, true, true},
+		{"peer certificates, a caller who reads everything", Options{Fleet: fl, PeerTrust: trust, PeerAuthenticator: fakePeerAuth{}}, holder, false, true},
+		{"static tokens and peer certificates, a token holder", Options{Fleet: fl, Tokens: []string{"t"}, PeerTrust: trust, PeerAuthenticator: fakePeerAuth{}}, holder, false, true},
+		{"static tokens, no peer certificates (refused by New)", Options{Fleet: fl, Tokens: []string{"t"}}, holder, false, false},
 		{"auth off", Options{Fleet: fl}, context.Background(), true, true},
 	} {
 		s := &Server{opts: tc.opts}

@@ -408,7 +408,7 @@ func (notReadyFleet) Ready() error {
 // reports not ready and answers reads with 429, after authentication, never with an empty
 // answer.
 func TestNotCoordinatedAnswersNothing(t *testing.T) {
-	hs, _ := kubeFixtureWith(t, Options{Fleet: notReadyFleet{newMovingFleet(self("a"), self("b"))}, Tokens: []string{"secret"}})
+	hs, _ := kubeFixtureWith(t, Options{Fleet: notReadyFleet{newMovingFleet(self("a"), self("b"))}, Tokens: []string{"secret"}, PeerTrust: newTestPKI(t).trust("me")})
 	ask := func(path, token string) (int, http.Header, string) {
 		req, _ := http.NewRequest(http.MethodGet, hs.URL+path, nil)
 		if token != "" {

@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"net"
 	"net/http"
-	"net/url"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -23,19 +21,4 @@ func setIdentity(h http.Header, ctx context.Context) {
 	if u := userOf(ctx); u != nil {
 		auth.SetPeerIdentity(h, u)
 	}
-}
-
-// plainRemote reports whether target is plain http to a host that is not loopback: a caller's
-// credentials never go there.
-func plainRemote(target string) bool {
-	u, err := url.Parse(target)
-	if err != nil || u.Scheme != "http" {
-		return err != nil
-	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip == nil || !ip.IsLoopback()
 }

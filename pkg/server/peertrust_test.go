@@ -1,16 +1,21 @@
 package server
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/multicache/multicache/pkg/auth"
+	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/shard"
 )
 
@@ -25,20 +30,21 @@ var certVouches = authenticator.RequestFunc(func(r *http.Request) (*authenticato
 })
 
 // TestPeerCallsCarryIdentityNotCredentials: with peer trust, a fan-out asks the owner of
-// another cluster with the caller's identity in headers and without the caller's token.
+// another cluster, over TLS to the identity its fence names, with the caller's identity in
+// headers and without the caller's token.
 func TestPeerCallsCarryIdentityNotCredentials(t *testing.T) {
 	var mu sync.Mutex
 	var got []http.Header
-	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	pki := newTestPKI(t)
+	owner := pki.serve("p2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		got = append(got, r.Header.Clone())
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"x"},"items":[]}`))
 	}))
-	t.Cleanup(owner.Close)
 	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: owner.URL, Live: true})
-	hs, _ := kubeFixtureWith(t, Options{Fleet: fl, Tokens: []string{"secret"}, PeerAuthenticator: certVouches})
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl, Tokens: []string{"secret"}, PeerTrust: pki.trust("me"), PeerAuthenticator: certVouches})
 	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/v1/pods", nil)
 	req.Header.Set("Authorization", "Bearer secret")
 	resp, err := http.DefaultClient.Do(req)
@@ -68,7 +74,7 @@ func TestPeerCallsCarryIdentityNotCredentials(t *testing.T) {
 // (here: over TLS, see certVouches) and ignores them from anyone else, who needs credentials.
 func TestIdentityHeadersNeedAPeerCertificate(t *testing.T) {
 	fl := newMovingFleet(self("a"), self("b"))
-	_, s := kubeFixtureWith(t, Options{Fleet: fl, Tokens: []string{"secret"}, PeerAuthenticator: certVouches})
+	_, s := kubeFixtureWith(t, Options{Fleet: fl, Tokens: []string{"secret"}, PeerTrust: newTestPKI(t).trust("me"), PeerAuthenticator: certVouches})
 	tlsSrv := httptest.NewTLSServer(s.Handler())
 	t.Cleanup(tlsSrv.Close)
 	plain := httptest.NewServer(s.Handler())
@@ -97,15 +103,87 @@ func TestIdentityHeadersNeedAPeerCertificate(t *testing.T) {
 	}
 }
 
-// TestCredentialsNeverGoOverPlainHTTPToAnotherHost: without peer trust, a caller's token is
-// forwarded over https or to loopback only.
-func TestCredentialsNeverGoOverPlainHTTPToAnotherHost(t *testing.T) {
-	for target, want := range map[string]bool{
-		"http://10.0.0.5:8080/api": true, "http://peer.example:80/x": true, "http://[fd00::1]:1/": true,
-		"https://10.0.0.5:8443/api": false, "http://127.0.0.1:8080/": false, "http://localhost:1/": false, "http://[::1]:2/": false,
-	} {
-		if got := plainRemote(target); got != want {
-			t.Errorf("plainRemote(%q) = %v, want %v", target, got, want)
+// TestNoTokenEverLeavesAReplica: with auth on, a sharded replica needs peer certificates, and
+// with them no request goes to a peer URL that does not prove the peer: not to plain http
+// (D12: identity headers would travel in clear), not to a listener without the peer's
+// certificate. Neither gets a token or identity headers, through fan-outs, watches, relays or
+// handovers (D1).
+func TestNoTokenEverLeavesAReplica(t *testing.T) {
+	fl := newMovingFleet(self("a"), self("b"))
+	src, _, _ := fakeClustersAB(t)
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []Options{{Fleet: fl, Tokens: []string{"secret"}}, {Fleet: fl, Authorizer: auth.Tokens{"secret"}}} {
+		opts.Registry = reg
+		if _, err := New(opts); err == nil || !strings.Contains(err.Error(), "sharding.peerCertFile") {
+			t.Errorf("a sharded replica with auth and no peer certificates: %v, want a refusal naming sharding.peerCertFile", err)
 		}
 	}
+
+	var mu sync.Mutex
+	var heard []string
+	listener := func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		heard = append(heard, r.URL.Path+" auth="+r.Header.Get("Authorization")+" user="+r.Header.Get(auth.PeerUserHeader))
+		mu.Unlock()
+		http.NotFound(w, r)
+	}
+	plain := httptest.NewServer(http.HandlerFunc(listener))
+	t.Cleanup(plain.Close)
+	pki := newTestPKI(t)
+	impostor := newTestPKI(t).serve("p2", http.HandlerFunc(listener)) // names p2, another CA's
+	for _, url := range []string{plain.URL, impostor.URL} {
+		own := self("a")
+		own.From, own.FromID = url+"/from-annotation", "p2"
+		f := peersFleet{movingFleet: newMovingFleet(own, shard.Owner{Cluster: "c", Holder: "p2", URL: url, Live: true}),
+			peers: []shard.Peer{{ID: "me", Self: true, Live: true}, {ID: "p2", URL: url + "/peer-lease", Live: true}}}
+		hs, s := kubeFixtureWith(t, Options{Fleet: f, Tokens: []string{"secret"}, PeerTrust: pki.trust("me")})
+		for _, path := range []string{"/api/v1/pods", "/api/v1/pods?limit=1", "/clusters/c/api/v1/pods", "/multicache/v1/resources/pods",
+			"/api/v1/pods?watch=true&sendInitialEvents=false&resourceVersionMatch=NotOlderThan"} {
+			req, _ := http.NewRequest(http.MethodGet, hs.URL+path, nil)
+			req.Header.Set("Authorization", "Bearer secret")
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			cancel()
+		}
+		if _, _, err := s.takeHandover(t.Context(), "a", "pods"); err == nil {
+			t.Errorf("%s: a handover from peers that prove nothing succeeded", url)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(heard) > 0 {
+		t.Errorf("URLs that do not prove their peer were sent %d requests: %v", len(heard), heard)
+	}
 }
+
+// TestPeerHeaderSkipsNothingWithoutAPeerCertificate (D11): X-Multicache-Peer from a caller who
+// is not a peer is ignored: it passes neither the coordination gate nor the fan-out.
+func TestPeerHeaderSkipsNothingWithoutAPeerCertificate(t *testing.T) {
+	hs, _ := kubeFixtureWith(t, Options{Fleet: notReadyFleet{newMovingFleet(self("a"), self("b"))}, Tokens: []string{"secret"}, PeerTrust: newTestPKI(t).trust("me")})
+	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/v1/pods", nil)
+	req.Header.Set("Authorization", "Bearer secret")
+	req.Header.Set(peerHeader, "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a caller's request with %s on a replica not coordinated: %d, want 429", peerHeader, resp.StatusCode)
+	}
+}
+
+// peersFleet is a movingFleet that also lists peers, as the shard Coordinator does.
+type peersFleet struct {
+	*movingFleet
+	peers []shard.Peer
+}
+
+func (f peersFleet) Peers() []shard.Peer { return f.peers }

@@ -17,6 +17,7 @@ import (
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/storage/peer"
 	"github.com/multicache/multicache/pkg/table"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
@@ -74,21 +75,22 @@ type Options struct {
 	Profiling bool
 	// Fleet, when replicas share the fleet, says which replica owns each cluster: lists, gets
 	// and watches then answer for the whole fleet, asking the owners of the clusters this
-	// replica does not run (PeerClient, PeerTimeout). Nil: this replica runs every cluster.
+	// replica does not run (PeerTrust, PeerTimeout). Nil: this replica runs every cluster.
 	Fleet Fleet
-	// PeerClient calls other replicas. Default: a client without a timeout (watches stream);
-	// PeerTimeout bounds every call but watches. Default 10s.
-	PeerClient  *http.Client
+	// PeerTrust is how replicas prove who they are to each other (peer.Trust): a call to a
+	// peer goes over TLS to the identity its fence names, presents this replica's peer
+	// certificate and names the caller (user, groups, UID, extras), never its credentials;
+	// handovers go under it too. A Fleet with auth on (Authorizer or Tokens) requires it: no
+	// token, the caller's or the daemon's, ever leaves a replica. Without it (auth off, on
+	// loopback) calls are plain and carry no identity.
+	PeerTrust *peer.Trust
+	// PeerTimeout bounds every call to another replica until its answer's headers arrive, and
+	// each read of its body. Default 10s.
 	PeerTimeout time.Duration
-	// PeerAuthenticator, when set, replaces credential forwarding between replicas with peer
-	// trust (peertrust.go): a replica tells the owners it asks who the caller is, in
-	// X-Remote-User and X-Remote-Group, instead of forwarding the caller's credentials, and
-	// believes such headers only on a request PeerAuthenticator authenticates: one whose
-	// client certificate the peers' CA signed, as k8s.io/apiserver's request-header
-	// authenticator checks (cmd/multicache builds it from sharding.peerCAFile). PeerClient
-	// must then present this replica's peer certificate, and the Authorizer must be a
-	// auth.UserAuthorizer. Nil: each call carries the caller's own credentials, never over plain
-	// http to a host that is not loopback.
+	// PeerAuthenticator believes the identity headers of a request it authenticates: a peer's,
+	// under a client certificate the peers' CA signed, as k8s.io/apiserver's request-header
+	// authenticator checks. Default: built from PeerTrust's CA. The Authorizer must then be an
+	// auth.UserAuthorizer.
 	PeerAuthenticator authenticator.Request
 	// Tables supplies the Table columns of built-in kinds for the Kubernetes API (kubectl get).
 	// The daemon sets Kubernetes' own printers. Without it, built-in kinds get NAME and AGE.
@@ -121,9 +123,6 @@ func (o *Options) Default() {
 	setDuration(&o.BookmarkInterval, 5*time.Second)
 	setDuration(&o.DeadClusterTimeout, 2*time.Minute)
 	setDuration(&o.PeerTimeout, 10*time.Second)
-	if o.PeerClient == nil {
-		o.PeerClient = &http.Client{}
-	}
 	if o.Metrics == nil {
 		o.Metrics = prometheus.NewRegistry()
 	}
@@ -149,6 +148,9 @@ func (o Options) Validate() error {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s: must not be negative", f.name, f.v))
 		}
+	}
+	if o.Fleet != nil && (o.Authorizer != nil || len(o.Tokens) > 0) && o.PeerTrust == nil {
+		errs = append(errs, errors.New("sharding: with server.auth, replicas trust each other by peer certificates only: set sharding.peerCertFile, sharding.peerKeyFile and sharding.peerCAFile"))
 	}
 	return errors.Join(errs...)
 }
@@ -205,7 +207,14 @@ func New(opts Options) (*Server, error) {
 		}
 		s.caches[res], s.cacheRegs[res] = h, hr
 	}
-	s.authn = filters.Authentication{Authorizer: opts.Authorizer, Peers: opts.PeerAuthenticator}
+	if opts.PeerAuthenticator == nil && opts.PeerTrust != nil {
+		pa, err := auth.PeerAuthenticator(opts.PeerTrust.CAPEM(), nil)
+		if err != nil {
+			return nil, err
+		}
+		s.opts.PeerAuthenticator = pa
+	}
+	s.authn = filters.Authentication{Authorizer: opts.Authorizer, Peers: s.opts.PeerAuthenticator}
 	if s.authn.Authorizer == nil && len(opts.Tokens) > 0 {
 		s.authn.Authorizer = auth.Tokens(opts.Tokens)
 	}
@@ -265,7 +274,7 @@ func (s *Server) Handler() http.Handler {
 		return filters.CompressLarge(mux, streams)
 	}
 	s.local = mux
-	s.peers = &peers{client: s.opts.PeerClient, identity: s.opts.PeerAuthenticator != nil, timeout: s.opts.PeerTimeout, latency: s.metrics.peerLatency}
+	s.peers = &peers{clients: peer.NewClients(s.opts.PeerTrust, s.opts.PeerTimeout), timeout: s.opts.PeerTimeout, latency: s.metrics.peerLatency}
 	return filters.CompressLarge(s.fanout(mux), streams)
 }
 

@@ -182,7 +182,7 @@ func assign(members []member, clusters []string, held map[string]string) *assign
 }
 
 // normMembers is members sorted by ID, one per ID (the largest weight when an ID repeats),
-// each weight at least 1 so that every member has room.
+// each weight at least 1 so that every member has room, and bounded (boundWeights).
 func normMembers(members []member) []member {
 	ms := slices.Clone(members)
 	for i := range ms {
@@ -194,7 +194,26 @@ func normMembers(members []member) []member {
 		}
 		return cmp.Compare(y.weight, x.weight)
 	})
-	return slices.CompactFunc(ms, func(x, y member) bool { return x.id == y.id })
+	return boundWeights(slices.CompactFunc(ms, func(x, y member) bool { return x.id == y.id }))
+}
+
+// boundWeights caps each member's weight at the sum of the other members' weights, so that no
+// one member, however large the weight its peer Lease claims, owns more than half of the
+// fleet while another member is live. Every member sees the same set of members and weights,
+// so every replica caps them alike. A lone member keeps its weight (it owns everything
+// anyway). The price: of two replicas, neither can be given more than half.
+func boundWeights(ms []member) []member {
+	if len(ms) < 2 {
+		return ms
+	}
+	total := 0
+	for _, m := range ms {
+		total += m.weight
+	}
+	for i, m := range ms {
+		ms[i].weight = min(m.weight, total-m.weight)
+	}
+	return ms
 }
 
 // normNames is a sorted copy of names without duplicates.

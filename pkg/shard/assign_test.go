@@ -87,8 +87,9 @@ func checkBounded(t *testing.T, what string, members []member, names []string, a
 	if len(a.owners) != len(names) {
 		t.Fatalf("%s: %d owners for %d clusters", what, len(a.owners), len(names))
 	}
-	for _, m := range members {
-		if limit := capacity(len(names), m.weight, totalWeight(members)); got[m.id] > limit {
+	bounded := normMembers(members) // the weights as they count
+	for _, m := range bounded {
+		if limit := capacity(len(names), m.weight, totalWeight(bounded)); got[m.id] > limit {
 			t.Errorf("%s: %s owns %d of %d clusters, over its capacity %d (all: %v)", what, m.id, got[m.id], len(names), limit, got)
 		}
 	}
@@ -123,20 +124,53 @@ func TestAssignBalancesEqualMembers(t *testing.T) {
 }
 
 func TestAssignFollowsWeights(t *testing.T) {
-	ms := []member{{"replica-a", 1}, {"replica-b", 2}}
+	ms := []member{{"replica-a", 1}, {"replica-b", 1}, {"replica-c", 2}}
 	for _, n := range []int{30, 300, 1000} {
 		names := clusterNames(n)
-		got := checkBounded(t, fmt.Sprintf("weights 1:2, %d clusters", n), ms, names, assign(ms, names, nil))
-		// Each member's share lies between what the other's capacity leaves and its own.
-		for i, m := range ms {
-			other := ms[1-i]
-			if low := n - capacity(n, other.weight, 3); got[m.id] < low {
-				t.Errorf("weights 1:2, %d clusters: %s owns %d, want at least %d (all: %v)", n, m.id, got[m.id], low, got)
+		got := checkBounded(t, fmt.Sprintf("weights 1:1:2, %d clusters", n), ms, names, assign(ms, names, nil))
+		// Each member's share is at least what the others' capacities leave it.
+		for _, m := range ms {
+			others := 0
+			for _, o := range ms {
+				if o.id != m.id {
+					others += capacity(n, o.weight, 4)
+				}
+			}
+			if low := n - others; got[m.id] < low {
+				t.Errorf("weights 1:1:2, %d clusters: %s owns %d, want at least %d (all: %v)", n, m.id, got[m.id], low, got)
 			}
 		}
-		if got["replica-b"] <= got["replica-a"] {
-			t.Errorf("weights 1:2, %d clusters: shares %v do not follow the weights", n, got)
+		if got["replica-c"] <= got["replica-a"] || got["replica-c"] <= got["replica-b"] {
+			t.Errorf("weights 1:1:2, %d clusters: shares %v do not follow the weights", n, got)
 		}
+	}
+}
+
+// TestOneLeaseCannotClaimMostOfTheFleet: a member's weight counts at most the others' sum, so
+// a peer Lease that claims MaxWeight against three replicas of weight 1 owns at most half of
+// the fleet, even when the honest replicas hold every fence (sticky), and two replicas of
+// weights 1 and MaxWeight share the fleet equally.
+func TestOneLeaseCannotClaimMostOfTheFleet(t *testing.T) {
+	members := []member{{"r1", 1}, {"r2", 1}, {"r3", 1}, {"forged", MaxWeight}}
+	var names []string
+	held := map[string]string{}
+	for i := range 30 {
+		n := fmt.Sprintf("cluster-%02d", i)
+		names = append(names, n)
+		held[n] = []string{"r1", "r2", "r3"}[i%3]
+	}
+	for _, h := range []map[string]string{held, nil} {
+		a := assign(members, names, h)
+		if won := a.counts()["forged"]; won*2 > len(names) {
+			t.Errorf("held by the honest replicas %v: one peer Lease at weight %d wins %d of %d clusters from 3 replicas of weight 1", h != nil, MaxWeight, won, len(names))
+		}
+	}
+	two := assign([]member{{"a", 1}, {"b", MaxWeight}}, names, nil).counts()
+	if two["a"] != 15 || two["b"] != 15 {
+		t.Errorf("weights 1 and %d over 30 clusters: %v, want 15 each", MaxWeight, two)
+	}
+	if got := normMembers([]member{{"a", 3}, {"b", 7}, {"c", 1}, {"d", 1}, {"e", 100}}); got[4].weight != 12 || got[1].weight != 7 {
+		t.Errorf("bounded weights %v: want e capped at 12 (3+7+1+1), b kept at 7", got)
 	}
 }
 

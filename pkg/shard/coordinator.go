@@ -26,6 +26,9 @@ type Peer struct {
 	Leaving bool
 	Since   time.Time // when this replica first saw it live (continuously)
 	Self    bool
+	// Unproved: its Lease does not count (Live is false) because its advertised URL has not
+	// proved that it is the replica it claims to be (Options.Verify).
+	Unproved bool
 }
 
 // Owner is a cluster's fence holder as this replica observes it.
@@ -37,7 +40,8 @@ type Owner struct {
 	Self    bool   // the holder is this replica
 	// From is the advertise URL of the replica that handed the fence over to Holder, "" when
 	// Holder took it (free, or its holder dead): where the cluster's cached state may wait.
-	From string
+	// FromID is that replica's ID, "" when the fence does not say (an older replica wrote it).
+	From, FromID string
 }
 
 // Coordinator shares the fleet with the other replicas. It is a clusterset.Source yielding
@@ -49,6 +53,7 @@ type Coordinator struct {
 	ld    time.Duration
 	m     *metrics
 	obs   *observer
+	proof *verifier     // nil without Options.Verify
 	wake  chan struct{} // buffered 1: something changed, reconcile
 
 	started atomic.Bool
@@ -107,6 +112,9 @@ func New(opts Options) (*Coordinator, error) {
 		changed:  make(chan struct{}),
 	}
 	c.obs = newObserver(opts.Clock, opts.LeaseDuration, opts.Identity, c.poke)
+	if opts.Verify != nil {
+		c.proof = newVerifier(opts.Verify, c.log, c.poke, opts.LeaseDuration, opts.Clock)
+	}
 	return c, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,6 +121,77 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 	r.finish()
 }
 
+// TestForgedPeerLeaseMovesNothing: with peers proved by their certificates (Options.Verify), a
+// peer Lease in the replicas' own shape, renewed, at the largest weight, whose URL proves
+// nothing, is never a member: three replicas share the fleet among themselves, a fence the
+// forger writes to itself is taken back within a lease duration or two, and every replica
+// reports the forger unproved and not live. Against a real kube-apiserver.
+func TestForgedPeerLeaseMovesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver")
+	}
+	env := harness.Start(t, harness.Options{Clusters: 1})
+	r := newRig(t, env.Ctx, env.Fleet.Clusters[0].AdminConfig(), 9)
+	var asked sync.Map // IDs Verify was asked about
+	r.verify = func(_ context.Context, id, url string) error {
+		asked.Store(id, url)
+		if id == "forged" {
+			return fmt.Errorf("%s: the certificate does not name %q", url, id)
+		}
+		return nil
+	}
+	leases := r.cs.CoordinationV1().Leases(r.ns)
+	forge := func() {
+		now := metav1.NewMicroTime(time.Now())
+		holder, secs := "forged", int32(r.ld.Seconds())
+		l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: peerLeaseName("forged"), Labels: map[string]string{labelLease: kindPeer},
+			Annotations: map[string]string{annoURL: "https://127.0.0.1:1", annoWeight: fmt.Sprint(MaxWeight)}},
+			Spec: coordv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &now}}
+		if old, err := leases.Get(r.ctx, l.Name, metav1.GetOptions{}); err == nil {
+			old.Spec.RenewTime = &now
+			_, _ = leases.Update(r.ctx, old, metav1.UpdateOptions{})
+			return
+		}
+		_, _ = leases.Create(r.ctx, l, metav1.CreateOptions{})
+	}
+	forge()
+	fctx, stopForging := context.WithCancel(r.ctx)
+	defer stopForging()
+	go func() {
+		for fctx.Err() == nil {
+			forge()
+			time.Sleep(r.ld / 4)
+		}
+	}()
+	r.start("r1", nil)
+	r.start("r2", nil)
+	r.start("r3", nil)
+	r.converge("three replicas share the fleet; the forged Lease owns nothing", 5*r.ld, r.assigned("r1", "r2", "r3"))
+	if _, ok := asked.Load("forged"); !ok {
+		t.Error("Verify was never asked about the forged Lease")
+	}
+	for _, id := range []string{"r1", "r2", "r3"} {
+		for _, p := range r.node(id).c.Peers() {
+			if p.ID == "forged" && (p.Live || !p.Unproved) {
+				t.Errorf("%s sees the forged peer %+v, want unproved and not live", id, p)
+			}
+		}
+	}
+	// The forger writes a fence to itself: the replica that owns the cluster takes it back.
+	name := r.names[0]
+	f, err := leases.Get(r.ctx, fenceLeaseName(name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := "forged"
+	f.Spec.HolderIdentity = &forged
+	if _, err := leases.Update(r.ctx, f, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.converge("a fence written to the forged holder is taken back", 5*r.ld, r.assigned("r1", "r2", "r3"))
+	r.finish()
+}
+
 // rig runs coordinators over one namespace of a real API server and samples them.
 type rig struct {
 	t     *testing.T
@@ -133,6 +205,9 @@ type rig struct {
 
 	mu    sync.Mutex // guards nodes; held while sampling, so a crash is atomic to samplers
 	nodes map[string]*node
+
+	// verify, when set, is every coordinator's Options.Verify.
+	verify func(ctx context.Context, id, url string) error
 
 	checkUnowned atomic.Bool
 	vmu          sync.Mutex
@@ -199,7 +274,7 @@ func (r *rig) start(id string, metrics prometheus.Registerer) {
 	}
 	c, err := New(Options{
 		Client: cs, Namespace: r.ns, Identity: id, AdvertiseURL: "http://" + id + ".test:8080",
-		LeaseDuration: r.ld, MaxWarmups: 2, Source: r.src, Metrics: metrics,
+		LeaseDuration: r.ld, MaxWarmups: 2, Source: r.src, Metrics: metrics, Verify: r.verify,
 		Logger: zaptest.NewLogger(r.t, zaptest.Level(zap.InfoLevel)).Named(id),
 	})
 	if err != nil {

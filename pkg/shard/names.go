@@ -27,6 +27,9 @@ const (
 	// annoHandedFrom, on a fence its holder handed over, is that holder's advertise URL: the
 	// new holder takes the cluster's cached state from there (Owner.From).
 	annoHandedFrom = "multicache.io/handed-over-from"
+	// annoHandedBy is that holder's ID: with peer certificates, the new holder asks for the
+	// state only a replica whose certificate names this ID.
+	annoHandedBy = "multicache.io/handed-over-by"
 )
 
 // peerLeaseName is the name of a replica's peer Lease. Options.Validate makes it a DNS label.

@@ -42,8 +42,12 @@ type peerView struct {
 	Live    bool
 	Leaving bool      // shutting down: still holds its fences, takes no new ones
 	Since   time.Time // zero unless Live
-	seen    time.Time
-	rv      string
+	// Unproved: Options.Verify has not proved the peer at its URL, so it counts as not live;
+	// renewing says whether its Lease is renewed all the same.
+	Unproved bool
+	renewing bool
+	seen     time.Time
+	rv       string
 }
 
 func newObserver(clk clock.PassiveClock, ttl time.Duration, self string, poke func()) *observer {

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -54,6 +55,14 @@ type Options struct {
 	Metrics prometheus.Registerer
 	// Clock measures liveness and paces renewals. Default: the real clock.
 	Clock clock.Clock
+	// Verify, when set, proves a peer before its Lease counts: it returns nil once the peer's
+	// advertised URL has answered with a peer certificate that names the peer's ID (see
+	// storage/peer.Trust.Verify). Until then, and whenever the Lease advertises another URL
+	// than the one proved, the peer counts as not live: it owns nothing, is handed nothing,
+	// the fences it holds are taken over as a dead peer's, and no request, identity or
+	// handover goes to it. Attempts are retried, at most every 30s. Nil: every peer Lease
+	// counts (replicas without peer certificates, which run with auth off on loopback).
+	Verify func(ctx context.Context, id, url string) error
 }
 
 // maxIdentity is the longest Identity whose peer Lease name is still a DNS label (63).
@@ -116,10 +125,8 @@ func (o Options) Validate() error {
 	} else if msgs := validation.IsDNS1123Label(o.Namespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("sharding.namespace: %q: not a namespace name: %s", o.Namespace, strings.Join(msgs, "; ")))
 	}
-	if o.Identity == "" {
-		errs = append(errs, errors.New("sharding.identity: required"))
-	} else if msgs := validation.IsDNS1123Label(peerPrefix + o.Identity); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("sharding.identity: %q: %q is not a valid DNS label: %s", o.Identity, peerPrefix+o.Identity, strings.Join(msgs, "; ")))
+	if err := ValidateIdentity(o.Identity); err != nil {
+		errs = append(errs, fmt.Errorf("sharding.identity: %w", err))
 	}
 	if err := validateURL(o.AdvertiseURL); err != nil {
 		errs = append(errs, fmt.Errorf("--advertise-url: %w", err))
@@ -134,6 +141,18 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("sharding.maxWarmups: %d: must be at least 1", o.MaxWarmups))
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateIdentity says why id cannot name a replica: its peer Lease's name,
+// "multicache-peer-" + id, must be a DNS label.
+func ValidateIdentity(id string) error {
+	if id == "" {
+		return errors.New("required")
+	}
+	if msgs := validation.IsDNS1123Label(peerPrefix + id); len(msgs) > 0 {
+		return fmt.Errorf("%q: %q is not a valid DNS label: %s", id, peerPrefix+id, strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 // validateURL accepts an absolute http or https URL with a host and no user information. Its

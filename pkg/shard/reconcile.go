@@ -208,6 +208,7 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 	selfLive := c.selfLive(now)
 	active := selfLive && !st.stopping // may offer and take clusters
 	peers := c.obs.snapshot(now)
+	c.proof.apply(ctx, peers, now, soon)
 	for _, p := range peers {
 		if p.Live {
 			soon(p.seen.Add(c.ld))
@@ -237,7 +238,9 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 	st.wasLive = selfLive
 
 	// held says whether a fence counts as held, and whether by a live peer. A holder without a
-	// peer Lease keeps it for a LeaseDuration from when we first saw that.
+	// peer Lease, or whose renewed Lease is not proved (Options.Verify), keeps it for a
+	// LeaseDuration from when we first saw that: a replica just started is proved within
+	// moments, and a forged Lease holds nothing for longer.
 	marks := map[string]orphanMark{}
 	held := func(cluster, h string) (held, live bool) {
 		if h == "" {
@@ -246,7 +249,7 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 		if h == self {
 			return true, selfLive
 		}
-		if p, ok := peers[h]; ok {
+		if p, ok := peers[h]; ok && !(p.Unproved && p.renewing) {
 			return p.Live, p.Live
 		}
 		m, ok := st.orphan[cluster]
@@ -276,11 +279,11 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 		f := fences[name]
 		h := holderOf(f)
 		isHeld, live := held(name, h)
-		var from string
+		var from, fromID string
 		if f != nil && h != "" {
-			from = f.Annotations[annoHandedFrom]
+			from, fromID = f.Annotations[annoHandedFrom], f.Annotations[annoHandedBy]
 		}
-		owners = append(owners, Owner{Cluster: name, Holder: h, URL: c.urlOf(h, peers), Live: live, Self: h == self, From: from})
+		owners = append(owners, Owner{Cluster: name, Holder: h, URL: c.urlOf(h, peers), Live: live, Self: h == self, From: from, FromID: fromID})
 		if !live {
 			unowned++
 		}
@@ -517,7 +520,7 @@ func (c *Coordinator) urlOf(holder string, peers map[string]peerView) string {
 func (c *Coordinator) peerList(peers map[string]peerView, selfLive bool) []Peer {
 	out := make([]Peer, 0, len(peers)+1)
 	for _, p := range peers {
-		out = append(out, Peer{ID: p.ID, URL: p.URL, Weight: p.Weight, Live: p.Live, Leaving: p.Leaving, Since: p.Since})
+		out = append(out, Peer{ID: p.ID, URL: p.URL, Weight: p.Weight, Live: p.Live, Leaving: p.Leaving, Since: p.Since, Unproved: p.Unproved})
 	}
 	me := Peer{ID: c.opts.Identity, URL: c.opts.AdvertiseURL, Weight: c.opts.Weight, Live: selfLive, Self: true}
 	if selfLive {
@@ -644,8 +647,10 @@ func (c *Coordinator) withHolder(l *coordv1.Lease, cluster, to string, now time.
 	// write (a take) clears that.
 	if holderOf(l) == c.opts.Identity && to != "" && to != c.opts.Identity && c.opts.AdvertiseURL != "" {
 		n.Annotations[annoHandedFrom] = c.opts.AdvertiseURL
+		n.Annotations[annoHandedBy] = c.opts.Identity
 	} else {
 		delete(n.Annotations, annoHandedFrom)
+		delete(n.Annotations, annoHandedBy)
 	}
 	t := metav1.NewMicroTime(now)
 	n.Spec.AcquireTime = &t

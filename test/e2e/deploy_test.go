@@ -426,6 +426,20 @@ func TestDeployManifests(t *testing.T) {
 				t.Errorf("%s may %s: %t, want %t", user, describe(c.a), got, c.want)
 			}
 		}
+		// Whoever may write a Lease in the sharding namespace can claim to be a replica: the
+		// manifests grant those writes to the daemon's ServiceAccount alone.
+		other := "system:serviceaccount:" + deployNamespace + ":default"
+		for _, v := range []string{"create", "update", "patch", "delete"} {
+			a := authorizationv1.ResourceAttributes{Namespace: deployNamespace, Verb: v, Group: "coordination.k8s.io", Resource: "leases"}
+			sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: other, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNamespace, "system:authenticated"}, ResourceAttributes: &a}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("SubjectAccessReview %s for %s: %v", describe(a), other, err)
+			}
+			if sar.Status.Allowed {
+				t.Errorf("%s may %s: only the daemon's ServiceAccount may write the sharding namespace's Leases", other, describe(a))
+			}
+		}
 	})
 
 	t.Run("the example reader roles apply", func(t *testing.T) {
@@ -445,5 +459,80 @@ func deleteQuietly(t *testing.T, what string, del func(context.Context, string, 
 	defer cancel()
 	if err := del(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("cleanup: deleting %s: %v", what, err)
+	}
+}
+
+// TestDeployShardedOverlay renders deploy/sharded/: the base's objects, with the Deployment at
+// three replicas, each a sharded replica named after its Pod, advertising its Pod IP over
+// https, with a peer certificate of its own from cert-manager's CSI driver (named after the Pod,
+// for server and client use). The config and those flags make a configuration the daemon
+// accepts (sharding with delegated auth needs the peer certificate), and the overlay passes a
+// server-side dry run under Pod Security restricted.
+func TestDeployShardedOverlay(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", "deploy", "sharded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := newKubectl(t)
+	docs := renderedManifests(t, render.ok("kustomize", dir))
+	dep, _ := only[appsv1.Deployment](t, docs, "Deployment")
+	cm, _ := only[corev1.ConfigMap](t, docs, "ConfigMap")
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
+		t.Errorf("replicas %v, want 3", dep.Spec.Replicas)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	flags := map[string]string{}
+	for _, a := range c.Args[1:] {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		flags[k] = v
+	}
+	want := map[string]string{"config": "/etc/multicache/config.yaml", "sharding": "", "replica-id": "$(POD_NAME)", "advertise-url": "https://$(POD_IP):8443",
+		"peer-cert-file": "/etc/multicache/peer/tls.crt", "peer-key-file": "/etc/multicache/peer/tls.key", "peer-ca-file": "/etc/multicache/peer/ca.crt"}
+	if !maps.Equal(flags, want) {
+		t.Errorf("args %v, want %v", c.Args, want)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env["POD_NAME"] != "metadata.name" || env["POD_IP"] != "status.podIP" {
+		t.Errorf("env %v: POD_NAME and POD_IP from the downward API", env)
+	}
+	var peer *corev1.Volume
+	for i, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Name == "peer" {
+			peer = &dep.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "peer" && m.MountPath == "/etc/multicache/peer" })
+	switch {
+	case peer == nil || peer.CSI == nil || peer.CSI.Driver != "csi.cert-manager.io" || !mounted:
+		t.Errorf("no peer volume from csi.cert-manager.io mounted at /etc/multicache/peer: %+v", peer)
+	default:
+		a := peer.CSI.VolumeAttributes
+		if a["csi.cert-manager.io/dns-names"] != "${POD_NAME}" || !strings.Contains(a["csi.cert-manager.io/key-usages"], "server auth") || !strings.Contains(a["csi.cert-manager.io/key-usages"], "client auth") {
+			t.Errorf("peer certificate attributes %v: it must name the Pod and serve both ways", a)
+		}
+	}
+	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
+	cfg.Sharding = &config.Sharding{Enabled: true, AdvertiseURL: "https://10.0.0.5:8443", Identity: "multicache-abc"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "sharding.peerCertFile") {
+		t.Errorf("the overlay's config sharded without a peer certificate: %v, want a refusal", err)
+	}
+	cfg.Sharding.PeerCertFile, cfg.Sharding.PeerKeyFile, cfg.Sharding.PeerCAFile = want["peer-cert-file"], want["peer-key-file"], want["peer-ca-file"]
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the overlay's config and flags: %v", err)
+	}
+
+	env2 := harness.Start(t, harness.Options{Clusters: 1})
+	k := newKubectl(t, "--kubeconfig", env2.Fleet.Kubeconfig(), "--context", env2.Fleet.Names()[0])
+	k.ok("apply", "--server-side", "-f", filepath.Join(dir, "..", "base", "namespace.yaml"))
+	if out, errs, ok := k.run("apply", "--dry-run=server", "-k", dir); !ok || strings.Contains(errs, "PodSecurity") {
+		t.Errorf("kubectl apply --dry-run=server -k deploy/sharded/: %s\n%s", out, errs)
 	}
 }

@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/api"
@@ -82,7 +81,7 @@ func (e *scaleEnv) relist(name string, r replica, c wireClient) *relister {
 func (rl *relister) follow(ctx context.Context, e *scaleEnv, r replica, u string, event func([]byte) (string, string, string, string)) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.d.URL+u, nil)
 	req.Header.Set("Authorization", "Bearer "+scaleToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.httpClient().Do(req)
 	if err != nil {
 		rl.ended(err.Error())
 		return
@@ -152,7 +151,7 @@ func (e *scaleEnv) pythonRelister(r replica) *relister {
 	}
 	rl := &relister{name: "official Python client, fleet, on " + r.id, state: map[string]string{}}
 	ctx, cancel := context.WithCancel(e.ctx)
-	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "relist.py"), r.d.URL, scaleToken)
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "relist.py"), r.d.URL, scaleToken, filepath.Join(e.tls.dir, "ca.crt"))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		e.t.Fatal(err)
@@ -332,7 +331,7 @@ type clusterInformer struct {
 }
 
 func (e *scaleEnv) informOn(r replica, cluster string) *clusterInformer {
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: r.d.URL + "/clusters/" + cluster, BearerToken: scaleToken})
+	cs, err := kubernetes.NewForConfig(e.restConfig(r.d.URL + "/clusters/" + cluster))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -61,18 +61,18 @@ type scaleEnv struct {
 	// stable tells the keys (cluster|ns/name) of objects no writer deletes: a watcher told
 	// that one is gone was told a delete nobody made. nil: every object may be deleted.
 	stable func(key string) bool
-	// tls, when set, makes the replicas serve https and trust each other through peer
-	// certificates (sharding.peerCertFile); client then trusts their CA.
+	// tls makes the replicas serve https and trust each other through peer certificates
+	// (sharding.peerCertFile), as a sharded replica with auth must; client trusts their CA.
 	tls    *peerPKI
 	client *http.Client
 }
 
 // httpClient is how the test reaches the replicas.
-func (e *scaleEnv) httpClient() *http.Client {
-	if e.client != nil {
-		return e.client
-	}
-	return http.DefaultClient
+func (e *scaleEnv) httpClient() *http.Client { return e.client }
+
+// restConfig is how client-go reaches host (a replica's URL and path) with the test's token.
+func (e *scaleEnv) restConfig(host string) *rest.Config {
+	return &rest.Config{Host: host, BearerToken: scaleToken, TLSClientConfig: rest.TLSClientConfig{CAData: e.tls.ca.pem}}
 }
 
 func (e *scaleEnv) start(id string, extra ...string) replica {
@@ -84,11 +84,8 @@ func (e *scaleEnv) start(id string, extra ...string) replica {
 // Pod keeps its Service).
 func (e *scaleEnv) startAt(id, addr string, extra ...string) replica {
 	e.t.Helper()
-	scheme, client := "http", &http.Client{Timeout: 10 * time.Second}
-	if e.tls != nil {
-		scheme, client = "https", e.httpClient()
-		extra = append(extra, e.tls.args...)
-	}
+	scheme, client := "https", e.httpClient()
+	extra = append(extra, e.tls.args(id)...)
 	args := append([]string{"--management-kubeconfig", e.f.Kubeconfig(), "--management-context", e.mgmtCtx,
 		"--cluster-secrets-namespace", secretsNS, "--token-file", e.token, "--resource", scaleResource,
 		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", scheme + "://" + addr, "--replica-id", id,
@@ -160,7 +157,8 @@ func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	e := &scaleEnv{t: t, ctx: ctx, f: f, mgmt: mgmt, mgmtCtx: names[0], members: names[1:], token: filepath.Join(dir, "tokens"), dir: dir}
+	e := &scaleEnv{t: t, ctx: ctx, f: f, mgmt: mgmt, mgmtCtx: names[0], members: names[1:], token: filepath.Join(dir, "tokens"), dir: dir, tls: newPeerPKI(t)}
+	e.client = e.tls.clientWith(nil)
 	must := func(what string, err error) {
 		t.Helper()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -424,7 +422,7 @@ func (s *countingStore) Replace(list []any, rv string) error {
 }
 
 func (e *scaleEnv) follow(r replica) *follower {
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: r.d.URL, BearerToken: scaleToken})
+	cs, err := kubernetes.NewForConfig(e.restConfig(r.d.URL))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -590,7 +588,7 @@ func (e *scaleEnv) rawWatch(r replica) *rawWatch {
 	e.t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.d.URL+"/api/v1/configmaps?watch=1&resourceVersion="+url.QueryEscape(l.Metadata.ResourceVersion), nil)
 	req.Header.Set("Authorization", "Bearer "+scaleToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.httpClient().Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ write one: list ConfigMaps in every namespace, watch from the list's resourceVer
 client sends watch=True), and list again whenever the watch ends. It prints one JSON line per
 list and per event, for the Go test that runs it to check.
 
-Usage: relist.py URL TOKEN
+Usage: relist.py URL TOKEN [CA-FILE]
 """
 import json
 import sys
@@ -30,6 +30,8 @@ def main():
     cfg.host = sys.argv[1]
     cfg.api_key = {"authorization": sys.argv[2]}
     cfg.api_key_prefix = {"authorization": "Bearer"}
+    if len(sys.argv) > 3:
+        cfg.ssl_ca_cert = sys.argv[3]
     v1 = client.CoreV1Api(client.ApiClient(cfg))
     while True:
         try:
