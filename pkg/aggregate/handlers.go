@@ -32,6 +32,16 @@ type HandoffHandler interface {
 	OnHandoff(cluster string)
 }
 
+// ListHandler is a Handler told, in order with its events, when it holds a whole list of a
+// cluster (OnListed: every event of the initial list of the cluster's member, or of a member
+// that replaced it, came before) and when the cluster left (OnLeft: its deletes, or its
+// handoff, came before). A cluster it holds a whole list of is HasListOf's.
+type ListHandler interface {
+	Handler
+	OnListed(cluster string)
+	OnLeft(cluster string)
+}
+
 // HandlerFuncs adapts functions to Handler; nil functions are skipped.
 type HandlerFuncs struct {
 	AddFunc    func(cluster string, obj any, isInInitialList bool)
@@ -202,6 +212,9 @@ func (r *Registration) run() {
 				r.mu.Lock()
 				r.synced[cluster] = ev.obj.(*member)
 				r.mu.Unlock()
+				if h, ok := r.h.(ListHandler); ok {
+					r.call(cluster, func() { h.OnListed(cluster) })
+				}
 			case evHandoff:
 				if h, ok := r.h.(HandoffHandler); ok {
 					r.delivered.Add(1)
@@ -212,6 +225,9 @@ func (r *Registration) run() {
 				delete(r.synced, cluster)
 				r.mu.Unlock()
 				r.q.forget(cluster)
+				if h, ok := r.h.(ListHandler); ok {
+					r.call(cluster, func() { h.OnLeft(cluster) })
+				}
 			case evOverflow:
 				r.overflows.Add(1)
 				r.agg.log.Error("handler backlog overflowed: pending events dropped", zap.Int("maxPending", r.opts.MaxPending))

@@ -83,9 +83,12 @@ type Cluster struct {
 	Name  string `json:"name"`
 	State string `json:"state"`
 	// Owner is the replica that runs the cluster, when replicas share the fleet.
-	Owner     string     `json:"owner,omitempty"`
-	LastSync  *time.Time `json:"lastSync,omitempty"`
-	Error     string     `json:"error,omitempty"`
+	Owner    string     `json:"owner,omitempty"`
+	LastSync *time.Time `json:"lastSync,omitempty"`
+	Error    string     `json:"error,omitempty"`
+	// Restarts counts how often the cluster's stacks were rebuilt because its server or
+	// credentials changed.
+	Restarts  int        `json:"restarts,omitempty"`
 	Resources []Resource `json:"resources"`
 }
 
@@ -143,6 +146,9 @@ type Error struct {
 	Code    int    `json:"code"`
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+	// RetryAfter is the answer's Retry-After header, in seconds (0: none): a 429 or 503 says
+	// when the answer can be whole again. It is not part of the body.
+	RetryAfter int `json:"-"`
 }
 
 // Error is "Reason (code): message".

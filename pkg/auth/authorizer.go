@@ -127,3 +127,18 @@ func ReadTokenFile(path string) ([]string, error) {
 	}
 	return out, nil
 }
+
+type accessKey struct{}
+
+// AccessOf is the Access of the caller of ctx: everything when none was set (auth is off).
+func AccessOf(ctx context.Context) Access {
+	if a, ok := ctx.Value(accessKey{}).(Access); ok {
+		return a
+	}
+	return Everything{}
+}
+
+// WithAccess is ctx with a's caller as its caller.
+func WithAccess(ctx context.Context, a Access) context.Context {
+	return context.WithValue(ctx, accessKey{}, a)
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,6 +120,17 @@ func (q Query) values() url.Values {
 	return v
 }
 
+// RetryAfter is how long err says to wait before asking again: its Retry-After (a 429 while a
+// cluster the answer spans is not complete on the replica that answers it, a 503 while its
+// owner is down), 0 when it says nothing.
+func RetryAfter(err error) time.Duration {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return time.Duration(e.RetryAfter) * time.Second
+	}
+	return 0
+}
+
 // IsExpired reports whether err is the daemon's 410 Expired: the position is gone; list again.
 func IsExpired(err error) bool {
 	var e *api.Error
@@ -156,6 +168,9 @@ func (c *Client) do(ctx context.Context, hc *http.Client, path string, q url.Val
 	e := &api.Error{}
 	if json.Unmarshal(b, e) != nil || e.Message == "" {
 		e = &api.Error{Code: resp.StatusCode, Reason: http.StatusText(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra > 0 {
+		e.RetryAfter = ra
 	}
 	return nil, e
 }

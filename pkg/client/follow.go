@@ -41,19 +41,22 @@ func (c *Client) Follow(ctx context.Context, resource string, q Query, h FollowH
 			opts.OnError(err)
 		}
 	}
-	pause := func() bool {
+	pause := func(err error) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(opts.Retry):
+		case <-time.After(max(opts.Retry, RetryAfter(err))):
 			return true
 		}
 	}
 	for ctx.Err() == nil {
+		// A list is whole or refused: while a cluster it spans is not complete where it is
+		// answered (a move under way: 429) or its owner is down (503), the daemon answers with
+		// Retry-After, and the handler keeps what it holds until the list is whole.
 		list, err := c.ListAll(ctx, resource, q)
 		if err != nil {
 			report(err)
-			if !pause() {
+			if !pause(err) {
 				return
 			}
 			continue
@@ -71,7 +74,7 @@ func (c *Client) Follow(ctx context.Context, resource string, q Query, h FollowH
 			}
 			if (err != nil && !errors.Is(err, io.EOF)) || delivered == 0 {
 				// Failed, or ended without a single event: do not spin on a stream that keeps ending.
-				if !pause() {
+				if !pause(err) {
 					return
 				}
 			}

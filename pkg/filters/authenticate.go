@@ -22,32 +22,22 @@ type Authentication struct {
 	Peers authenticator.Request
 }
 
-type accessKey struct{}
+type peerKey struct{}
 
-type inProcessKey struct{}
-
-// AccessOf is the Access of the caller of ctx: everything when auth is off.
-func AccessOf(ctx context.Context) auth.Access {
-	if a, ok := ctx.Value(accessKey{}).(auth.Access); ok {
-		return a
-	}
-	return auth.Everything{}
+// FromPeer reports whether the request of ctx came from another replica: its identity
+// headers believed under a peer certificate.
+func FromPeer(ctx context.Context) bool {
+	p, _ := ctx.Value(peerKey{}).(bool)
+	return p
 }
 
-// WithAccess is ctx with a's caller as its caller.
-func WithAccess(ctx context.Context, a auth.Access) context.Context {
-	return context.WithValue(ctx, accessKey{}, a)
-}
+// AccessOf is the Access of the caller of ctx (auth.AccessOf): everything when auth is off.
+func AccessOf(ctx context.Context) auth.Access { return auth.AccessOf(ctx) }
 
-// InProcess marks a request this process sends its own API (the local part of a fan-out): it
-// carries its caller's Access, authenticated once already. Only this process can set a context
-// value, so no client can forge it.
-func InProcess(ctx context.Context) context.Context {
-	return context.WithValue(WithAccess(ctx, AccessOf(ctx)), inProcessKey{}, true)
-}
+// WithAccess is ctx with a's caller as its caller (auth.WithAccess).
+func WithAccess(ctx context.Context, a auth.Access) context.Context { return auth.WithAccess(ctx, a) }
 
 // Wrap authenticates each request of h and puts its caller's Access in the request's context:
-//   - a request this process sends itself (InProcess) goes through as it is;
 //   - a peer's request that names its caller, under a peer certificate, is its caller's;
 //   - any other is authenticated by the Authorizer: 401 without valid credentials (with
 //     WWW-Authenticate), 503 when they could not be checked.
@@ -58,12 +48,8 @@ func (a Authentication) Wrap(h http.HandlerFunc) http.HandlerFunc {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		if in, _ := r.Context().Value(inProcessKey{}).(bool); in {
-			h(w, r)
-			return
-		}
 		if acc, ok := a.peer(r); ok {
-			h(w, r.WithContext(WithAccess(r.Context(), acc)))
+			h(w, r.WithContext(context.WithValue(WithAccess(r.Context(), acc), peerKey{}, true)))
 			return
 		}
 		acc, err := a.Authorizer.Authorize(r)

@@ -93,10 +93,6 @@ func TestAuthentication(t *testing.T) {
 	if code, _ := do(bg, map[string]string{"X-Test-Peer-Cert": "1", auth.PeerUserHeader: "bob"}); code != 200 || seen != "peer:bob" {
 		t.Errorf("a peer vouching for bob: %d as %q", code, seen)
 	}
-	// In process: the caller of the context, without credentials.
-	if code, _ := do(InProcess(WithAccess(bg, named{name: "carol"})), nil); code != 200 || seen != "carol" {
-		t.Errorf("in process: %d as %q", code, seen)
-	}
 	// Without an Authorizer every caller reads everything.
 	open := Authentication{}.Wrap(func(w http.ResponseWriter, r *http.Request) {
 		if all, _ := AccessOf(r.Context()).All(r.Context()); !all {

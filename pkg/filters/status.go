@@ -2,33 +2,22 @@ package filters
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 
+	"github.com/multicache/multicache/pkg/storage"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
-
-// Reasons is the metav1.StatusReason of each HTTP code the APIs answer, as kube-apiserver
-// gives them.
-var Reasons = map[int]metav1.StatusReason{
-	http.StatusBadRequest:          metav1.StatusReasonBadRequest,
-	http.StatusUnauthorized:        metav1.StatusReasonUnauthorized,
-	http.StatusForbidden:           metav1.StatusReasonForbidden,
-	http.StatusNotFound:            metav1.StatusReasonNotFound,
-	http.StatusMethodNotAllowed:    metav1.StatusReasonMethodNotAllowed,
-	http.StatusNotAcceptable:       metav1.StatusReasonNotAcceptable,
-	http.StatusConflict:            metav1.StatusReasonConflict,
-	http.StatusGone:                metav1.StatusReasonExpired,
-	http.StatusTooManyRequests:     metav1.StatusReasonTooManyRequests,
-	http.StatusServiceUnavailable:  metav1.StatusReasonServiceUnavailable,
-	http.StatusInternalServerError: metav1.StatusReasonInternalError,
-	http.StatusGatewayTimeout:      metav1.StatusReasonTimeout,
-}
 
 // StatusOf is the metav1.Status of an error answer. Both APIs answer errors with one: the
 // native API's api.Error reads its code, reason and message.
 func StatusOf(code int, msg string) *metav1.Status {
 	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status: metav1.StatusFailure, Code: int32(code), Reason: Reasons[code], Message: msg}
+		Status: metav1.StatusFailure, Code: int32(code), Reason: storage.Reasons[code], Message: msg}
 }
 
 // WriteError answers a metav1.Status with code and msg.
@@ -47,4 +36,27 @@ func WriteStatus(w http.ResponseWriter, st *metav1.Status) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(int(st.Code))
 	_ = json.NewEncoder(w).Encode(st)
+}
+
+// WriteAPIError answers err: its Status when it is an apierrors.APIStatus (a read's refusal),
+// with Retry-After when its details say; else 500 with its message.
+func WriteAPIError(w http.ResponseWriter, err error) {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	s := st.Status()
+	if s.Details != nil && s.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.Details.RetryAfterSeconds)))
+	}
+	WriteStatus(w, &s)
+}
+
+// AddWarning adds msg to the answer's Warning headers (kubectl prints them), once.
+func AddWarning(h http.Header, msg string) {
+	hv, err := utilnet.NewWarningHeader(299, "-", msg)
+	if err == nil && !slices.Contains(h.Values("Warning"), hv) {
+		h.Add("Warning", hv)
+	}
 }

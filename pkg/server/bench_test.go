@@ -126,7 +126,7 @@ func BenchmarkFanout(b *testing.B) {
 		b.Fatal(err)
 	}
 	startSynced(b, reg)
-	for len(s.unready("pods", nil)) > 0 || len(peer.unready("pods", nil)) > 0 {
+	for len(s.local.Unready("pods", nil)) > 0 || len(peer.local.Unready("pods", nil)) > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// fanned is this replica with the peer; single is one replica that runs all three clusters

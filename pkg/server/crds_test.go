@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -18,38 +19,49 @@ import (
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/kubeapi"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage"
+	"github.com/multicache/multicache/pkg/storage/peer"
 )
 
-// crdPeer is a replica's answer for the definitions of its part, as a peer sends it.
+// crdPeer is a replica's part of the definitions (storage.Status), as the envelope serves it.
 type crdPeer struct {
 	mu      sync.Mutex
-	items   []apiextensionsv1.CustomResourceDefinition
-	queries []string
+	items   []storage.Definition
+	queries []storage.ClusterOptions
 }
 
-func (p *crdPeer) set(items ...apiextensionsv1.CustomResourceDefinition) {
+func (p *crdPeer) set(items ...storage.Definition) {
 	p.mu.Lock()
 	p.items = items
 	p.mu.Unlock()
 }
 
-func (p *crdPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *crdPeer) Definitions(_ context.Context, opts storage.ClusterOptions) ([]storage.Definition, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r.URL.Path != "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" || r.Header.Get(peerHeader) == "" {
-		http.Error(w, "unexpected "+r.URL.String(), http.StatusBadRequest)
-		return
-	}
-	p.queries = append(p.queries, r.URL.RawQuery)
-	writeJSON(w, apiextensionsv1.CustomResourceDefinitionList{Items: p.items})
+	p.queries = append(p.queries, opts)
+	return p.items, nil
 }
 
-// peerCRD is a definition as a peer serves it: shown from from, served by clusters, its
-// cluster's resourceVersion 5 in the annotation and the peer's own (777) in metadata.
-func peerCRD(name, from, uid string, clusters ...string) apiextensionsv1.CustomResourceDefinition {
-	return apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), ResourceVersion: "777",
-		Annotations: map[string]string{api.ClusterAnnotation: from, ClustersAnnotation: strings.Join(clusters, ","), api.ResourceVersionAnnotation: "5"}}}
+func (p *crdPeer) Clusters(context.Context, storage.ClusterOptions) ([]api.Cluster, error) {
+	return nil, nil
+}
+func (p *crdPeer) Resources(context.Context, storage.ClusterOptions) ([]clusterset.ClusterStatus, error) {
+	return nil, nil
+}
+
+// serve is the envelope of p.
+func (p *crdPeer) serve() *httptest.Server {
+	return httptest.NewServer(&peer.Handler{Status: p})
+}
+
+// peerCRD is a definition as a peer's part holds it: shown from from, served by clusters, its
+// cluster's resourceVersion 5.
+func peerCRD(name, from, uid string, clusters ...string) storage.Definition {
+	return storage.Definition{Def: &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), ResourceVersion: "5"}},
+		From: from, Clusters: clusters}
 }
 
 // TestCRDsFleetMerge: in a sharded fleet's view, the definitions of every replica's part merge
@@ -58,12 +70,11 @@ func peerCRD(name, from, uid string, clusters ...string) apiextensionsv1.CustomR
 // travels to the peers; a watch sends what changed at the new resourceVersion, and a watch from
 // a resourceVersion that is not the current one ends with 410.
 func TestCRDsFleetMerge(t *testing.T) {
-	defer func(d time.Duration) { crdPollInterval = d }(crdPollInterval)
-	crdPollInterval = 20 * time.Millisecond
+	defer kubeapi.SetDefinitionsPollInterval(20 * time.Millisecond)()
 	p1, p2 := &crdPeer{}, &crdPeer{}
 	p1.set(peerCRD("widgets.example.io", "b", "uid-b", "b"), peerCRD("gadgets.example.io", "b", "uid-gb", "b", "zz"))
 	p2.set(peerCRD("widgets.example.io", "a", "uid-a", "a"), peerCRD("things.example.io", "c", "uid-c", "c"))
-	h1, h2 := httptest.NewServer(p1), httptest.NewServer(p2)
+	h1, h2 := p1.serve(), p2.serve()
 	defer h1.Close()
 	defer h2.Close()
 	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{}, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
@@ -87,7 +98,7 @@ func TestCRDsFleetMerge(t *testing.T) {
 	}
 	var got []string
 	for _, it := range list.Items {
-		got = append(got, it.Name+"="+it.Annotations[api.ClusterAnnotation]+":"+it.Annotations[ClustersAnnotation]+":"+string(it.UID))
+		got = append(got, it.Name+"="+it.Annotations[api.ClusterAnnotation]+":"+it.Annotations[kubeapi.ClustersAnnotation]+":"+string(it.UID))
 		if it.ResourceVersion != list.ResourceVersion || it.Annotations[api.ResourceVersionAnnotation] != "5" {
 			t.Errorf("%s: resourceVersion %s (the list's %s), its cluster's %q (want 5, not the peer's)", it.Name, it.ResourceVersion, list.ResourceVersion, it.Annotations[api.ResourceVersionAnnotation])
 		}
@@ -96,7 +107,7 @@ func TestCRDsFleetMerge(t *testing.T) {
 	if !slices.Equal(got, want) || list.Kind != "CustomResourceDefinitionList" {
 		t.Errorf("fleet list: %s %v, want %v", list.Kind, got, want)
 	}
-	if !slices.ContainsFunc(p1.queries, func(q string) bool { return strings.Contains(q, partParam+"=b") }) {
+	if !slices.ContainsFunc(p1.queries, func(q storage.ClusterOptions) bool { return slices.Equal(q.Part, []string{"b"}) }) {
 		t.Errorf("p1 was asked %v: want its part, b", p1.queries)
 	}
 
@@ -109,13 +120,13 @@ func TestCRDsFleetMerge(t *testing.T) {
 	if len(tb.ColumnDefinitions) != 3 || tb.ColumnDefinitions[1].Name != "Name" {
 		t.Errorf("table columns %v", tb.ColumnDefinitions)
 	}
-	if p1.mu.Lock(); !strings.Contains(p1.queries[len(p1.queries)-1], "labelSelector=") {
+	if p1.mu.Lock(); p1.queries[len(p1.queries)-1].LabelSelector == "" {
 		t.Errorf("p1 was not passed the cluster selector: %q", p1.queries[len(p1.queries)-1])
 	}
 	p1.mu.Unlock()
 	code, _, body = do(t, hs, "GET", path+"/widgets.example.io", "")
 	var one apiextensionsv1.CustomResourceDefinition
-	if err := json.Unmarshal(body, &one); code != 200 || err != nil || one.Annotations[ClustersAnnotation] != "a,b" || one.Kind != "CustomResourceDefinition" {
+	if err := json.Unmarshal(body, &one); code != 200 || err != nil || one.Annotations[kubeapi.ClustersAnnotation] != "a,b" || one.Kind != "CustomResourceDefinition" {
 		t.Errorf("get widgets: %d %v %s", code, err, body)
 	}
 	if code, _, _ = do(t, hs, "GET", path+"/nothing.example.io", ""); code != http.StatusNotFound {
@@ -158,55 +169,6 @@ func TestCRDsFleetMerge(t *testing.T) {
 	}
 }
 
-// TestCRDDiff: what a watch sends between two sets.
-func TestCRDDiff(t *testing.T) {
-	def := func(name, rv string) *apiextensionsv1.CustomResourceDefinition {
-		return &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv}}
-	}
-	before := []crdEntry{{def: def("a", "1"), from: "x", clusters: []string{"x"}}, {def: def("b", "1"), from: "x", clusters: []string{"x"}},
-		{def: def("c", "1"), from: "x", clusters: []string{"x"}}}
-	after := []crdEntry{{def: def("a", "1"), from: "x", clusters: []string{"x", "y"}}, {def: def("c", "1"), from: "x", clusters: []string{"x"}},
-		{def: def("d", "1"), from: "y", clusters: []string{"y"}}}
-	var got []string
-	for _, ev := range crdDiff(before, after) {
-		got = append(got, ev.typ+" "+ev.entry.def.Name)
-	}
-	if want := []string{"MODIFIED a", "ADDED d", "DELETED b"}; !slices.Equal(got, want) {
-		t.Errorf("diff %v, want %v", got, want)
-	}
-	if crdVersion(before) == crdVersion(after) || crdVersion(before) != crdVersion(slices.Clone(before)) {
-		t.Error("crdVersion: equal sets must hash equal, and different ones differ")
-	}
-}
-
-// TestOpenAPIV2Merge: the v2 document takes each group-version's paths, and the definitions
-// they use, from the member chosen for it; a member that cannot be read is left out.
-func TestOpenAPIV2Merge(t *testing.T) {
-	src, a, b := fakeClustersAB(t)
-	_, s := kubeFixtureOf(t, src, Options{})
-	doc, failed, err := s.buildOpenAPIV2(context.Background(), map[string]string{"api/v1": "a", "apis/x.io/v1": "b", "apis/y.io/v1": "nowhere"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(failed, []string{"nowhere"}) {
-		t.Errorf("failed %v, want [nowhere]", failed)
-	}
-	pods, things := doc.Paths.Paths["/api/v1/pods"], doc.Paths.Paths["/apis/x.io/v1/things"]
-	if pods.Get == nil || pods.Get.Description != "pods of "+a.Config().Host || things.Get == nil || things.Get.Description != "things of "+b.Config().Host {
-		t.Errorf("paths: pods %+v, things %+v: want pods from a, things from b", pods.Get, things.Get)
-	}
-	pod, thing := doc.Definitions["io.k8s.api.core.v1.Pod"], doc.Definitions["io.x.v1.Thing"]
-	if pod.Description != "Pod of "+a.Config().Host || thing.Description != "Thing of "+b.Config().Host {
-		t.Errorf("definitions: Pod %q, Thing %q: want each from the member its paths came from", pod.Description, thing.Description)
-	}
-	if len(doc.Paths.Paths) != 2 || !strings.Contains(doc.Info.Description, "a, b") || !strings.Contains(doc.Info.Description, api.ClusterAnnotation) {
-		t.Errorf("%d paths, description %q", len(doc.Paths.Paths), doc.Info.Description)
-	}
-	if _, _, err := s.buildOpenAPIV2(context.Background(), map[string]string{"api/v1": "nowhere"}); err == nil {
-		t.Error("no member readable: want an error")
-	}
-}
-
 // TestCRDsMovingClusterAnswersRetry: a fleet part whose cluster has not started here yet (it
 // is moving here) answers 503 with Retry-After, never a list without the cluster's
 // definitions, which a client would take for their deletion.
@@ -214,23 +176,19 @@ func TestCRDsMovingClusterAnswersRetry(t *testing.T) {
 	src, _, _ := fakeClustersAB(t)
 	fl := &staticFleet{owners: []shard.Owner{self("a"), self("b"), self("c")}}
 	hs, _ := kubeFixtureOf(t, src, Options{Fleet: fl})
-	req, _ := http.NewRequest("GET", hs.URL+"/apis/apiextensions.k8s.io/v1/customresourcedefinitions?"+partParam+"=a,c", nil)
-	req.Header.Set(peerHeader, "1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	ask := func(part ...string) *http.Response {
+		body, _ := json.Marshal(storage.ClusterOptions{Part: part})
+		resp, err := http.Post(hs.URL+peer.DefinitionsPath, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+	if resp := ask("a", "c"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("a part with a cluster not started here: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	req, _ = http.NewRequest("GET", hs.URL+"/apis/apiextensions.k8s.io/v1/customresourcedefinitions?"+partParam+"=a,b", nil)
-	req.Header.Set(peerHeader, "1")
-	if resp, err = http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if resp := ask("a", "b"); resp.StatusCode != http.StatusOK {
 		t.Errorf("a part of running clusters: %d, want 200", resp.StatusCode)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,12 +16,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/multicache/multicache/internal/fakeapi"
+	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage"
+	"github.com/multicache/multicache/pkg/storage/peer"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -36,6 +39,11 @@ func twoReplicas(t *testing.T) (single, fanned *httptest.Server) {
 // twoReplicasVia is twoReplicas with the fanned replica's requests to its peer passing through
 // via (nil: straight to single).
 func twoReplicasVia(t *testing.T, via func(http.Handler) http.Handler) (single, fanned *httptest.Server) {
+	return twoReplicasOwning(t, via, "c")
+}
+
+// twoReplicasOwning is twoReplicasVia with the clusters atPeer at the peer, the others here.
+func twoReplicasOwning(t *testing.T, via func(http.Handler) http.Handler, atPeer ...string) (single, fanned *httptest.Server) {
 	var src clusterset.Static
 	for i, name := range []string{"a", "b", "c"} {
 		f := fakeapi.New(t)
@@ -64,7 +72,14 @@ func twoReplicasVia(t *testing.T, via func(http.Handler) http.Handler) (single, 
 		t.Cleanup(peer.Close)
 		peerURL = peer.URL
 	}
-	fl := &staticFleet{owners: []shard.Owner{self("a"), self("b"), {Cluster: "c", Holder: "p2", URL: peerURL, Live: true}}}
+	fl := &staticFleet{}
+	for _, c := range []string{"a", "b", "c"} {
+		if slices.Contains(atPeer, c) {
+			fl.owners = append(fl.owners, shard.Owner{Cluster: c, Holder: "p2", URL: peerURL, Live: true})
+		} else {
+			fl.owners = append(fl.owners, self(c))
+		}
+	}
 	two, err := New(Options{Registry: reg, Fleet: fl, BookmarkInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -80,9 +95,42 @@ func twoReplicasVia(t *testing.T, via func(http.Handler) http.Handler) (single, 
 				return false
 			}
 		}
-		return len(one.unready("pods", nil)) == 0 && len(two.unready("pods", nil)) == 0
+		return len(one.local.Unready("pods", nil)) == 0 && len(two.local.Unready("pods", nil)) == 0
 	})
 	return single, fanned
+}
+
+// rawKubeEvent is one event of a Kubernetes watch, its object kept raw.
+type rawKubeEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// parseMerged returns a merged answer's position; ok is false for anything else.
+func parseMerged(s string) (watchcache.Position, bool) {
+	t, err := watchcache.ParsePosition(s)
+	return t, err == nil && t.Merged()
+}
+
+// keyOfElement is the fleet key of an item or a Table row: cluster, namespace, name.
+func keyOfElement(raw json.RawMessage) aggregate.Key {
+	var m struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Object   *struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"object"`
+		Cells []any `json:"cells"`
+	}
+	_ = json.Unmarshal(raw, &m)
+	md := m.Metadata
+	if m.Object != nil {
+		md = m.Object.Metadata
+	}
+	k := aggregate.Key{Cluster: md.Annotations[api.ClusterAnnotation], Namespace: md.Namespace, Name: md.Name}
+	if k.Cluster == "" && len(m.Cells) > 0 {
+		k.Cluster, _ = m.Cells[0].(string)
+	}
+	return k
 }
 
 // listed is what a list answer says of each element: key, and the object without its
@@ -131,7 +179,13 @@ func listed(t *testing.T, body []byte, table bool) (keys []string, objects []str
 // process) and a peer's is the list one replica that runs every cluster answers: the same
 // elements in the same order, for objects, Tables and metadata, whole or paged.
 func TestFanoutListMatchesOneReplica(t *testing.T) {
-	single, fanned := twoReplicas(t)
+	for _, atPeer := range [][]string{{"c"}, {"a", "c"}, {"a"}} {
+		t.Run("peer owns "+strings.Join(atPeer, ","), func(t *testing.T) { fanoutListMatchesOneReplica(t, atPeer) })
+	}
+}
+
+func fanoutListMatchesOneReplica(t *testing.T, atPeer []string) {
+	single, fanned := twoReplicasOwning(t, nil, atPeer...)
 	for _, accept := range []string{"", "application/json;as=Table;v=v1;g=meta.k8s.io", "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"} {
 		table := strings.Contains(accept, "as=Table")
 		code, _, want := do(t, single, "GET", "/api/v1/pods", accept)
@@ -230,12 +284,28 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 	failWith := 0      // the peer's lists fail with this code, when not 0
 	single, fanned := twoReplicasVia(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if q := r.URL.Query(); q.Has(partParam) && !isWatch(q) {
+			var call string
+			switch r.URL.Path {
+			case peer.ListPath:
+				var o storage.ListOptions
+				body, _ := io.ReadAll(r.Body)
+				_ = json.Unmarshal(body, &o)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				call = "[" + strings.Join(o.Part, ",") + "] limit " + strconv.FormatInt(o.Limit, 10)
+			case peer.ClustersPath:
+				var o storage.ClusterOptions
+				body, _ := io.ReadAll(r.Body)
+				_ = json.Unmarshal(body, &o)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				call = "[" + strings.Join(o.Part, ",") + "] clusters"
+			}
+			if call != "" {
 				mu.Lock()
-				asked = append(asked, "["+q.Get(partParam)+"] limit "+q.Get("limit"))
+				asked = append(asked, call)
 				code := failWith
 				mu.Unlock()
 				if code != 0 {
+					w.Header().Set(peer.ProtocolHeader, peer.ProtocolVersion)
 					filters.WriteError(w, code, "injected")
 					return
 				}
@@ -292,40 +362,30 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 	if !slices.Equal(walked, wantKeys) || len(wantKeys) != 12 {
 		t.Errorf("pages walked %v, want %v", walked, wantKeys)
 	}
-	// A part that fails is asked again as in a plain fan-out, whose answer stands: a 404 leaves
-	// its clusters out with a Warning and its position out of the page's; a 5xx fails the
-	// page (Kubernetes lists are never partial).
+	// A part that fails is asked again as in a plain fan-out, whose refusal is the page's: an
+	// answer without the part's clusters would read as their deletes to a client that relists
+	// (D3).
 	for _, c := range []struct {
 		code, want int
 		asked      []string
-	}{{404, 200, []string{"[] limit 5", "[c] limit 5"}}, {503, 503, []string{"[] limit 5", "[c] limit 5"}}} {
+	}{{404, 404, []string{"[] limit 5", "[c] limit 5"}}, {401, 503, []string{"[] limit 5", "[c] limit 5"}}, {503, 503, []string{"[] limit 5", "[c] limit 5"}}} {
 		mu.Lock()
 		asked, failWith = nil, c.code
 		mu.Unlock()
-		code, hdr, page := do(t, fanned, "GET", "/api/v1/pods?limit=5", "")
+		code, _, page := do(t, fanned, "GET", "/api/v1/pods?limit=5", "")
 		mu.Lock()
 		got := slices.Clone(asked)
 		failWith = 0
 		mu.Unlock()
 		if code != c.want || !slices.Equal(got, c.asked) {
 			t.Errorf("the peer failing with %d: %d %s, asked %q; want %d, asked %q", c.code, code, page, got, c.want, c.asked)
-			continue
-		}
-		if code != 200 {
-			continue
-		}
-		keys, _, md := listed(t, page, false)
-		rv, _ := md["resourceVersion"].(string)
-		pos, _ := parseMerged(rv)
-		if !slices.Equal(keys, wantKeys[:5]) || len(pos.Parts) != 1 || !strings.Contains(strings.Join(hdr.Values("Warning"), " "), `cluster \"c\"`) {
-			t.Errorf("the peer failing with 404: %v, %d parts' positions, warnings %q; want %v, 1, a warning for c", keys, len(pos.Parts), hdr.Values("Warning"), wantKeys[:5])
 		}
 	}
 	// Every owner is asked at once, for its own clusters, by a page of clusters.multicache.io
 	// (answered from status, not narrowed to a part's clusters) and by a page with a selector
 	// (whose matches may lie in any cluster).
 	for path, want := range map[string]string{
-		"/apis/multicache.io/v1/clusters?limit=500":                   "[c] limit 500",
+		"/apis/multicache.io/v1/clusters?limit=500":                   "[c] clusters",
 		"/api/v1/pods?limit=5&fieldSelector=metadata.namespace%3Dns0": "[c] limit 5",
 	} {
 		mu.Lock()
@@ -382,7 +442,7 @@ func TestFanInWatchMatchesOneReplica(t *testing.T) {
 	single, fanned := twoReplicas(t)
 	const watchList = "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	initialEnd := func(typ string, obj map[string]json.RawMessage) bool {
-		return typ == "BOOKMARK" && strings.Contains(string(obj["metadata"]), initialEventsEnd)
+		return typ == "BOOKMARK" && strings.Contains(string(obj["metadata"]), metav1.InitialEventsAnnotationKey)
 	}
 	for _, accept := range []string{"", tableAccept, "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"} {
 		table := accept == tableAccept
@@ -471,77 +531,4 @@ func TestFanInWatchMatchesOneReplica(t *testing.T) {
 		}
 		return true
 	})
-}
-
-// TestPartEventsPositions: a local part's Kubernetes objects carry their position, as a peer's
-// do; its native objects carry none, so that the native fan-in moves a part's position by its
-// BOOKMARKs only. A native BOOKMARK never marks the end of initial events.
-func TestPartEventsPositions(t *testing.T) {
-	for _, kube := range []bool{true, false} {
-		ch := make(chan partEvent, 2)
-		ps := &partSink{ctx: context.Background(), out: ch, epoch: "e1", marksEnd: kube}
-		if err := ps.Event("ADDED", watchcache.Item{Seq: 7}); err != nil {
-			t.Fatal(err)
-		}
-		if err := ps.Bookmark(watchcache.Position{Epoch: "e1", Seq: 9}, true); err != nil {
-			t.Fatal(err)
-		}
-		obj, bm := <-ch, <-ch
-		if want := (watchcache.Position{Epoch: "e1", Seq: 7}).String(); kube && obj.rv != want || !kube && obj.rv != "" {
-			t.Errorf("kube %v: an object's position %q", kube, obj.rv)
-		}
-		if bm.rv != (watchcache.Position{Epoch: "e1", Seq: 9}).String() || bm.initialEnd != kube {
-			t.Errorf("kube %v: a BOOKMARK at %q, initial end %v", kube, bm.rv, bm.initialEnd)
-		}
-	}
-}
-
-// TestPeerEventRewrite: a peer's Kubernetes event, rewritten with the fleet's position in
-// place, is the event decoded, given that resourceVersion and encoded again: for an object
-// (whose data holds a quoted "resourceVersion" too), a BOOKMARK that ends the initial events,
-// and a Table, whose columns go once they were sent.
-func TestPeerEventRewrite(t *testing.T) {
-	const part, fleet = "cGFydA", "ZmxlZXQ"
-	for _, tc := range []struct {
-		name, line  string
-		columnsSent bool
-	}{
-		{"object", `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","data":{"x":"\"resourceVersion\":\"cGFydA\""},"metadata":{"name":"a","resourceVersion":"cGFydA","annotations":{"multicache.io/cluster":"c"}}}}`, false},
-		{"object whose field holds the token too", `{"type":"ADDED","object":{"apiVersion":"x/v1","data":{"resourceVersion":"cGFydA"},"kind":"Thing","metadata":{"name":"a","resourceVersion":"cGFydA"}}}`, false},
-		{"table as peers send it", `{"type":"ADDED","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{},"columnDefinitions":[{"name":"Name"}],"rows":[{"cells":["a"],"object":{"metadata":{"name":"a","resourceVersion":"cGFydA"}}}]}}`, true},
-		{"bookmark", `{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"cGFydA","annotations":{"k8s.io/initial-events-end":"true"}}}}`, false},
-		{"table, first", `{"type":"ADDED","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"cGFydA"},"columnDefinitions":[{"name":"Name"}],"rows":[{"cells":["a"]}]}}`, false},
-		{"table, columns sent", `{"type":"MODIFIED","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"cGFydA"},"columnDefinitions":[{"name":"Name"}],"rows":[{"cells":["a"]}]}}`, true},
-	} {
-		ev, err := decodePeerEvent([]byte(tc.line), true)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if want := part; strings.HasPrefix(tc.name, "table as") {
-			want = "" // a Table's own metadata has no position; its rows' objects keep theirs
-			if ev.sent != want {
-				t.Errorf("%s: decoded position %q", tc.name, ev.sent)
-			}
-		} else if ev.sent != part || (tc.name == "bookmark") != ev.initialEnd {
-			t.Errorf("%s: decoded position %q, initial end %v", tc.name, ev.sent, ev.initialEnd)
-		}
-		ev.rv = fleet
-		var buf bytes.Buffer
-		if err := (&kubeFanSink{columnsSent: tc.columnsSent}).rewrite(&buf, ev); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		var got, want map[string]any
-		if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
-			t.Fatalf("%s: %v: %s", tc.name, err, buf.Bytes())
-		}
-		_ = json.Unmarshal([]byte(tc.line), &want)
-		obj := want["object"].(map[string]any)
-		obj["metadata"].(map[string]any)["resourceVersion"] = fleet
-		if tc.columnsSent {
-			delete(obj, "columnDefinitions")
-		}
-		if g, w := fmt.Sprint(got), fmt.Sprint(want); g != w {
-			t.Errorf("%s:\n%s\nwant\n%s", tc.name, g, w)
-		}
-	}
 }

@@ -31,64 +31,6 @@ import (
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
-func TestParseKubePath(t *testing.T) {
-	for _, tc := range []struct {
-		path string
-		want kubePath
-		err  bool
-	}{
-		{path: "/version", want: kubePath{what: "version"}},
-		{path: "/clusters/east/apis", want: kubePath{cluster: "east", what: "apis"}},
-		{path: "/apis/apps", want: kubePath{what: "group", group: "apps"}},
-		{path: "/api/v1", want: kubePath{what: "resources", version: "v1"}},
-		{path: "/apis/apps/v1/", want: kubePath{what: "resources", group: "apps", version: "v1"}},
-		{path: "/api/v1/pods", want: kubePath{what: "object", version: "v1", resource: "pods", clusterScope: true}},
-		{path: "/api/v1/namespaces/ns/pods/p", want: kubePath{what: "object", version: "v1", namespace: "ns", resource: "pods", name: "p", namespacedPath: true}},
-		{path: "/api/v1/namespaces/ns", want: kubePath{what: "object", version: "v1", resource: "namespaces", name: "ns", clusterScope: true}},
-		{path: "/api/v1/namespaces/ns/pods/p/log", want: kubePath{what: "object", version: "v1", namespace: "ns", resource: "pods", name: "p", subresource: "log", namespacedPath: true}},
-		{path: "/clusters/west/apis/apps/v1/watch/namespaces/ns/deployments", want: kubePath{cluster: "west", what: "object", group: "apps", version: "v1", namespace: "ns", resource: "deployments", watchPath: true, namespacedPath: true}},
-		{path: "/clusters//api", err: true},
-		{path: "/nope", err: true},
-	} {
-		got, ok, err := parseKubePath(tc.path)
-		if tc.err {
-			if err == nil {
-				t.Errorf("%s: no error", tc.path)
-			}
-			continue
-		}
-		if !ok || err != nil || got != tc.want {
-			t.Errorf("%s: %+v %t %v, want %+v", tc.path, got, ok, err, tc.want)
-		}
-	}
-}
-
-func TestNegotiate(t *testing.T) {
-	for accept, want := range map[string]string{
-		"": "", "*/*": "",
-		"application/vnd.kubernetes.protobuf,application/json":                                                                                                 "",
-		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json":                                      "Table v1",
-		"application/json;as=Table;v=v1beta1;g=meta.k8s.io":                                                                                                    "Table v1beta1",
-		"application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1": "PartialObjectMetadata ",
-		"application/vnd.kubernetes.protobuf":                                                                                                                  "error",
-		"application/json;as=Table;v=v2;g=meta.k8s.io":                                                                                                         "error",
-	} {
-		r := httptest.NewRequest("GET", "/api/v1/pods", nil)
-		r.Header.Set("Accept", accept)
-		f, err := negotiate(r)
-		got := f.as
-		if f.as == "Table" || f.as == "PartialObjectMetadata" {
-			got += " " + f.tableVersion
-		}
-		if err != nil {
-			got = "error"
-		}
-		if got != want {
-			t.Errorf("Accept %q: %q, want %q", accept, got, want)
-		}
-	}
-}
-
 func pod(name string) corev1.Pod {
 	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), ResourceVersion: "7", Labels: map[string]string{"app": name}}}
 }
@@ -143,7 +85,7 @@ func kubeFixtureOf(t *testing.T, src clusterset.Static, opts Options) (*httptest
 		ca, _ := reg.ClusterStatus("a")
 		cb, _ := reg.ClusterStatus("b")
 		// The watch cache too: until it holds both initial lists, initial watches answer 429.
-		return ca.State == clusterset.Synced && cb.State == clusterset.Synced && len(s.unready("pods", nil)) == 0
+		return ca.State == clusterset.Synced && cb.State == clusterset.Synced && len(s.local.Unready("pods", nil)) == 0
 	})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
@@ -241,15 +183,15 @@ func TestKubeReads(t *testing.T) {
 	}
 
 	// An exact list at a position reads the state then, whatever came after.
-	at := s.caches["pods"].Position()
+	at := s.local.Cache("pods").Position()
 	late := pod("late")
-	s.caches["pods"].OnAdd("a", &late, false)
+	s.local.Cache("pods").OnAdd("a", &late, false)
 	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+at.String(), "")
 	list.Items = nil
 	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 3 || list.Metadata.ResourceVersion != at.String() {
 		t.Errorf("exact list at %v: %s", at, body)
 	}
-	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+s.caches["pods"].Position().String(), "")
+	_, _, body = do(t, hs, "GET", "/api/v1/pods?resourceVersionMatch=Exact&resourceVersion="+s.local.Cache("pods").Position().String(), "")
 	list.Items = nil
 	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 4 {
 		t.Errorf("exact list now: %d items, want 4", len(list.Items))
@@ -302,7 +244,7 @@ func TestKubeWatch(t *testing.T) {
 		}
 	}
 	var bm metav1.PartialObjectMetadata
-	if evs[3].Type != "BOOKMARK" || json.Unmarshal(evs[3].Object, &bm) != nil || bm.Annotations[metav1.InitialEventsAnnotationKey] != "true" || bm.Kind != "Pod" || bm.ResourceVersion != s.caches["pods"].Position().String() {
+	if evs[3].Type != "BOOKMARK" || json.Unmarshal(evs[3].Object, &bm) != nil || bm.Annotations[metav1.InitialEventsAnnotationKey] != "true" || bm.Kind != "Pod" || bm.ResourceVersion != s.local.Cache("pods").Position().String() {
 		t.Errorf("after the initial events: %s %s", evs[3].Type, evs[3].Object)
 	}
 	evs = watchLines(t, hs, "/api/v1/pods?watch=true&resourceVersion="+watchcache.Position{Epoch: "gone", Seq: 3}.String(), "", 1)
@@ -316,7 +258,7 @@ func TestKubeWatch(t *testing.T) {
 		t.Errorf("table watch: %s / %s", evs[0].Object, evs[1].Object)
 	}
 	start := time.Now()
-	watchLines(t, hs, "/api/v1/pods?watch=true&timeoutSeconds=1&resourceVersion="+s.caches["pods"].Position().String(), "", 100)
+	watchLines(t, hs, "/api/v1/pods?watch=true&timeoutSeconds=1&resourceVersion="+s.local.Cache("pods").Position().String(), "", 100)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("timeoutSeconds=1: the watch lasted %s", d)
 	}
@@ -410,51 +352,12 @@ func TestKubeMaxPageSize(t *testing.T) {
 	}
 }
 
-// TestCatalogSameNameInTwoGroups: a namespaced and a cluster-scoped resource of the same plural
-// in different groups both resolve, each with its own scope, and discovery lists both.
-func TestCatalogSameNameInTwoGroups(t *testing.T) {
-	rs := func(name, group string, namespaced bool) clusterset.ResourceStatus {
-		return clusterset.ResourceStatus{Resource: name, Group: group, Version: "v1", Kind: "Widget", Plural: "widgets",
-			Namespaced: namespaced, State: clusterset.Synced}
-	}
-	cat := buildCatalog([]clusterset.ClusterStatus{
-		{Name: "b", Resources: []clusterset.ResourceStatus{rs("widgets.b.example", "b.example", false)}},
-		{Name: "a", Resources: []clusterset.ResourceStatus{rs("widgets.a.example", "a.example", true), rs("widgets.b.example", "b.example", false)}},
-	}, "")
-	for group, namespaced := range map[string]bool{"a.example": true, "b.example": false} {
-		kr := cat.find(group, "v1", "widgets")
-		if kr == nil || kr.api.Namespaced != namespaced || kr.gvk.Group != group {
-			t.Fatalf("find %s/v1/widgets: %+v", group, kr)
-		}
-		if res := cat.resourcesOf(group, "v1"); len(res) != 1 || res[0].Name != "widgets" || res[0].Namespaced != namespaced {
-			t.Errorf("discovery of %s/v1: %+v", group, res)
-		}
-	}
-	if kr := cat.find("b.example", "v1", "widgets"); !slices.Equal(kr.clusters, []string{"a", "b"}) {
-		t.Errorf("b.example widgets: clusters %v, want [a b]", kr.clusters)
-	}
-	if cat.find("c.example", "v1", "widgets") != nil {
-		t.Error("a group no cluster serves resolved")
-	}
-	// Clusters serving different versions: the first cluster's (by name) is the resource's;
-	// both resolve.
-	v2 := rs("widgets.a.example", "a.example", true)
-	v2.Version = "v2"
-	cat = buildCatalog([]clusterset.ClusterStatus{
-		{Name: "b", Resources: []clusterset.ResourceStatus{rs("widgets.a.example", "a.example", true)}},
-		{Name: "a", Resources: []clusterset.ResourceStatus{v2}},
-	}, "")
-	if kr := cat.find("a.example", "v1", "widgets"); kr == nil || kr.gvk.Version != "v2" || cat.find("a.example", "v2", "widgets") != kr {
-		t.Errorf("versions v2 in a, v1 in b: %+v", kr)
-	}
-}
-
 // TestKubeLargeList: a list of more than one encoding chunk, without a limit, arrives whole and
 // in order, as objects and as a Table; for a client that accepts gzip it is gzipped.
 func TestKubeLargeList(t *testing.T) {
 	a, b := fakeapi.New(t), fakeapi.New(t)
 	var pods []corev1.Pod
-	for i := range listChunk + 500 {
+	for i := range 1000 + 500 { // more than one encoding chunk (1000)
 		pods = append(pods, pod(fmt.Sprintf("p-%05d", i)))
 	}
 	a.SetPods(pods)
@@ -518,8 +421,8 @@ func TestKubeLargeList(t *testing.T) {
 	if err := json.Unmarshal(body, &tbl); err != nil || len(tbl.Rows) != want || len(tbl.ColumnDefinitions) == 0 || tbl.ColumnDefinitions[0].Name != "Cluster" {
 		t.Fatalf("table: %d rows of %d, columns %v, %v", len(tbl.Rows), want, tbl.ColumnDefinitions, err)
 	}
-	if tbl.Rows[want-1].Cells[0] != "b" || tbl.Rows[0].Cells[0] != "a" || tbl.Rows[listChunk].Cells[1] != pods[listChunk].Name {
-		t.Errorf("table rows out of order: first %v, chunk %v, last %v", tbl.Rows[0].Cells, tbl.Rows[listChunk].Cells, tbl.Rows[want-1].Cells)
+	if tbl.Rows[want-1].Cells[0] != "b" || tbl.Rows[0].Cells[0] != "a" || tbl.Rows[1000].Cells[1] != pods[1000].Name {
+		t.Errorf("table rows out of order: first %v, chunk %v, last %v", tbl.Rows[0].Cells, tbl.Rows[1000].Cells, tbl.Rows[want-1].Cells)
 	}
 }
 
@@ -617,13 +520,25 @@ func TestKubeWatchOfNoClusterStaysOpen(t *testing.T) {
 		"watch=true&labelSelector=multicache.io%2Fcluster%3Dnone&timeoutSeconds=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan",
 	} {
 		start := time.Now()
-		evs := watchLines(t, hs, "/api/v1/pods?"+q, "", 10)
+		evs := watchLines(t, hs, "/api/v1/pods?"+q, "", 1000)
 		if took := time.Since(start); took < time.Second {
 			t.Errorf("%s: the stream ended after %s, before its timeoutSeconds=1", q, took)
 		}
-		wantBookmark := strings.Contains(q, "sendInitialEvents")
-		if (len(evs) == 1 && evs[0].Type == "BOOKMARK") != wantBookmark || len(evs) > 1 {
-			t.Errorf("%s: events %+v, want %v", q, evs, map[bool]string{true: "the end bookmark only", false: "none"}[wantBookmark])
+		// Without bookmarks: nothing. With them: the end of the (empty) initial events, then the
+		// periodic bookmarks (every 100ms here) of a watch that runs like any other.
+		bookmarks := strings.Contains(q, "allowWatchBookmarks")
+		if !bookmarks && len(evs) != 0 {
+			t.Errorf("%s: events %+v, want none", q, evs)
+		}
+		if bookmarks {
+			if len(evs) < 2 || !strings.Contains(string(evs[0].Object), "k8s.io/initial-events-end") {
+				t.Errorf("%s: %d events, want the initial-events-end bookmark and periodic ones", q, len(evs))
+			}
+			for _, ev := range evs {
+				if ev.Type != "BOOKMARK" {
+					t.Errorf("%s: a %s event of no cluster", q, ev.Type)
+				}
+			}
 		}
 	}
 }
@@ -805,7 +720,7 @@ func TestWatchAtTheMomentOfSync(t *testing.T) {
 			t.Fatal("a never synced")
 		}
 	}
-	caughtUp := len(s.unready("pods", nil)) == 0
+	caughtUp := len(s.local.Unready("pods", nil)) == 0
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=10", nil)

@@ -10,7 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/storage/local"
 )
 
 type metrics struct {
@@ -38,7 +41,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 var allStates = []clusterset.State{clusterset.Pending, clusterset.Syncing, clusterset.Synced, clusterset.Degraded, clusterset.Failed, clusterset.NotServed}
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := c.s.objectCounts()
+	counts := c.s.local.ObjectCounts()
 	for _, cs := range c.s.reg.Status() {
 		for _, rs := range cs.Resources {
 			for _, st := range allStates {
@@ -68,15 +71,16 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	for res, h := range c.s.caches {
-		st := h.Stats()
+	for _, res := range c.s.reg.Resources() {
+		st := c.s.local.Cache(res).Stats()
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(st.Events), res)
 		ch <- prometheus.MustNewConstMetric(c.watchOverflows, prometheus.CounterValue, float64(st.Expired), res)
 		ch <- prometheus.MustNewConstMetric(c.hubResets, prometheus.CounterValue, float64(st.Resets), res)
 		ch <- prometheus.MustNewConstMetric(c.ringEvents, prometheus.GaugeValue, float64(st.Held), res)
 		ch <- prometheus.MustNewConstMetric(c.ringBytes, prometheus.GaugeValue, float64(st.Bytes), res)
 	}
-	for res, r := range c.s.cacheRegs {
+	for _, res := range c.s.reg.Resources() {
+		r := c.s.local.Registration(res)
 		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(r.Pending()), res, "watch-hub")
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, r.Lag().Seconds(), res, "watch-hub")
 	}
@@ -90,7 +94,7 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		}, []string{"route", "code"}),
 		watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "multicache_watches", Help: "Open watch streams."}),
 		peerLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "multicache_peer_request_duration_seconds", Help: "Calls to other replicas (and to this one, in process) for a fan-out answer: time until its answer starts, by kind and code.",
+			Name: "multicache_peer_request_duration_seconds", Help: "Calls to other replicas for a fan-out answer: time until its answer starts, by kind and code.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
 		}, []string{"kind", "code"}),
 	}
@@ -123,9 +127,10 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 // handleMetrics serves the registry's metrics; a series labelled with a cluster the caller may
 // not read is left out.
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	ok, _, err := s.scope(r.Context(), "", nil, s.reg.Clusters())
+	names := s.reg.Clusters()
+	ok, _, err := local.Scope(r.Context(), auth.AccessOf(r.Context()), false, nil, names)
 	if err != nil {
-		writeScopeError(w, err)
+		filters.WriteAPIError(w, err)
 		return
 	}
 	var g prometheus.Gatherer = s.opts.Metrics

@@ -23,6 +23,7 @@ import (
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // movingFleet is a Fleet whose owners a test changes while requests run.
@@ -136,9 +137,9 @@ func TestEveryWatchEndsWhenItsPlanChanges(t *testing.T) {
 		"native cluster": "/multicache/v1/resources/pods?watch=true&cluster=b",
 	}
 	fleetWide := []string{"fleet", "fleet native", "fleet rv=0"}
-	// While b has no live owner, a Kubernetes-API watch that starts with the current objects
-	// answers 503 (TestDownClusterIsNoPartialList): those watches start from now.
-	fromNow := []string{"fleet from now", "fleet native"}
+	// While b has no live owner, a watch that starts with the current objects answers 503
+	// (TestDownClusterIsNoPartialList), native ones too: that case watches from now.
+	fromNow := []string{"fleet from now"}
 	watches["fleet from now"] = "/api/v1/pods?watch=true&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	down := shard.Owner{Cluster: "b", Holder: "p2", URL: "http://127.0.0.1:1", Live: false}
 	up := down
@@ -198,7 +199,8 @@ func TestEveryWatchEndsWhenItsPlanChanges(t *testing.T) {
 // TestPlannedNotStarted: a cluster this replica owns but has not started yet (the fence moved
 // before the Registry started it) is never left out of an answer: lists, gets and
 // initial-events watches that span it answer 429 with Retry-After, and its /clusters/{name}
-// path answers 429, not 404. A watch from a position goes on, and will see its objects as adds.
+// path answers 429, not 404, in both APIs. A watch from a position goes on, and will see its
+// objects as adds.
 func TestPlannedNotStarted(t *testing.T) {
 	fl := newMovingFleet(self("a"), self("b"), self("c")) // c is not in the Registry
 	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
@@ -219,8 +221,10 @@ func TestPlannedNotStarted(t *testing.T) {
 			t.Errorf("%s: %d Retry-After %q %s; want 429 naming c", path, code, h.Get("Retry-After"), body)
 		}
 	}
-	// The native API: a get in c, and a watch that starts with the current objects.
-	for _, path := range []string{"/multicache/v1/resources/pods/c/ns/x", "/multicache/v1/resources/pods?watch=true"} {
+	// The native API the same: a list, a get in c, and a watch that starts with the current
+	// objects. (A list without c's objects would read, to a client that relists, as their
+	// deletion.)
+	for _, path := range []string{"/multicache/v1/resources/pods", "/multicache/v1/resources/pods?limit=1", "/multicache/v1/resources/pods/c/ns/x", "/multicache/v1/resources/pods?watch=true"} {
 		code, h, body := do(t, hs, "GET", path, "")
 		if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), "c (not started") {
 			t.Errorf("%s: %d Retry-After %q %s; want 429 naming c", path, code, h.Get("Retry-After"), body)
@@ -230,20 +234,13 @@ func TestPlannedNotStarted(t *testing.T) {
 	if code, _, body := do(t, hs, "GET", "/api/v1/pods?labelSelector=multicache.io/cluster+in+(a,b)", ""); code != 200 {
 		t.Errorf("a and b alone: %d %s", code, body)
 	}
-	// The native API reports c unsynced, by name.
-	var list api.List
-	code, _, body := do(t, hs, "GET", "/multicache/v1/resources/pods", "")
-	if err := json.Unmarshal(body, &list); err != nil || code != 200 {
-		t.Fatalf("native list: %d %s", code, body)
+	if code, _, body := do(t, hs, "GET", "/multicache/v1/resources/pods?cluster=a&cluster=b", ""); code != 200 {
+		t.Errorf("native, a and b alone: %d %s", code, body)
 	}
-	var reported bool
-	for _, c := range list.Clusters {
-		if c.Name == "c" && !c.Synced && strings.Contains(c.Error, "not started") {
-			reported = true
-		}
-	}
-	if !reported {
-		t.Errorf("native list does not report c as not started: %+v", list.Clusters)
+	// The native cluster list reports c planned here and not started, by name.
+	code, _, body := do(t, hs, "GET", "/multicache/v1/clusters", "")
+	if code != 200 || !strings.Contains(string(body), "not started") {
+		t.Errorf("native clusters: %d %s; want c reported not started", code, body)
 	}
 	// Once c leaves the plan (it moved on), the same answers are whole again.
 	fl.set(self("a"), self("b"))
@@ -252,27 +249,47 @@ func TestPlannedNotStarted(t *testing.T) {
 	}
 }
 
+// ownerOf is a replica that runs cluster (and answers its peers), ready: it holds the
+// cluster's whole list. via, when set, wraps its handler.
+// Its bookmarks come every 100ms.
+func ownerOf(t *testing.T, cluster clusterset.ClusterConfig, via func(http.Handler) http.Handler) *httptest.Server {
+	reg, err := clusterset.New(clusterset.Options{Source: clusterset.Static{cluster}, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg, BookmarkInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRegistry(t, reg.Start)
+	waitUntil(t, "the owner holds "+cluster.Name, 10*time.Second, func() bool {
+		return len(s.local.Info("pods")) == 1 && len(s.local.Unready("pods", nil)) == 0
+	})
+	h := s.Handler()
+	if via != nil {
+		h = via(h)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return hs
+}
+
 // TestProxiedWatchEndsWhenItsOwnerChanges: a /clusters/{name} watch this replica relays from
 // the cluster's owner ends with a 410 ERROR event once the cluster moves on, whatever the old
 // owner's stream does (here: it stays open and says nothing more).
 func TestProxiedWatchEndsWhenItsOwnerChanges(t *testing.T) {
-	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns"}}}` + "\n"))
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-	}))
-	t.Cleanup(peer.Close)
-	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: peer.URL, Live: true})
-	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	src, _, _ := fakeClustersAB(t)
+	owner := ownerOf(t, src[1], nil)
+	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: owner.URL, Live: true})
+	hs, _ := kubeFixtureOf(t, src, Options{Fleet: fl})
 	lines, code := openWatch(t, hs.URL+"/clusters/b/api/v1/pods?watch=true")
 	if code != 200 {
 		t.Fatalf("proxied watch: %d", code)
 	}
 	select {
 	case line := <-lines:
-		if !strings.Contains(line, `"ADDED"`) {
-			t.Fatalf("first line %s, want the owner's ADDED", line)
+		if !strings.Contains(line, `"ADDED"`) || !strings.Contains(line, `"both"`) {
+			t.Fatalf("first line %s, want the owner's ADDED of both", line)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the owner's event was not relayed")
@@ -285,15 +302,10 @@ func TestProxiedWatchEndsWhenItsOwnerChanges(t *testing.T) {
 // event to send yet (an empty namespace) still answers at once: client-go's Watch waits for the
 // headers.
 func TestProxiedWatchAnswersBeforeItsFirstEvent(t *testing.T) {
-	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-	}))
-	t.Cleanup(peer.Close)
-	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: peer.URL, Live: true})
-	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	src, _, _ := fakeClustersAB(t)
+	owner := ownerOf(t, src[1], nil)
+	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: owner.URL, Live: true})
+	hs, _ := kubeFixtureOf(t, src, Options{Fleet: fl})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/clusters/b/api/v1/namespaces/empty/pods?watch=true", nil)
@@ -312,17 +324,18 @@ func TestProxiedWatchAnswersBeforeItsFirstEvent(t *testing.T) {
 // with the replica it asked.
 func TestPeersAnswerUncompressed(t *testing.T) {
 	asked := make(chan string, 1)
-	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case asked <- r.Header.Get("Accept-Encoding"):
-		default:
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}`))
-	}))
-	t.Cleanup(peer.Close)
-	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: peer.URL, Live: true})
-	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	src, _, _ := fakeClustersAB(t)
+	owner := ownerOf(t, src[1], func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case asked <- r.Header.Get("Accept-Encoding"):
+			default:
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: owner.URL, Live: true})
+	hs, _ := kubeFixtureOf(t, src, Options{Fleet: fl})
 	req, _ := http.NewRequest("GET", hs.URL+"/clusters/b/api/v1/pods", nil)
 	req.Header.Set("Accept-Encoding", "gzip")
 	resp, err := http.DefaultClient.Do(req)
@@ -330,6 +343,9 @@ func TestPeersAnswerUncompressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("relayed list: %d", resp.StatusCode)
+	}
 	select {
 	case got := <-asked:
 		if got != "identity" {
@@ -343,7 +359,7 @@ func TestPeersAnswerUncompressed(t *testing.T) {
 // TestDownClusterIsNoPartialList: while a cluster has no live owner (its owner died, and the
 // others take it within a lease duration), a Kubernetes-API list or initial-events watch that
 // spans it answers 503 with Retry-After, never a list without its objects; one that does not
-// span it is answered; the native API answers, naming the cluster unsynced.
+// span it is answered. The native API answers the same.
 func TestDownClusterIsNoPartialList(t *testing.T) {
 	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: "http://127.0.0.1:1", Live: false})
 	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
@@ -356,10 +372,15 @@ func TestDownClusterIsNoPartialList(t *testing.T) {
 	if code, _, body := do(t, hs, "GET", "/api/v1/pods?labelSelector=multicache.io/cluster%3Da", ""); code != http.StatusOK {
 		t.Errorf("a alone: %d %s", code, body)
 	}
-	var list api.List
-	code, _, body := do(t, hs, "GET", "/multicache/v1/resources/pods", "")
-	if err := json.Unmarshal(body, &list); err != nil || code != http.StatusOK || !slices.ContainsFunc(list.Clusters, func(c api.ClusterFreshness) bool { return c.Name == "b" && !c.Synced }) {
-		t.Errorf("native list: %d %s; want 200 with b unsynced", code, body)
+	// The native API the same.
+	for _, path := range []string{"/multicache/v1/resources/pods", "/multicache/v1/resources/pods?watch=true"} {
+		code, h, body := do(t, hs, "GET", path, "")
+		if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(string(body), `b (its owner, replica \"p2\", is down)`) {
+			t.Errorf("native %s: %d Retry-After %q %s; want 503 naming b", path, code, h.Get("Retry-After"), body)
+		}
+	}
+	if code, _, body := do(t, hs, "GET", "/multicache/v1/resources/pods?cluster=a", ""); code != http.StatusOK {
+		t.Errorf("native, a alone: %d %s", code, body)
 	}
 }
 
@@ -438,7 +459,7 @@ func TestNotCoordinatedAnswersNothing(t *testing.T) {
 // gatedCache passes the aggregate's events to the watch cache once open is closed: until then
 // the cache holds none of them, while the stacks that feed it are synced.
 type gatedCache struct {
-	inner aggregate.HandoffHandler
+	inner *watchcache.Cache
 	open  chan struct{}
 }
 
@@ -446,6 +467,8 @@ func (g gatedCache) OnAdd(c string, obj any, initial bool) { <-g.open; g.inner.O
 func (g gatedCache) OnUpdate(c string, o, n any)           { <-g.open; g.inner.OnUpdate(c, o, n) }
 func (g gatedCache) OnDelete(c string, obj any)            { <-g.open; g.inner.OnDelete(c, obj) }
 func (g gatedCache) OnHandoff(c string)                    { <-g.open; g.inner.OnHandoff(c) }
+func (g gatedCache) OnListed(c string)                     { <-g.open; g.inner.OnListed(c) }
+func (g gatedCache) OnLeft(c string)                       { <-g.open; g.inner.OnLeft(c) }
 
 // TestWatchListWaitsForTheWatchCache (invariant 4): a cluster whose stack has synced, but
 // whose initial list the watch cache has not taken yet, makes initial-events watches and
@@ -462,15 +485,14 @@ func TestWatchListWaitsForTheWatchCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The cache is fed through a gate: its own registration is replaced by the gated one.
-	s.cacheRegs["pods"].Remove()
-	<-s.cacheRegs["pods"].Done()
-	gate := gatedCache{inner: s.caches["pods"], open: make(chan struct{})}
+	s.local.Registration("pods").Remove()
+	<-s.local.Registration("pods").Done()
+	gate := gatedCache{inner: s.local.Cache("pods"), open: make(chan struct{})}
 	agg, _ := reg.Aggregate("pods")
 	gated, err := agg.AddEventHandlerWithOptions(gate, aggregate.HandlerOptions{EveryEvent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cacheRegs["pods"] = gated
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(func() { gated.Remove() })
@@ -488,7 +510,7 @@ func TestWatchListWaitsForTheWatchCache(t *testing.T) {
 		}
 	}
 	close(gate.open)
-	waitUntil(t, "the cache holds both lists", 10*time.Second, func() bool { return len(s.unready("pods", nil)) == 0 })
+	waitUntil(t, "the cache holds both lists", 10*time.Second, func() bool { return len(s.local.Unready("pods", nil)) == 0 })
 	evs := watchLines(t, hs, watchList, "", 4)
 	if len(evs) < 4 {
 		t.Fatalf("watch-list: %d events %+v, want 3 objects and the end bookmark", len(evs), evs)
@@ -509,3 +531,13 @@ func TestWatchListWaitsForTheWatchCache(t *testing.T) {
 		t.Errorf("initial events %v, want %v", names, want)
 	}
 }
+
+// staticFleet is a Fleet whose owners a test sets.
+type staticFleet struct {
+	owners []shard.Owner
+	change chan struct{}
+}
+
+func (f *staticFleet) Identity() string            { return "me" }
+func (f *staticFleet) Owners() []shard.Owner       { return f.owners }
+func (f *staticFleet) WaitChange() <-chan struct{} { return f.change }

@@ -3,145 +3,18 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
-	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
 )
-
-// decodedParams are the query parameters listOptions' callers read, as both decodings give them.
-type decodedParams struct {
-	Watch, AllowWatchBookmarks bool
-	SendInitialEvents          *bool
-	Limit                      int64
-	TimeoutSeconds             *int64
-	ResourceVersion            string
-}
-
-// TestListOptionsDecodesAsKubeAPIServer: listOptions reads every query as kube-apiserver's list
-// handler does (ParameterCodec.DecodeParameters of metainternalversionscheme, from
-// metav1.SchemeGroupVersion, into metainternalversion.ListOptions): the same values, and an
-// error exactly when it fails, one that names the malformed parameter. isWatch agrees with it.
-func TestListOptionsDecodesAsKubeAPIServer(t *testing.T) {
-	for _, tc := range []struct {
-		query string
-		bad   string // the parameter named by the error; "" when the query decodes
-	}{
-		{query: ""},
-		{query: "watch=true"},
-		{query: "watch=True"},
-		{query: "watch=TRUE"},
-		{query: "watch=1"},
-		{query: "watch=yes"},
-		{query: "watch=false"},
-		{query: "watch=False"},
-		{query: "watch=0"},
-		{query: "watch="},
-		{query: "watch"},
-		{query: "watch=false&watch=true"},
-		{query: "limit=0"},
-		{query: "limit=5"},
-		{query: "limit=-1"},
-		{query: "limit=%2B7"},
-		{query: "limit=abc", bad: "limit"},
-		{query: "limit=", bad: "limit"},
-		{query: "limit=5abc", bad: "limit"},
-		{query: "limit=1.5", bad: "limit"},
-		{query: "limit=99999999999999999999", bad: "limit"},
-		{query: "limit=5&limit=abc"},
-		{query: "timeoutSeconds=30"},
-		{query: "timeoutSeconds=0"},
-		{query: "timeoutSeconds=-1"},
-		{query: "timeoutSeconds=x", bad: "timeoutSeconds"},
-		{query: "watch=True&timeoutSeconds=30&allowWatchBookmarks=True&sendInitialEvents=True&resourceVersionMatch=NotOlderThan&resourceVersion=0"},
-		{query: "watch=1&sendInitialEvents=0&allowWatchBookmarks=false"},
-		{query: "watch=True&limit=abc", bad: "limit"},
-		{query: "timeoutSeconds=x&limit=abc", bad: "limit"}, // the first name in order
-		{query: "cluster=a&namespace=ns&index=by-node&value=n1&limit=3"},
-	} {
-		t.Run(tc.query, func(t *testing.T) {
-			vals, err := url.ParseQuery(tc.query)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ref metainternalversion.ListOptions
-			refErr := metainternalversionscheme.ParameterCodec.DecodeParameters(vals, metav1.SchemeGroupVersion, &ref)
-			opts, err := listOptions(vals)
-			if (err != nil) != (refErr != nil) {
-				t.Fatalf("error %v; kube-apiserver's decoding: %v", err, refErr)
-			}
-			if got := isWatch(vals); got != isWatchAlone(t, vals) {
-				t.Errorf("isWatch %t, kube-apiserver's decoding of watch alone %t", got, !got)
-			}
-			if refErr != nil {
-				var pe *paramError
-				if !errors.As(err, &pe) || pe.name != tc.bad || !strings.HasPrefix(err.Error(), tc.bad+" ") {
-					t.Errorf("error %q, want one naming %s", err, tc.bad)
-				}
-				return
-			}
-			if tc.bad != "" {
-				t.Fatalf("kube-apiserver's decoding accepts the query; the test expects %s to fail", tc.bad)
-			}
-			got := decodedParams{opts.Watch, opts.AllowWatchBookmarks, opts.SendInitialEvents, opts.Limit, opts.TimeoutSeconds, opts.ResourceVersion}
-			want := decodedParams{ref.Watch, ref.AllowWatchBookmarks, ref.SendInitialEvents, ref.Limit, ref.TimeoutSeconds, ref.ResourceVersion}
-			if g, w := mustJSON(t, got), mustJSON(t, want); g != w {
-				t.Errorf("decoded %s, kube-apiserver's decoding %s", g, w)
-			}
-			if isWatch(vals) != opts.Watch {
-				t.Errorf("isWatch %t, listOptions' Watch %t", !opts.Watch, opts.Watch)
-			}
-		})
-	}
-}
-
-// isWatchAlone is kube-apiserver's decoding of the watch parameter of vals, alone.
-func isWatchAlone(t *testing.T, vals url.Values) bool {
-	t.Helper()
-	var ref metainternalversion.ListOptions
-	if v, ok := vals["watch"]; ok {
-		if err := metainternalversionscheme.ParameterCodec.DecodeParameters(url.Values{"watch": v}, metav1.SchemeGroupVersion, &ref); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ref.Watch
-}
-
-func mustJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// TestWatchTimeoutDecoded: a fan-in watch ends at the decoded timeoutSeconds and asks its parts
-// for a minute more; without a positive one, it sets none and forwards the query as it is.
-func TestWatchTimeoutDecoded(t *testing.T) {
-	q := url.Values{"timeoutSeconds": {"30"}, "watch": {"True"}}
-	d, out := watchTimeout(q, ptr.To[int64](30))
-	if d.Seconds() != 30 || out.Get("timeoutSeconds") != "90" || out.Get("watch") != "True" || q.Get("timeoutSeconds") != "30" {
-		t.Errorf("timeoutSeconds=30: %s, parts asked %v (query now %v)", d, out, q)
-	}
-	for _, n := range []*int64{nil, ptr.To[int64](0), ptr.To[int64](-5)} {
-		if d, out := watchTimeout(q, n); d != 0 || out.Get("timeoutSeconds") != "30" {
-			t.Errorf("timeoutSeconds %v: %s, parts asked %v", n, d, out)
-		}
-	}
-}
 
 // TestCompressLargeSkipsEveryWatch: a watch is never gzipped, whichever true value asks for it.
 func TestCompressLargeSkipsEveryWatch(t *testing.T) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage/peer"
 )
 
 // certVouches is a PeerAuthenticator for tests: it believes the identity headers of a request
@@ -36,15 +38,16 @@ func TestPeerCallsCarryIdentityNotCredentials(t *testing.T) {
 	var mu sync.Mutex
 	var got []http.Header
 	pki := newTestPKI(t)
+	src, _, _ := fakeClustersAB(t)
+	plain := ownerOf(t, src[1], nil) // auth off: it answers anyone; what it is sent is the test
 	owner := pki.serve("p2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		got = append(got, r.Header.Clone())
 		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"x"},"items":[]}`))
+		plain.Config.Handler.ServeHTTP(w, r)
 	}))
 	fl := newMovingFleet(self("a"), shard.Owner{Cluster: "b", Holder: "p2", URL: owner.URL, Live: true})
-	hs, _ := kubeFixtureWith(t, Options{Fleet: fl, Tokens: []string{"secret"}, PeerTrust: pki.trust("me"), PeerAuthenticator: certVouches})
+	hs, _ := kubeFixtureOf(t, src, Options{Fleet: fl, Tokens: []string{"secret"}, PeerTrust: pki.trust("me"), PeerAuthenticator: certVouches})
 	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/v1/pods", nil)
 	req.Header.Set("Authorization", "Bearer secret")
 	resp, err := http.DefaultClient.Do(req)
@@ -81,7 +84,6 @@ func TestIdentityHeadersNeedAPeerCertificate(t *testing.T) {
 	t.Cleanup(plain.Close)
 	ask := func(c *http.Client, base string, headers map[string]string) int {
 		req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/pods", nil)
-		req.Header.Set(peerHeader, "1")
 		for k, v := range headers {
 			req.Header.Set(k, v)
 		}
@@ -152,7 +154,9 @@ func TestNoTokenEverLeavesAReplica(t *testing.T) {
 			}
 			cancel()
 		}
-		if _, _, err := s.takeHandover(t.Context(), "a", "pods"); err == nil {
+		_ = s
+		takes := &peer.Handovers{Clients: peer.NewClients(pki.trust("me"), time.Second), Owners: f.Owners, Peers: f.Peers}
+		if _, _, err := takes.Take(t.Context(), "a", "pods"); err == nil {
 			t.Errorf("%s: a handover from peers that prove nothing succeeded", url)
 		}
 	}
@@ -169,14 +173,14 @@ func TestPeerHeaderSkipsNothingWithoutAPeerCertificate(t *testing.T) {
 	hs, _ := kubeFixtureWith(t, Options{Fleet: notReadyFleet{newMovingFleet(self("a"), self("b"))}, Tokens: []string{"secret"}, PeerTrust: newTestPKI(t).trust("me")})
 	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/v1/pods", nil)
 	req.Header.Set("Authorization", "Bearer secret")
-	req.Header.Set(peerHeader, "1")
+	req.Header.Set("X-Multicache-Peer", "1")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("a caller's request with %s on a replica not coordinated: %d, want 429", peerHeader, resp.StatusCode)
+		t.Errorf("a caller's request with X-Multicache-Peer on a replica not coordinated: %d, want 429", resp.StatusCode)
 	}
 }
 
@@ -187,3 +191,29 @@ type peersFleet struct {
 }
 
 func (f peersFleet) Peers() []shard.Peer { return f.peers }
+
+// TestPeerEnvelopeNeedsAPeerCertificate: with auth on, the replicas' envelope answers only a
+// caller under a peer certificate: a token holder, who may read the whole fleet through the
+// APIs, gets 403 there, and a caller without credentials 401.
+func TestPeerEnvelopeNeedsAPeerCertificate(t *testing.T) {
+	fl := newMovingFleet(self("a"), self("b"))
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl, Tokens: []string{"secret"}, PeerTrust: newTestPKI(t).trust("me"), PeerAuthenticator: certVouches})
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"secret", http.StatusForbidden}, {"", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+peer.ListPath, strings.NewReader(`{"resource":"pods","part":["a","b"]}`))
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || bytes.Contains(body, []byte(`"i `)) {
+			t.Errorf("POST %s with token %q: %d %.200s; want %d", peer.ListPath, tc.token, resp.StatusCode, body, tc.want)
+		}
+	}
+}

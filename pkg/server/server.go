@@ -1,25 +1,30 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 
-	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/kubeapi"
+	"github.com/multicache/multicache/pkg/kubeapi/discovery"
+	"github.com/multicache/multicache/pkg/nativeapi"
+	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage"
+	"github.com/multicache/multicache/pkg/storage/fanout"
+	"github.com/multicache/multicache/pkg/storage/local"
 	"github.com/multicache/multicache/pkg/storage/peer"
 	"github.com/multicache/multicache/pkg/table"
-	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // Options configures a Server.
@@ -43,40 +48,28 @@ type Options struct {
 	KubeMaxPageSize int
 	// RequestTimeout bounds every request but watches. Default 30s.
 	RequestTimeout time.Duration
-	// WatchBuffer is how many events per resource a watch can resume from. Default 100000.
-	WatchBuffer int
-	// WatchBufferBytes bounds the memory those events keep alive, estimated from the objects'
-	// encoded size: under churn most of them are replaced objects the cache no longer holds.
-	// Default 128 MiB.
-	WatchBufferBytes int
+	// WatchBuffer, WatchBufferBytes, HubMaxPending, BookmarkInterval, DeadClusterTimeout and
+	// AllowSecretData are the local storage's (storage/local.Options).
+	WatchBuffer        int
+	WatchBufferBytes   int
+	HubMaxPending      int
+	BookmarkInterval   time.Duration
+	DeadClusterTimeout time.Duration
+	AllowSecretData    bool
 	// MaxWatches caps open watches; more get 429 Too Many Requests. Default 1000.
 	MaxWatches int
 	// MaxRequestsInFlight caps concurrent requests other than watches (and health checks);
 	// more get 429 Too Many Requests. Default 400.
 	MaxRequestsInFlight int
-	// HubMaxPending bounds, per resource, the events the aggregate has delivered to the watch
-	// hub and the hub has not yet put in its ring. Beyond it the hub loses events, so every
-	// watch of the resource ends with 410 and every token expires. It must exceed the largest
-	// burst: a cluster re-pointed at another server tells up to two events per object at once.
-	// Default 1,000,000 (about 80 MB of queue at most).
-	HubMaxPending int
-	// BookmarkInterval between BOOKMARK events. Default 5s.
-	BookmarkInterval time.Duration
-	// DeadClusterTimeout: a cluster × resource that has been failing (Failed or Degraded) for
-	// this long stops holding /readyz back; one that is slow, not failing, always does.
-	// Default 2m.
-	DeadClusterTimeout time.Duration
-	// AllowSecretData serves Secrets' data and stringData; otherwise they are removed.
-	AllowSecretData bool
 	// Metrics is where metrics are registered. Default: a new registry, served on /metrics.
 	Metrics *prometheus.Registry
 	// Profiling serves Go's runtime profiles under /debug/pprof/, behind the same
 	// authentication as /metrics. Default off.
 	Profiling bool
-	// Fleet, when replicas share the fleet, says which replica owns each cluster: lists, gets
-	// and watches then answer for the whole fleet, asking the owners of the clusters this
-	// replica does not run (PeerTrust, PeerTimeout). Nil: this replica runs every cluster.
-	Fleet Fleet
+	// Fleet, when replicas share the fleet, says which replica owns each cluster: every read
+	// then answers for the whole fleet, asking the owners of the clusters this replica does not
+	// run (storage/fanout). Nil: this replica runs every cluster.
+	Fleet fanout.Fleet
 	// PeerTrust is how replicas prove who they are to each other (peer.Trust): a call to a
 	// peer goes over TLS to the identity its fence names, presents this replica's peer
 	// certificate and names the caller (user, groups, UID, extras), never its credentials;
@@ -102,27 +95,20 @@ func (o *Options) Default() {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	setInt := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{{&o.MaxPageSize, 1000}, {&o.KubeMaxPageSize, 10000}, {&o.MaxWatches, 1000}, {&o.MaxRequestsInFlight, 400}} {
+		if *f.v == 0 {
+			*f.v = f.def
 		}
 	}
-	setInt(&o.MaxPageSize, 1000)
-	setInt(&o.KubeMaxPageSize, 10000)
-	setInt(&o.WatchBuffer, 100000)
-	setInt(&o.WatchBufferBytes, 128<<20)
-	setInt(&o.MaxWatches, 1000)
-	setInt(&o.MaxRequestsInFlight, 400)
-	setInt(&o.HubMaxPending, 1000000)
-	setDuration := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
 	}
-	setDuration(&o.RequestTimeout, 30*time.Second)
-	setDuration(&o.BookmarkInterval, 5*time.Second)
-	setDuration(&o.DeadClusterTimeout, 2*time.Minute)
-	setDuration(&o.PeerTimeout, 10*time.Second)
+	if o.PeerTimeout == 0 {
+		o.PeerTimeout = 10 * time.Second
+	}
 	if o.Metrics == nil {
 		o.Metrics = prometheus.NewRegistry()
 	}
@@ -155,35 +141,27 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Server is the HTTP API. Create with New, serve Handler().
+// Server wires the daemon's HTTP surface: the fronts (package kubeapi, package nativeapi) over
+// one storage.Reader (storage/local, or storage/fanout over the owners), the envelope other
+// replicas read this one through (storage/peer), the handover endpoint, health, readiness and
+// metrics. Create with New, serve Handler().
 type Server struct {
 	opts    Options
 	reg     *clusterset.Registry
-	log     *zap.Logger
-	started time.Time
-	// caches holds each resource's watch cache, cacheRegs its registration as a handler.
-	caches    map[string]*watchcache.Cache
-	cacheRegs map[string]*aggregate.Registration
-	metrics   *metrics
-	limits    *filters.Limits
-	authn     filters.Authentication
-
-	aliasMu sync.Mutex
-	aliases map[string]string // lower-cased alias → configured resource name
-
-	cat       catalogCache
-	tables    *table.Set
-	openapi   openAPIViews   // the OpenAPI v3 documents of each view, read from the members
-	openapiV2 openAPIV2Views // the OpenAPI v2 document of each view, merged from the members' own
-	discovery discoveryViews // the aggregated discovery documents of each view
-
-	// local is this replica's own API, without fan-out: what peers and the fan-out call.
-	local http.Handler
-	peers *peers
+	local   *local.Storage
+	fleet   *fanout.Reader // nil without a Fleet
+	clients *peer.Clients
+	kube    *kubeapi.API
+	native  *nativeapi.API
+	reviews *discovery.Reviews
+	peer    *peer.Handler
+	metrics *metrics
+	limits  *filters.Limits
+	authn   filters.Authentication
 }
 
-// New builds the server and registers its watch hubs as handlers on every aggregate; call it
-// before the Registry starts so that the hubs see the initial lists.
+// New builds the server and registers its watch caches as handlers on every aggregate: call
+// it before the Registry starts so that they see the initial lists.
 func New(opts Options) (*Server, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("server: Options.Registry is required")
@@ -192,63 +170,97 @@ func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, reg: opts.Registry, log: opts.Logger, started: time.Now(),
-		caches: map[string]*watchcache.Cache{}, cacheRegs: map[string]*aggregate.Registration{}, aliases: map[string]string{},
-		limits: filters.NewLimits(opts.MaxWatches, opts.MaxRequestsInFlight), tables: table.NewSet(opts.Tables)}
-	for _, res := range s.reg.Resources() {
-		agg, _ := s.reg.Aggregate(res)
-		h := watchcache.New(watchcache.Options{MaxEvents: opts.WatchBuffer, MaxBytes: opts.WatchBufferBytes, Current: func() []item { return cachedItems(agg) }})
-		// Every event, in order: a watch relays the change stream, so an add and delete of the
-		// same object while the hub is behind must both reach it. Past HubMaxPending the hub
-		// resets (every watch 410) rather than grow without bound.
-		hr, err := agg.AddEventHandlerWithOptions(h, aggregate.HandlerOptions{EveryEvent: true, MaxPending: opts.HubMaxPending, OnOverflow: h.Overflow})
-		if err != nil {
-			return nil, err
-		}
-		s.caches[res], s.cacheRegs[res] = h, hr
+	st, err := local.New(local.Options{Registry: opts.Registry, Logger: opts.Logger, WatchBuffer: opts.WatchBuffer, WatchBufferBytes: opts.WatchBufferBytes,
+		HubMaxPending: opts.HubMaxPending, BookmarkInterval: opts.BookmarkInterval, DeadClusterTimeout: opts.DeadClusterTimeout, AllowSecretData: opts.AllowSecretData})
+	if err != nil {
+		return nil, err
 	}
-	if opts.PeerAuthenticator == nil && opts.PeerTrust != nil {
-		pa, err := auth.PeerAuthenticator(opts.PeerTrust.CAPEM(), nil)
-		if err != nil {
+	s := &Server{opts: opts, reg: opts.Registry, local: st, limits: filters.NewLimits(opts.MaxWatches, opts.MaxRequestsInFlight)}
+	if s.opts.PeerAuthenticator == nil && opts.PeerTrust != nil {
+		if s.opts.PeerAuthenticator, err = auth.PeerAuthenticator(opts.PeerTrust.CAPEM(), nil); err != nil {
 			return nil, err
 		}
-		s.opts.PeerAuthenticator = pa
 	}
 	s.authn = filters.Authentication{Authorizer: opts.Authorizer, Peers: s.opts.PeerAuthenticator}
 	if s.authn.Authorizer == nil && len(opts.Tokens) > 0 {
 		s.authn.Authorizer = auth.Tokens(opts.Tokens)
 	}
-	m, err := newMetrics(s, opts.Metrics)
-	if err != nil {
+	if s.metrics, err = newMetrics(s, opts.Metrics); err != nil {
 		return nil, err
 	}
-	s.metrics = m
-	if s.handovers() {
-		opts.Registry.SetTaker(s.takeHandover)
+	var reader storage.Reader = st
+	var status storage.Status = st
+	var fleetClusters func() []string
+	if opts.Fleet != nil {
+		s.clients = peer.NewClients(opts.PeerTrust, opts.PeerTimeout)
+		if s.fleet, err = fanout.New(fanout.Options{Fleet: opts.Fleet, Local: st, Peer: func(id, url string) fanout.ReadStatus {
+			return &peer.Client{ID: id, URL: url, Clients: s.clients, Timeout: opts.PeerTimeout, Latency: s.metrics.peerLatency}
+		}}); err != nil {
+			return nil, err
+		}
+		reader, status = s.fleet, s.fleet
+		fleetClusters = func() []string {
+			var out []string
+			for _, o := range opts.Fleet.Owners() {
+				out = append(out, o.Cluster)
+			}
+			return out
+		}
+		if s.handovers() {
+			pf, _ := opts.Fleet.(interface{ Peers() []shard.Peer })
+			h := &peer.Handovers{Clients: s.clients, Owners: opts.Fleet.Owners, Timeout: opts.PeerTimeout}
+			if pf != nil {
+				h.Peers = pf.Peers
+			}
+			opts.Registry.SetTaker(h.Take)
+		}
 	}
+	catalog := discovery.NewCatalog(func(ctx context.Context) ([]clusterset.ClusterStatus, error) {
+		return status.Resources(ctx, storage.ClusterOptions{})
+	})
+	own := discovery.NewCatalog(func(context.Context) ([]clusterset.ClusterStatus, error) { return s.reg.Status(), nil })
+	openAPI := &discovery.OpenAPI{Catalog: own, Configs: s.reg.RESTConfig, Timeout: opts.PeerTimeout, Logger: opts.Logger}
+	ko := kubeapi.Options{Reader: reader, Status: status, Catalog: catalog, Documents: &discovery.Documents{}, OpenAPI: openAPI,
+		Resources: s.reg.Resources(), Fleet: fleetClusters, Tables: opts.Tables, Limits: s.limits, RequestTimeout: opts.RequestTimeout,
+		MaxPageSize: opts.KubeMaxPageSize, Watches: s.metrics.watches, Logger: opts.Logger}
+	if opts.Fleet != nil {
+		ko.Here, ko.Relay = s.reg.Running, s.relay
+	}
+	s.kube = kubeapi.New(ko)
+	s.reviews = &discovery.Reviews{Catalog: catalog, Fleet: fleetClusters}
+	s.native = nativeapi.New(nativeapi.Options{Reader: reader, Status: status, Info: st.Info, Limits: s.limits, RequestTimeout: opts.RequestTimeout,
+		MaxPageSize: opts.MaxPageSize, Watches: s.metrics.watches, NotCached: st.NotCached,
+		Resolve: func(ctx context.Context, name string) (string, bool) {
+			return catalog.Resolve(ctx, name, s.reg.Resources())
+		}})
+	s.peer = &peer.Handler{Reader: st, Status: st, Encoders: s.encoders, Relay: s.kube}
 	return s, nil
 }
 
-// Handler is the whole API, with auth, timeouts and metrics applied.
+// encoders are the fronts' encodings, for the peer envelope: each API's.
+func (s *Server) encoders(ctx context.Context, e storage.Encoding, resource string) (storage.Encoder, error) {
+	if e.API == storage.NativeAPI {
+		return s.native.Encoders(ctx, e, resource)
+	}
+	return s.kube.Encoders(ctx, e, resource)
+}
+
+// Handler is the whole API, with auth, limits, timeouts and metrics applied.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	api := func(route string, h http.HandlerFunc) {
-		mux.Handle(route, filters.Instrument(s.metrics.requests, route, s.authn.Wrap(h)))
+	api := func(route string, h http.Handler) {
+		mux.Handle(route, filters.Instrument(s.metrics.requests, route, s.authn.Wrap(h.ServeHTTP)))
 	}
-	limited := s.limits.Limited
+	gated := s.coordinated
+	api("GET /multicache/v1/clusters", gated(http.HandlerFunc(s.native.Clusters)))
+	api("GET /multicache/v1/resources/{resource}", gated(http.HandlerFunc(s.native.List)))
+	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", gated(http.HandlerFunc(s.native.Get)))
+	api("POST "+peer.Path+"{call}", s.peers(s.peer))
+	mux.Handle("GET "+peer.HandoverPath+"/{cluster}", filters.Instrument(s.metrics.requests, "GET "+peer.HandoverPath+"/{cluster}", s.handoverAuth(s.limits.Limited(s.handover))))
 	timed := func(h http.HandlerFunc) http.HandlerFunc { return filters.WithTimeout(h, s.opts.RequestTimeout) }
-	api("GET /multicache/v1/clusters", limited(timed(s.handleClusters)))
-	api("GET /multicache/v1/resources/{resource}", s.handleList) // limits its lists and watches itself; watches have no timeout
-	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", limited(timed(s.handleGet)))
-	mux.Handle("GET "+handoverPath+"/{cluster}", filters.Instrument(s.metrics.requests, "GET "+handoverPath+"/{cluster}", s.handoverAuth(limited(s.handleHandover))))
-	for _, prefix := range []string{"", "/clusters/{cluster}"} {
-		api("GET "+prefix+"/openapi/v3", limited(timed(s.handleOpenAPIV3)))
-		api("GET "+prefix+"/openapi/v3/", limited(timed(s.handleOpenAPIV3)))
-		api("GET "+prefix+"/openapi/v2", limited(timed(s.handleOpenAPIV2)))
-	}
-	for path, h := range selfReviewPaths {
+	for path, h := range s.reviews.ReviewPaths() {
 		for _, prefix := range []string{"", "/clusters/{cluster}"} {
-			api("POST "+prefix+path, limited(timed(h(s))))
+			api("POST "+prefix+path, s.limits.Limited(timed(h)))
 		}
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -260,80 +272,78 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.handleReady(w, r)
 	})
-	mux.Handle("GET /metrics", s.authn.Wrap(limited(s.handleMetrics)))
+	mux.Handle("GET /metrics", s.authn.Wrap(s.limits.Limited(s.handleMetrics)))
 	if s.opts.Profiling {
 		mux.Handle("GET /debug/pprof/", s.authn.Wrap(pprof.Index))
 		mux.Handle("GET /debug/pprof/profile", s.authn.Wrap(pprof.Profile))
 		mux.Handle("GET /debug/pprof/trace", s.authn.Wrap(pprof.Trace))
 		mux.Handle("GET /debug/pprof/symbol", s.authn.Wrap(pprof.Symbol))
 	}
-	// Everything else is the Kubernetes API (or no route at all): it limits its requests itself,
-	// and watches have no timeout.
-	mux.Handle("/", filters.Instrument(s.metrics.requests, "kube", s.authn.Wrap(s.handleKube)))
-	if s.opts.Fleet == nil {
-		return filters.CompressLarge(mux, streams)
-	}
-	s.local = mux
-	s.peers = &peers{clients: peer.NewClients(s.opts.PeerTrust, s.opts.PeerTimeout), timeout: s.opts.PeerTimeout, latency: s.metrics.peerLatency}
-	return filters.CompressLarge(s.fanout(mux), streams)
+	// Everything else is the Kubernetes API (or no route at all): it limits its requests
+	// itself, and watches have no timeout.
+	api("/", gated(s.kube))
+	return filters.CompressLarge(mux, streams)
 }
 
-// streams tells the requests whose answers stream (watches), as the handlers tell them: they
-// are never compressed.
+// streams tells the requests whose answers stream (watches): they are never compressed.
 func streams(r *http.Request) bool {
-	return isWatch(r.URL.Query()) || strings.Contains(r.URL.Path, "/watch/")
+	return filters.IsWatch(r.URL.Query()) || strings.Contains(r.URL.Path, "/watch/") || strings.HasPrefix(r.URL.Path, peer.Path)
 }
 
-// resolve maps a resource as the user wrote it (plural, singular, kind, short name,
-// plural.group, or the configured name) to the configured name.
-func (s *Server) resolve(name string) (string, bool) {
-	if _, ok := s.reg.Aggregate(name); ok {
-		return name, true
+// coordinated answers 429 while this replica cannot answer for the fleet (not coordinated with
+// its peers, or self-fenced): until it knows the fleet's owners it cannot tell which clusters an
+// answer spans, and an empty answer would read as deletes to every client. It runs after
+// authentication.
+func (s *Server) coordinated(h http.Handler) http.Handler {
+	if s.fleet == nil {
+		return h
 	}
-	key := strings.ToLower(name)
-	s.aliasMu.Lock()
-	defer s.aliasMu.Unlock()
-	if res, ok := s.aliases[key]; ok {
-		return res, true
-	}
-	for _, cs := range s.reg.Status() {
-		for _, rs := range cs.Resources {
-			for _, a := range rs.Aliases {
-				s.aliases[strings.ToLower(a)] = rs.Resource
-			}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.fleet.Ready(); err != nil {
+			filters.WriteAPIError(w, err)
+			return
 		}
-	}
-	res, ok := s.aliases[key]
-	return res, ok
+		h.ServeHTTP(w, r)
+	})
 }
 
-func (s *Server) aggregate(w http.ResponseWriter, r *http.Request) (string, *aggregate.Aggregate, bool) {
-	name := r.PathValue("resource")
-	res, ok := s.resolve(name)
-	if !ok {
-		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("resource %q is not cached (have %s)", name, strings.Join(s.reg.Resources(), ", ")))
-		return "", nil, false
-	}
-	agg, _ := s.reg.Aggregate(res)
-	return res, agg, true
+// peers guards the envelope: another replica's call, under a peer certificate when auth is
+// on (the caller it names is authenticated by then), once this replica is coordinated, in a
+// request slot (a watch in a watch slot).
+func (s *Server) peers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authn.Authorizer != nil && !filters.FromPeer(r.Context()) {
+			filters.WriteError(w, http.StatusForbidden, "forbidden: "+peer.Path+" is for the replicas themselves, under their peer certificates")
+			return
+		}
+		if r.URL.Path == peer.WatchPath {
+			s.limits.Watch(w, func() { s.coordinated(h).ServeHTTP(w, r) })
+			return
+		}
+		s.limits.Request(w, func() { s.coordinated(h).ServeHTTP(w, r) })
+	})
 }
 
-// RingHeld reports how many events the watch ring of resource holds, and about how many bytes
-// of objects, for reports and tests.
-func (s *Server) RingHeld(resource string) (events, bytes int) {
-	if h, ok := s.caches[resource]; ok {
-		st := h.Stats()
-		return st.Held, st.Bytes
+// relay answers a request of a cluster this replica does not run (its OpenAPI documents) at
+// the cluster's owner.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, cluster string) {
+	for _, o := range s.opts.Fleet.Owners() {
+		if o.Cluster != cluster {
+			continue
+		}
+		if o.Holder == "" || (!o.Live && !o.Self) || o.URL == "" {
+			filters.WriteAPIError(w, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("cluster %q cannot be read now: no live replica owns it; retry", cluster)))
+			return
+		}
+		(&peer.Client{ID: o.Holder, URL: o.URL, Clients: s.clients, Timeout: s.opts.PeerTimeout, Latency: s.metrics.peerLatency}).Relay(w, r)
+		return
 	}
-	return 0, 0
+	filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", cluster))
 }
 
-// Close removes the server's watch hubs from the aggregates and empties their rings; open
+// Local is this replica's own storage: its watch caches and what it holds.
+func (s *Server) Local() *local.Storage { return s.local }
+
+// Close removes the server's watch caches from the aggregates and empties their rings; open
 // watches end with 410. Serving after Close is not supported.
-func (s *Server) Close() {
-	for res, r := range s.cacheRegs {
-		r.Remove()
-		<-r.Done()
-		s.caches[res].Overflow()
-	}
-}
+func (s *Server) Close() { s.local.Close() }

@@ -96,6 +96,14 @@ type Cache struct {
 	// relists from the fleet, which now reads the cluster at its new owner.
 	cut    map[string]uint64
 	cutMax uint64 // the newest seq in cut: a watch of every cluster compares with it alone
+	// floor: every position before it is gone for every cluster. Entries of evicted and cut
+	// older than the oldest event kept are folded into it (prune), so that neither map
+	// keeps a name for every cluster that ever passed through.
+	floor uint64
+	// listed is, per cluster whose whole list the Cache holds, the seq at which it held it
+	// (OnListed): a snapshot at a position before it, or of a cluster not in it, lacks
+	// objects the cluster has.
+	listed map[string]uint64
 }
 
 // objectKey is an object's key within its cluster.
@@ -114,7 +122,7 @@ func New(opts Options) *Cache {
 	opts.MaxEvents = max(opts.MaxEvents, 1)
 	opts.MaxBytes = max(opts.MaxBytes, 1)
 	return &Cache{opts: opts, epoch: newEpoch(), ring: make([]Event, min(opts.MaxEvents, 1024)), evicted: map[string]uint64{},
-		wake: make(chan struct{}), latest: map[string]map[objectKey]state{}, cut: map[string]uint64{}}
+		wake: make(chan struct{}), latest: map[string]map[objectKey]state{}, cut: map[string]uint64{}, listed: map[string]uint64{}}
 }
 
 func newEpoch() string {
@@ -146,6 +154,44 @@ func (c *Cache) OnDelete(cluster string, obj any) {
 	c.append(Event{Cluster: cluster, Type: Deleted, Object: obj})
 }
 
+// OnListed records that the Cache holds a whole list of cluster (aggregate.ListHandler).
+func (c *Cache) OnListed(cluster string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listed[cluster] = c.seq
+}
+
+// OnLeft records that cluster left (aggregate.ListHandler): its deletes, or its handoff, came
+// before.
+func (c *Cache) OnLeft(cluster string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.listed, cluster)
+}
+
+// Unlisted lists the clusters of clusters whose whole list the snapshot at pos does not hold:
+// the Cache had not taken it by then, or the cluster left or moved away since. A watch that
+// starts with the objects at pos must not start without them.
+func (c *Cache) Unlisted(pos Position, clusters []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, cl := range clusters {
+		if at, ok := c.listed[cl]; !ok || at > pos.Seq {
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// Listed reports whether the Cache holds a whole list of cluster now.
+func (c *Cache) Listed(cluster string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.listed[cluster]
+	return ok
+}
+
 // OnHandoff records that cluster moved to another replica (aggregate.HandoffHandler): its
 // objects leave latest without a Deleted event, and every watch or snapshot that spans the
 // cluster from an earlier position is Gone (see cut). A move thus never reaches a client as
@@ -154,6 +200,7 @@ func (c *Cache) OnHandoff(cluster string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.latest, cluster)
+	delete(c.listed, cluster)
 	c.seq++
 	c.cut[cluster], c.cutMax = c.seq, c.seq
 	c.pushLocked(Event{Seq: c.seq, Cluster: cluster, Type: Handoff, size: 64})
@@ -182,7 +229,7 @@ func (c *Cache) Overflow() {
 	c.start, c.n, c.bytes = 0, 0, 0
 	clear(c.evicted)
 	clear(c.cut) // every position before this is expired anyway
-	c.cutMax = 0
+	c.cutMax, c.floor = 0, 0
 	c.evictedAll = c.seq
 	c.resets++
 	c.wakeLocked()
@@ -253,6 +300,27 @@ func (c *Cache) evictLocked() {
 	c.ring[c.start] = Event{}
 	c.start = (c.start + 1) % len(c.ring)
 	c.n--
+	if len(c.evicted)+len(c.cut) > 2*(len(c.listed)+len(c.latest))+64 {
+		c.pruneLocked()
+	}
+}
+
+// pruneLocked forgets the entries of evicted and cut of the clusters the Cache holds nothing
+// of now, those older than the oldest event kept, raising floor to the newest of them: a
+// position before one of them is gone for every cluster, not only for the cluster that left.
+// A few resumes fail that could have gone on; memory stays bounded by the clusters present.
+func (c *Cache) pruneLocked() {
+	first := c.seq - uint64(c.n) + 1
+	for _, m := range []map[string]uint64{c.evicted, c.cut} {
+		for cl, at := range m {
+			_, held := c.latest[cl]
+			_, listed := c.listed[cl]
+			if !held && !listed && at < first {
+				c.floor = max(c.floor, at)
+				delete(m, cl)
+			}
+		}
+	}
 }
 
 // growLocked doubles the ring, up to MaxEvents slots.
@@ -321,6 +389,12 @@ func (c *Cache) checkLocked(pos Position, clusters []string, count bool) error {
 	}
 	if pos.Seq > c.seq {
 		return &GoneError{Msg: fmt.Sprintf("resourceVersion is ahead of the newest event (%d); list again", c.seq)}
+	}
+	if pos.Seq < c.floor {
+		if count {
+			c.expired++
+		}
+		return &GoneError{Msg: "resourceVersion too old: events after it are no longer kept; list again"}
 	}
 	if cl, ok := c.cutLocked(pos.Seq, clusters); ok {
 		if count {

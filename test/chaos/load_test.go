@@ -164,7 +164,8 @@ func TestLoad(t *testing.T) {
 		if len(errs) > 0 {
 			t.Errorf("watch client: %v", errs[:min(5, len(errs))])
 		}
-		events, bytes := srv.RingHeld("configmaps")
+		st := srv.Local().Cache("configmaps").Stats()
+		events, bytes := st.Held, st.Bytes
 		watchNote = fmt.Sprintf("hub on: watch client converged %s after the load (%d lists, %d 410s); watch ring holds %d events, about %.1f MiB",
 			time.Since(t0).Round(time.Millisecond), lists, expired, events, float64(bytes)/(1<<20))
 	}

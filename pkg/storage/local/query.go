@@ -1,0 +1,111 @@
+package local
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/index"
+	"github.com/multicache/multicache/pkg/storage"
+)
+
+// PathFields are the field paths a field selector may name besides the resource's index
+// names, with how each is read.
+var PathFields = map[string]func(obj any) []string{
+	"metadata.name":      func(obj any) []string { return metaValue(obj, metav1.Object.GetName) },
+	"metadata.namespace": func(obj any) []string { return metaValue(obj, metav1.Object.GetNamespace) },
+	"spec.nodeName":      func(obj any) []string { return podField(obj, "spec.nodeName") },
+	"status.phase":       func(obj any) []string { return podField(obj, "status.phase") },
+}
+
+func metaValue(obj any, get func(metav1.Object) string) []string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil
+	}
+	return []string{get(m)}
+}
+
+// podField reads spec.nodeName or status.phase of a Pod, typed or unstructured ("" elsewhere).
+func podField(obj any, field string) []string {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		if field == "spec.nodeName" {
+			return []string{o.Spec.NodeName}
+		}
+		return []string{string(o.Status.Phase)}
+	case *unstructured.Unstructured:
+		v, _, _ := unstructured.NestedString(o.Object, strings.Split(field, ".")...)
+		return []string{v}
+	}
+	return []string{""}
+}
+
+// Query turns a selection's object filters into the aggregate's query: namespace, index and
+// value, and the field selector (a path of PathFields or an index name of agg). Equality on an
+// indexed field narrows through the index when nothing else does. Its errors are 400s that
+// name the parameter. Clusters and labels are the caller's to set.
+func Query(agg *aggregate.Aggregate, sel storage.Selection) (aggregate.Query, error) {
+	bad := func(format string, args ...any) (aggregate.Query, error) {
+		return aggregate.Query{}, storage.Errorf(http.StatusBadRequest, format, args...)
+	}
+	out := aggregate.Query{Namespace: sel.Namespace}
+	if ix := sel.Index; ix != "" {
+		out.Index, out.Value = ix, sel.Value
+		if ix == aggregate.IndexClusterNamespace && !strings.Contains(out.Value, "/") {
+			return bad("index %q: value %q is not cluster/namespace", ix, out.Value)
+		}
+	}
+	fs := sel.FieldSelector
+	if fs == "" {
+		return out, nil
+	}
+	parsed, err := fields.ParseSelector(fs)
+	if err != nil {
+		return bad("fieldSelector %q: %v", fs, err)
+	}
+	indexes := agg.GetIndexers()
+	for _, r := range parsed.Requirements() {
+		read, isPath := PathFields[r.Field]
+		_, isIndex := indexes[r.Field]
+		if !isPath && !isIndex {
+			return bad("fieldSelector: field %q is not supported (use metadata.name, metadata.namespace, spec.nodeName, status.phase or an index name)", r.Field)
+		}
+		not := r.Operator == selection.NotEquals
+		// An empty value selects objects without the field (cluster-scoped ones, unscheduled
+		// Pods), which neither the namespace filter nor the node index can express.
+		_, hasNodeIndex := indexes[index.NodeName]
+		switch {
+		case !not && r.Value != "" && r.Field == "metadata.namespace" && out.Namespace == "":
+			out.Namespace = r.Value
+			continue
+		case !not && r.Value != "" && out.Index == "" && r.Field == "spec.nodeName" && hasNodeIndex:
+			out.Index, out.Value = index.NodeName, r.Value
+			continue
+		case !not && out.Index == "" && isIndex && !isPath:
+			// (A path field keeps its meaning even if an index has its name.)
+			out.Index, out.Value = r.Field, r.Value
+			continue
+		}
+		out.Fields = append(out.Fields, aggregate.FieldTerm{Field: r.Field, Value: r.Value, Not: not, Values: read})
+	}
+	return out, nil
+}
+
+// validNames fails with a 400 naming the first cluster name that no cluster can have.
+func validNames(names []string) error {
+	for _, c := range names {
+		if err := aggregate.ValidateClusterName(c); err != nil {
+			return storage.Error(http.StatusBadRequest, fmt.Sprintf("cluster: %v", err))
+		}
+	}
+	return nil
+}
