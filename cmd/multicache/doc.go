@@ -8,9 +8,14 @@
 //	multicache get pods -A -l app=web --cluster fleet-1
 //	multicache clusters --watch
 //
-// It owns the process: flags and the config file, logging, the registry's source, the
-// server's options and signals. It is a module of its own because its Table columns for
+// It owns the command line: flags and the config file, and signals; package internal/daemon
+// builds the daemon from the config (logging, the registry's source, sharding, the server) and
+// runs it. It is a module of its own because its Table columns for
 // built-in kinds come from Kubernetes' own printers (package kubeprinters, which needs
 // k8s.io/kubernetes); the library module does not depend on k8s.io/kubernetes. Build it with
 // `make build` or `go -C cmd/multicache build`.
+//
+// Files: main.go (the root command), serve.go (serve: its flags into a config), get.go (get),
+// clusters.go (clusters), verify.go (verify), peercerts.go (peer-certs), client.go (the client
+// commands' flags).
 package main

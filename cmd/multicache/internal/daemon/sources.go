@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/config"
+	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage/peer"
+)
+
+// newCoordinator builds the replica's share of the fleet from the sharding config. With peer
+// certificates, the replica's identity defaults to its certificate's, and a peer Lease counts
+// only once its URL proves the peer (trust.Verify).
+func newCoordinator(cfg *config.Config, mgmt kubernetes.Interface, src clusterset.Source, log *zap.Logger, metrics prometheus.Registerer, trust *peer.Trust) (*shard.Coordinator, error) {
+	sh := cfg.Sharding
+	ns := sh.Namespace
+	if ns == "" {
+		ns = "multicache-system"
+		if cfg.Sources.Secrets != nil {
+			ns = cfg.Sources.Secrets.Namespace
+		}
+	}
+	opts := shard.Options{Client: mgmt, Namespace: ns, Identity: sh.Identity, AdvertiseURL: sh.AdvertiseURL,
+		LeaseDuration: sh.LeaseDuration.Duration, Weight: sh.Weight, MaxWarmups: sh.MaxWarmups, Source: src,
+		Logger: log.Named("shard"), Metrics: metrics}
+	if trust != nil {
+		opts.Identity, opts.Verify = trust.Identity(), trust.Verify
+	}
+	c, err := shard.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	return c, nil
+}
+
+// peerTrust loads this replica's peer certificate, nil without one. The peer CA must not be
+// the callers' client CA, nor share a certificate with it: a caller's client certificate could
+// then vouch for any user.
+func peerTrust(cfg *config.Config) (*peer.Trust, error) {
+	if !cfg.Sharding.PeerTrust() {
+		return nil, nil
+	}
+	sh := cfg.Sharding
+	trust, err := peer.LoadTrust(sh.PeerCertFile, sh.PeerKeyFile, sh.PeerCAFile, sh.Identity)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "" {
+		clientCA, err := os.ReadFile(cfg.Server.TLS.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.clientCAFile: %w", err)
+		}
+		if ca := trust.Overlaps(clientCA); ca != "" {
+			return nil, fmt.Errorf("sharding.peerCAFile %s: it holds %s, which server.tls.clientCAFile holds too: a caller's client certificate could then vouch for any user; use a CA of the replicas' own", sh.PeerCAFile, ca)
+		}
+	}
+	return trust, nil
+}
+
+// managementClient reaches the management cluster: from its kubeconfig and context, or, when
+// none is given, from the Pod the daemon runs in.
+func managementClient(m config.Management, version string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if m.Kubeconfig == "" {
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("management cluster: not running in a Pod (%v): set management.kubeconfig (--management-kubeconfig)", err)
+		}
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: m.Kubeconfig}
+		if rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: m.Context}).ClientConfig(); err != nil {
+			return nil, fmt.Errorf("management.kubeconfig %s: %w", m.Kubeconfig, err)
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = "multicache/" + version
+	rc.QPS, rc.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("management cluster: %w", err)
+	}
+	return cs, nil
+}
+
+// clusterSource is the kubeconfig source, the Secret source, or both. With Secrets on, the
+// kubeconfig source is used only when its files are named (kubeconfig.paths, --kubeconfig):
+// the default kubeconfig of whoever runs the daemon is not taken for fleet members.
+func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Interface, log *zap.Logger) (clusterset.Source, error) {
+	var srcs []clusterset.Source
+	if cfg.Sources.Secrets == nil || len(cfg.Kubeconfig.Paths) > 0 {
+		kc, err := clusterset.NewKubeconfig(cfg.KubeconfigOptions())
+		if err != nil {
+			return nil, err
+		}
+		// Fail fast when the kubeconfig yields nothing usable and nothing else can; later
+		// reload errors only get logged.
+		if clusters, err := kc.Load(); err != nil {
+			if len(clusters) == 0 && cfg.Sources.Secrets == nil {
+				return nil, err
+			}
+			log.Warn("some kubeconfig contexts are unusable", zap.Error(err))
+		}
+		srcs = append(srcs, kc)
+	}
+	if s := cfg.Sources.Secrets; s != nil {
+		sec, err := clusterset.NewSecrets(clusterset.SecretsOptions{Client: mgmt, Namespace: s.Namespace, Include: s.Include, Exclude: s.Exclude, Logger: log.Named("secrets")})
+		if err != nil {
+			return nil, err
+		}
+		if err := sec.Start(ctx, time.Minute); err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, sec)
+	}
+	if len(srcs) == 1 {
+		return srcs[0], nil
+	}
+	return clusterset.NewMulti(srcs...), nil
+}
+
+// returnMemoryAfterMoves returns freed memory to the operating system once clusters have
+// stopped joining, syncing and leaving this replica for a while.
+func returnMemoryAfterMoves(ctx context.Context, reg *clusterset.Registry, returns *memoryReturns, log *zap.Logger) {
+	changes, stop := reg.Subscribe(256)
+	defer stop()
+	quiet := clusterset.ShelfTTL + 5*time.Second
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch := <-changes:
+			if ch.To == clusterset.Removed || ch.To == clusterset.Synced {
+				timer.Reset(quiet)
+			}
+		case <-timer.C:
+			returns.free("moves")
+			log.Info("clusters moved; freed memory returned to the OS")
+		}
+	}
+}
