@@ -4,6 +4,7 @@
 #   kubectl                                  <- hack/tools/apiserver (k8s.io/kubernetes v1.37.1)
 #   etcd                                     <- hack/tools/etcd (go.etcd.io/etcd/server/v3 v3.7.0)
 #   k9s                                      <- github.com/derailed/k9s (go install, pinned below)
+#   golangci-lint                            <- github.com/golangci/golangci-lint/v2 (go install, pinned below)
 # A binary is rebuilt only when it is missing or its tools module (go.mod, go.sum) changed:
 # a stamp file beside each binary records the hash it was built from.
 set -euo pipefail
@@ -42,23 +43,26 @@ build() {
 }
 
 k9s_version=v0.50.16
+golangci_lint_version=v2.15.0
 
-# install_k9s builds k9s with go install at its pinned version, which uses k9s's own go.mod.
-install_k9s() {
-  local out="$bin/k9s" want
-  want=$(echo "$k9s_version" | cat - "$0" | sha256sum | cut -c1-16)
+# install NAME PACKAGE@VERSION builds a tool with go install at its pinned version, which uses
+# the tool's own go.mod.
+install() {
+  local name=$1 pkg=$2
+  local out="$bin/$name" want
+  want=$(echo "$pkg" | cat - "$0" | sha256sum | cut -c1-16)
   if [[ -x $out && -f $out.stamp && $(cat "$out.stamp") == "$want" ]]; then
-    echo "tools: k9s is up to date"
+    echo "tools: $name is up to date"
     return
   fi
-  echo "tools: building k9s $k9s_version (cold builds take minutes)"
+  echo "tools: building $pkg (cold builds take minutes)"
   local start=$SECONDS tmp
   tmp=$(mktemp -d)
-  CGO_ENABLED=0 GOBIN=$tmp go install -trimpath -ldflags "-s -w" "github.com/derailed/k9s@$k9s_version"
-  mv "$tmp/k9s" "$out"
+  CGO_ENABLED=0 GOBIN=$tmp go install -trimpath -ldflags "-s -w" "$pkg"
+  mv "$tmp/$name" "$out"
   rmdir "$tmp"
   echo "$want" > "$out.stamp"
-  echo "tools: built k9s in $((SECONDS - start))s"
+  echo "tools: built $name in $((SECONDS - start))s"
 }
 
 want=${*:-etcd kube-apiserver kubectl}
@@ -68,7 +72,8 @@ for t in $want; do
     kube-apiserver) build kube-apiserver "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$ldflags_k8s" ;;
     kube-controller-manager) build kube-controller-manager "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags_k8s" ;;
     kubectl) build kubectl "$root/hack/tools/apiserver" k8s.io/kubernetes/cmd/kubectl "$ldflags_k8s" ;;
-    k9s) install_k9s ;;
-    *) echo "tools: unknown tool '$t' (want etcd, kube-apiserver, kube-controller-manager, kubectl, k9s)" >&2; exit 2 ;;
+    k9s) install k9s "github.com/derailed/k9s@$k9s_version" ;;
+    golangci-lint) install golangci-lint "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$golangci_lint_version" ;;
+    *) echo "tools: unknown tool '$t' (want etcd, kube-apiserver, kube-controller-manager, kubectl, k9s, golangci-lint)" >&2; exit 2 ;;
   esac
 done

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 )
@@ -157,14 +156,6 @@ func (a *Aggregate) Resource() string { return a.resource }
 func objectKey(obj any) (string, bool) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	return key, err == nil && key != ""
-}
-
-func resourceVersion(obj any) string {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return ""
-	}
-	return m.GetResourceVersion()
 }
 
 // AddIndex installs spec in every current member it applies to, and in every later one.

@@ -293,10 +293,7 @@ func TestRapidSourceChanges(t *testing.T) {
 	src.set(c1("final"))
 	pods, _ := reg.Aggregate("pods")
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if fmt.Sprint(reg.Clusters()) == "[c1]" && fmt.Sprint(pods.Clusters()) == "[c1]" && pods.HasSynced("c1") {
-			break
-		}
+	for fmt.Sprint(reg.Clusters()) != "[c1]" || fmt.Sprint(pods.Clusters()) != "[c1]" || !pods.HasSynced("c1") {
 		if time.Now().After(deadline) {
 			t.Fatalf("registry %v, aggregate %v (synced %v): not what the source last said, [c1]", reg.Clusters(), pods.Clusters(), pods.HasSynced("c1"))
 		}

@@ -316,8 +316,8 @@ func (s *stack) onListWatchError(ctx context.Context, err error) {
 		s.errRV = s.informer.LastSyncResourceVersion()
 	}
 	text := describe(err)
-	switch {
-	case s.st.State == Synced || s.st.State == Degraded:
+	switch s.st.State {
+	case Synced, Degraded:
 		s.setStateLocked(Degraded, text)
 	default:
 		s.setStateLocked(Failed, text)

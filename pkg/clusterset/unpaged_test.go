@@ -82,7 +82,7 @@ func TestFirstList(t *testing.T) {
 	if f.planned() != nil || f.estimated() != nil {
 		t.Fatal("a plan before anything asked for one")
 	}
-	if !f.get().unpaged || !f.get().unpaged || calls != 1 || budget.free != 0 {
+	if first, again := f.get(), f.get(); !first.unpaged || again != first || calls != 1 || budget.free != 0 {
 		t.Fatalf("decisions %d, budget %d; want one unpaged plan holding all 10", calls, budget.free)
 	}
 	if f.estimated() == nil {

@@ -199,7 +199,7 @@ func TestHandlerBeforeRun(t *testing.T) {
 	s.w.Modify(cm(0, 3))
 	s.w.Delete(cm(1, 4))
 	waitFor(t, "the handler follows the store", func() bool {
-		return inf.GetStore().(cache.Store) != nil && len(inf.GetStore().List()) == 100 && v.matches(inf.GetStore())
+		return inf.GetStore() != nil && len(inf.GetStore().List()) == 100 && v.matches(inf.GetStore())
 	})
 	if got, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, "ns"); len(got) != 100 {
 		t.Errorf("namespace index: %d objects, want 100", len(got))

@@ -58,7 +58,7 @@ type ceilingSpec struct {
 var (
 	ceilingManagedFields = []metav1.ManagedFieldsEntry{{
 		Manager: "controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{".":{},"f:config.yaml":{},"f:version":{}},"f:metadata":{"f:labels":{".":{},"f:app":{},"f:team":{},"f:tier":{}}}}`)},
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:data":{".":{},"f:config.yaml":{},"f:version":{}},"f:metadata":{"f:labels":{".":{},"f:app":{},"f:team":{},"f:tier":{}}}}`),
 	}}
 	ceilingData = map[string]string{"config.yaml": "replicas: 3\nlogLevel: info\nfeatures: [a, b, c]\n", "version": "7"}
 )

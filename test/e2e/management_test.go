@@ -489,12 +489,10 @@ func checkIdentity(t *testing.T, e *mgmtEnv, id identity, fleetClusters []string
 			members = append(members, c)
 		}
 	}
-	var allowed, leftOut []string
+	var allowed []string
 	for _, c := range fleetClusters {
 		if id.may(c) {
 			allowed = append(allowed, c)
-		} else {
-			leftOut = append(leftOut, c)
 		}
 	}
 	// 1. The clusters endpoints.

@@ -102,7 +102,7 @@ func TestPeerTrust(t *testing.T) {
 	e, _ := newScaleEnv(t, 4)
 	rs := []replica{e.start("r1"), e.start("r2")}
 	// r2 takes its share once it has been live a lease duration.
-	holders := e.settled("every member owned and synced", rs, nil, 2*time.Minute)
+	var holders map[string]string
 	deadline := time.Now().Add(6 * shardLease)
 	for {
 		holders = e.settled("every member owned and synced", rs, nil, 2*time.Minute)

@@ -505,12 +505,9 @@ type writer struct {
 	errs   atomic.Int64
 }
 
-func (e *scaleEnv) write(perClusterPerSecond int) *writer {
-	return e.writeOps(perClusterPerSecond, false)
-}
-
-// writeOps is write; with keepStable, the seeded ConfigMaps cm-0 … cm-29 are only updated, and
-// creates and deletes go to churn-0 … churn-29 (see scaleEnv.stable).
+// writeOps writes perClusterPerSecond times a second in every member; with keepStable, the
+// seeded ConfigMaps cm-0 … cm-29 are only updated, and creates and deletes go to churn-0 …
+// churn-29 (see scaleEnv.stable).
 func (e *scaleEnv) writeOps(perClusterPerSecond int, keepStable bool) *writer {
 	ctx, stop := context.WithCancel(e.ctx)
 	w := &writer{stop: stop}

@@ -160,7 +160,6 @@ func TestTLS(t *testing.T) {
 		// row's object count.
 		objects := func() int {
 			deadline := time.After(30 * time.Second)
-			n := -1
 			for {
 				select {
 				case l, ok := <-lines:
@@ -168,7 +167,7 @@ func TestTLS(t *testing.T) {
 						t.Fatalf("watch output ended")
 					}
 					if f := strings.Fields(l); len(f) >= 4 && f[1] == "namespaces" {
-						n, _ = strconv.Atoi(f[3])
+						n, _ := strconv.Atoi(f[3])
 						return n
 					}
 				case <-deadline:

@@ -801,13 +801,13 @@ func rewriteManagedFields(mf []metav1.ManagedFieldsEntry, from, to []string) []m
 		if out[i].FieldsV1 == nil {
 			continue
 		}
-		raw := out[i].FieldsV1.Raw
+		raw := out[i].FieldsV1.GetRawBytes()
 		for k := range from {
 			if from[k] != to[k] {
 				raw = bytes.ReplaceAll(raw, []byte(`\"`+from[k]+`\"`), []byte(`\"`+to[k]+`\"`))
 			}
 		}
-		out[i].FieldsV1.Raw = raw
+		out[i].FieldsV1.SetRawBytes(raw)
 	}
 	return out
 }

@@ -69,10 +69,10 @@ func TestBulkSeedDiverse(t *testing.T) {
 		var managers []string
 		for _, m := range got.ManagedFields {
 			managers = append(managers, m.Manager+"/"+m.Subresource)
-			if m.Subresource == "status" && !strings.Contains(string(m.FieldsV1.Raw), `\"`+got.Status.PodIP+`\"`) {
-				t.Errorf("pod %s/%s: kubelet's managedFields do not name its pod IP %s: %s", got.Namespace, got.Name, got.Status.PodIP, m.FieldsV1.Raw)
+			if m.Subresource == "status" && !strings.Contains(m.FieldsV1.GetRawString(), `\"`+got.Status.PodIP+`\"`) {
+				t.Errorf("pod %s/%s: kubelet's managedFields do not name its pod IP %s: %s", got.Namespace, got.Name, got.Status.PodIP, m.FieldsV1.GetRawString())
 			}
-			if m.Subresource == "" && !strings.Contains(string(m.FieldsV1.Raw), string(got.OwnerReferences[0].UID)) {
+			if m.Subresource == "" && !strings.Contains(m.FieldsV1.GetRawString(), string(got.OwnerReferences[0].UID)) {
 				t.Errorf("pod %s/%s: controller's managedFields do not name its owner's UID", got.Namespace, got.Name)
 			}
 		}
