@@ -45,14 +45,41 @@ func (k k9s) tmux(args ...string) string {
 // keys presses keys in k9s (tmux key names: Enter, Escape).
 func (k k9s) keys(keys ...string) { k.tmux(append([]string{"send-keys", "-t", k.session}, keys...)...) }
 
-// command types a k9s command (":pods") or filter ("/name"), then Enter: the prompt first,
-// given a moment to open, then the rest.
+// command types a k9s command (":pods") or filter ("/name"), then Enter: the prompt's key
+// first, until the prompt shows; then the rest, until the prompt shows it. Keys typed before
+// the prompt opened would be hotkeys ("l" opens the logs).
 func (k k9s) command(cmd string) {
-	k.tmux("send-keys", "-t", k.session, "-l", "--", cmd[:1])
-	time.Sleep(500 * time.Millisecond)
-	k.tmux("send-keys", "-t", k.session, "-l", "--", cmd[1:])
-	time.Sleep(200 * time.Millisecond)
+	kind := byte('>')
+	if cmd[0] == '/' {
+		kind = '/'
+	}
+	for range 3 {
+		k.tmux("send-keys", "-t", k.session, "-l", "--", cmd[:1])
+		if _, ok := k.within(3*time.Second, func(p string) bool { return promptShows(p, kind, "") }); !ok {
+			continue
+		}
+		k.tmux("send-keys", "-t", k.session, "-l", "--", cmd[1:])
+		if _, ok := k.within(3*time.Second, func(p string) bool { return promptShows(p, kind, cmd[1:]) }); ok {
+			break
+		}
+		k.keys("Escape")
+	}
 	k.keys("Enter")
+}
+
+// promptLine is a line of k9s's prompt box (icons off): its kind ('>' a command, '/' a filter)
+// and what was typed.
+var promptLine = regexp.MustCompile(`(?m)^\s*│\s*([/>]) ?(\S*)`)
+
+// promptShows reports whether the pane shows k9s's prompt of kind holding text (and perhaps
+// the completion k9s suggests after it).
+func promptShows(pane string, kind byte, text string) bool {
+	for _, m := range promptLine.FindAllStringSubmatch(pane, -1) {
+		if m[1][0] == kind && strings.HasPrefix(m[2], text) {
+			return true
+		}
+	}
+	return false
 }
 
 func (k k9s) pane() string { return k.tmux("capture-pane", "-t", k.session, "-p") }

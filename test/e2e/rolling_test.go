@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/client"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
@@ -46,9 +48,9 @@ type relister struct {
 
 // wireClient says how one API lists and watches.
 type wireClient struct {
-	// list returns the objects and the list's resourceVersion; complete is false when the
-	// answer says a cluster it spans is not complete (the native API's clusters[]).
-	list func() (objs map[string]string, rv string, complete bool, err error)
+	// list returns the objects and the list's resourceVersion. A list answered is whole: both
+	// APIs refuse (429, 503) a list that spans a cluster they cannot answer for now.
+	list func() (objs map[string]string, rv string, err error)
 	// watch is the URL of a watch from rv.
 	watch func(rv string) string
 	// event decodes one line: its type, and the object's key and resourceVersion.
@@ -63,8 +65,8 @@ func (e *scaleEnv) relist(name string, r replica, c wireClient) *relister {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			objs, rv, complete, err := c.list()
-			if err != nil || !complete {
+			objs, rv, err := c.list()
+			if err != nil {
 				// 429 while a cluster is moving, or the replica restarting: as a reflector,
 				// try again a moment later, keeping what we have.
 				time.Sleep(200 * time.Millisecond)
@@ -215,11 +217,11 @@ func (rl *relister) snapshot() (map[string]string, []string, int) {
 // "/clusters/{name}" for one cluster).
 func (e *scaleEnv) kubeWire(r replica, prefix string) wireClient {
 	return wireClient{
-		list: func() (map[string]string, string, bool, error) {
+		list: func() (map[string]string, string, error) {
 			var l scaleList
 			warnings, err := e.getWarned(r, prefix+"/api/v1/configmaps", &l)
 			if err != nil {
-				return nil, "", false, err
+				return nil, "", err
 			}
 			if len(warnings) > 0 {
 				e.t.Logf("list %s from %s at %s warned: %v", prefix+"/api/v1/configmaps", r.id, time.Now().Format("15:04:05.000"), warnings)
@@ -229,7 +231,7 @@ func (e *scaleEnv) kubeWire(r replica, prefix string) wireClient {
 				k, rv := kubeKey(&l.Items[i])
 				out[k] = rv
 			}
-			return out, l.Metadata.ResourceVersion, true, nil
+			return out, l.Metadata.ResourceVersion, nil
 		},
 		watch: func(rv string) string {
 			return prefix + "/api/v1/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion=" + url.QueryEscape(rv)
@@ -256,15 +258,14 @@ func (e *scaleEnv) kubeWire(r replica, prefix string) wireClient {
 }
 
 // nativeWire lists (by pages of 50) and watches the native API, of the clusters named (every
-// one when none). A list whose clusters[] says one is not synced is incomplete: a careful
-// client does not take its missing objects for deletes.
+// one when none), trusting every list answered as whole, as pkg/client does.
 func (e *scaleEnv) nativeWire(r replica, clusters ...string) wireClient {
 	base := url.Values{}
 	for _, c := range clusters {
 		base.Add("cluster", c)
 	}
 	return wireClient{
-		list: func() (map[string]string, string, bool, error) {
+		list: func() (map[string]string, string, error) {
 			out, cont, rv := map[string]string{}, "", ""
 			for {
 				q := url.Values{"limit": {"50"}}
@@ -276,23 +277,20 @@ func (e *scaleEnv) nativeWire(r replica, clusters ...string) wireClient {
 				}
 				var l api.List
 				if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"?"+q.Encode(), &l); err != nil {
-					return nil, "", false, err
+					return nil, "", err
 				}
 				if rv == "" {
 					rv = l.ResourceVersion
 				}
-				for _, f := range l.Clusters {
-					if !f.Synced && !f.NotServed {
-						return nil, "", false, nil
-					}
-				}
+				// A 200 is whole: while a cluster it spans is not complete where it is
+				// answered, or has no live owner, the answer is 429 or 503 (an error here).
 				for _, it := range l.Items {
 					var om api.ObjectMeta
 					_ = json.Unmarshal(it.Object, &om)
 					out[it.Cluster+"|"+om.Metadata.Namespace+"/"+om.Metadata.Name] = om.Metadata.ResourceVersion
 				}
 				if cont = l.Continue; cont == "" {
-					return out, rv, true, nil
+					return out, rv, nil
 				}
 			}
 		},
@@ -377,47 +375,114 @@ func (ci *clusterInformer) state() map[string]string {
 	return out
 }
 
-// TestRollingRestart restarts each of three sharded replicas in turn (SIGTERM, then the same
-// replica again at the same address), as a rolling update of the Deployment does, while
-// ConfigMaps are created, updated and deleted in every member. Watches of every kind stay open
-// throughout and relist whenever they end: fleet-wide and /clusters/{name} watches of the
-// Kubernetes API, fleet-wide and cluster= watches of the native API, a client-go Reflector on
-// the fleet view of each replica, and a client-go informer on each member's /clusters/{name}.
-// Every one must end equal to the API servers, and none may be told that an object nobody
-// deleted is gone. It reports how long each cluster was not served and how often each watcher
-// relisted.
+// service stands for a Kubernetes Service in front of one replica of a Deployment: clients
+// reach the replica through its fixed address, a TCP forwarder to whichever replica is behind
+// it now. A rolling update puts a new replica (a new Pod: a new identity and address) behind
+// it; a connection keeps the replica it was opened to until that replica closes it.
+type service struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	target string
+}
+
+func newService(t *testing.T, target string) *service {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &service{ln: ln, target: target}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			to := s.target
+			s.mu.Unlock()
+			go forward(c, to)
+		}
+	}()
+	return s
+}
+
+// point puts the replica at target behind the service.
+func (s *service) point(target string) {
+	s.mu.Lock()
+	s.target = target
+	s.mu.Unlock()
+}
+
+// forward copies c to and from a new connection to target until either side closes.
+func forward(c net.Conn, target string) {
+	defer c.Close()
+	b, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer b.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(b, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, b); done <- struct{}{} }()
+	<-done
+}
+
+// behind is the replica clients see at s: r's credentials and client, s's address.
+func (s *service) behind(name string, r replica) replica {
+	d := *r.d
+	d.URL = "https://" + s.ln.Addr().String()
+	return replica{id: name, d: &d}
+}
+
+// TestRollingRestart updates each of three sharded replicas in turn as a Deployment's rolling
+// update does: a new replica with a new identity and a new address starts beside the old one,
+// the Service in front of them (see service) moves to it, then the old one stops (SIGTERM),
+// while ConfigMaps are created, updated and deleted in every member. Clients use the Services
+// only, and stay open throughout, relisting whenever they must: fleet-wide and
+// /clusters/{name} watches of the Kubernetes API, fleet-wide and cluster= watches of the native
+// API, pkg/client's Follow on the native API, a client-go Reflector on the fleet view behind
+// each Service, and a client-go informer on each member's /clusters/{name}. Every one must end
+// equal to the API servers, and none may be told that an object nobody deleted is gone. It
+// reports how long each cluster was not served and how often each watcher relisted.
 func TestRollingRestart(t *testing.T) {
 	e, _ := newScaleEnv(t, 5)
 	e.stable = func(key string) bool { return strings.Contains(key, "|"+scaleNS+"/cm-") }
-	addrs := map[string]string{}
-	var rs []replica
+	var rs, fronts []replica
+	var svcs []*service
 	for _, id := range []string{"r1", "r2", "r3"} {
-		addrs[id] = harness.FreePort(t)
-		rs = append(rs, e.startAt(id, addrs[id]))
+		addr := harness.FreePort(t)
+		r := e.startAt(id, addr)
+		rs = append(rs, r)
+		svc := newService(t, addr)
+		svcs = append(svcs, svc)
+		fronts = append(fronts, svc.behind("service of "+id, r))
 	}
+	var rsMu sync.Mutex // rs changes as replicas are replaced; the sampler reads it
 	e.settled("every member owned and synced", rs, nil, 2*time.Minute)
-	e.equalTruth("before the rolling restart", rs, time.Minute)
+	e.equalTruth("before the rolling restart", fronts, time.Minute)
 
-	fos := []*follower{e.follow(rs[0]), e.follow(rs[1]), e.follow(rs[2])}
+	fos := []*follower{e.follow(fronts[0]), e.follow(fronts[1]), e.follow(fronts[2])}
 	var informers []*clusterInformer
 	for i, m := range e.members {
-		informers = append(informers, e.informOn(rs[i%len(rs)], m))
+		informers = append(informers, e.informOn(fronts[i%len(fronts)], m))
 	}
 	m0, m1 := e.members[0], e.members[1]
 	relisters := []*relister{
-		e.relist("Kubernetes API, fleet, on r1", rs[0], e.kubeWire(rs[0], "")),
-		e.relist("Kubernetes API, fleet, on r2", rs[1], e.kubeWire(rs[1], "")),
-		e.relist("Kubernetes API, /clusters/"+m0+", on r3", rs[2], e.kubeWire(rs[2], "/clusters/"+m0)),
-		e.relist("native API, fleet, on r2", rs[1], e.nativeWire(rs[1])),
-		e.relist("native API, cluster="+m1+", on r3", rs[2], e.nativeWire(rs[2], m1)),
+		e.relist("Kubernetes API, fleet, via the first Service", fronts[0], e.kubeWire(fronts[0], "")),
+		e.relist("Kubernetes API, fleet, via the second Service", fronts[1], e.kubeWire(fronts[1], "")),
+		e.relist("Kubernetes API, /clusters/"+m0+", via the third Service", fronts[2], e.kubeWire(fronts[2], "/clusters/"+m0)),
+		e.relist("native API, fleet, via the second Service", fronts[1], e.nativeWire(fronts[1])),
+		e.relist("native API, cluster="+m1+", via the third Service", fronts[2], e.nativeWire(fronts[2], m1)),
+		e.followNative("pkg/client Follow, native API, fleet, via the first Service", fronts[0]),
 	}
-	if py := e.pythonRelister(rs[0]); py != nil {
+	if py := e.pythonRelister(fronts[0]); py != nil {
 		relisters = append(relisters, py)
 	}
 	e.followersEqualTruth("watchers started", fos, time.Minute)
 
 	// How long each member goes without a replica that serves it synced, sampled from a
-	// replica that is not restarting.
+	// replica that is not stopping.
 	restarting := make(chan string, 1)
 	unserved := map[string]time.Duration{}
 	var sampleMu sync.Mutex
@@ -434,12 +499,14 @@ func TestRollingRestart(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			now := time.Now()
 			var from replica
+			rsMu.Lock()
 			for _, r := range rs {
 				if r.id != cur {
 					from = r
 					break
 				}
 			}
+			rsMu.Unlock()
 			var cl api.Clusters
 			served := map[string]bool{}
 			if e.get(from, api.ClustersPath, &cl) == nil {
@@ -462,15 +529,29 @@ func TestRollingRestart(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	readsBefore := e.memberReads()
 	e.logMemberReads("to start the 3 replicas", map[string]fleet.Reads{}, readsBefore)
-	for i, r := range rs {
-		restarting <- r.id
+	for i := range rs {
+		rsMu.Lock()
+		old := rs[i]
+		rsMu.Unlock()
 		start := time.Now()
-		if err := r.d.Stop(t); err != nil {
-			t.Errorf("%s: SIGTERM: %v", r.id, err)
+		// The new Pod: a new identity (and peer certificate) and a new address, beside the old.
+		addr := harness.FreePort(t)
+		next := e.startAt(old.id+"-next", addr)
+		rsMu.Lock()
+		rs = append(rs, next)
+		rsMu.Unlock()
+		e.settled("every member owned and synced with "+next.id+" beside "+old.id, rs, nil, 2*time.Minute)
+		svcs[i].point(addr)
+		restarting <- old.id
+		if err := old.d.Stop(t); err != nil {
+			t.Errorf("%s: SIGTERM: %v", old.id, err)
 		}
-		rs[i] = e.startAt(r.id, addrs[r.id])
-		e.settled("every member owned and synced after restarting "+r.id, rs, nil, 2*time.Minute)
-		t.Logf("%s restarted and the fleet settled in %s", r.id, time.Since(start).Round(10*time.Millisecond))
+		rsMu.Lock()
+		rs = slices.DeleteFunc(rs, func(r replica) bool { return r.id == old.id || r.id == next.id })
+		rs = slices.Insert(rs, i, next)
+		rsMu.Unlock()
+		e.settled("every member owned and synced after "+old.id+" stopped", rs, nil, 2*time.Minute)
+		t.Logf("%s replaced by %s and the fleet settled in %s", old.id, next.id, time.Since(start).Round(10*time.Millisecond))
 	}
 	time.Sleep(2 * time.Second)
 	// Each cluster moves once or twice; each move hands the cache over, so the members serve
@@ -484,6 +565,7 @@ func TestRollingRestart(t *testing.T) {
 	t.Logf("writes during the rolling restart: %d (failed: %d)", w.writes.Load(), w.errs.Load())
 
 	e.equalTruth("after the rolling restart", rs, time.Minute)
+	e.equalTruth("after the rolling restart, through the Services", fronts, time.Minute)
 	e.followersEqualTruth("after the rolling restart", fos, time.Minute)
 	harness.WaitFor(t, "every informer and relisting watcher equal to the API servers", time.Minute, func() bool {
 		truth := e.truth()
@@ -545,4 +627,50 @@ func onlyCluster(m map[string]string, cluster string) map[string]string {
 		}
 	}
 	return out
+}
+
+// followNative runs pkg/client's Follow on r's native API, fleet-wide: the project's own
+// client, which retries an answer that says to (429 while a cluster it spans moves, 503 while
+// its owner is down) and lists again on 410. What it hands its handler goes into a relister's
+// state, which counts the objects it was told are gone that nobody deleted.
+func (e *scaleEnv) followNative(name string, r replica) *relister {
+	rl := &relister{name: name, state: map[string]string{}}
+	cl, err := client.New(client.Options{Server: r.d.URL, Token: scaleToken, CAFile: filepath.Join(e.tls.dir, "ca.crt")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	e.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		cl.Follow(ctx, scaleResource, client.Query{}, nativeFollower{e: e, rl: rl}, client.FollowOptions{OnError: func(err error) { rl.ended(err.Error()) }})
+	}()
+	return rl
+}
+
+// nativeFollower is Follow's handler for a relister.
+type nativeFollower struct {
+	e  *scaleEnv
+	rl *relister
+}
+
+func nativeKey(cluster string, raw json.RawMessage) (key, rv string) {
+	var om api.ObjectMeta
+	_ = json.Unmarshal(raw, &om)
+	return cluster + "|" + om.Metadata.Namespace + "/" + om.Metadata.Name, om.Metadata.ResourceVersion
+}
+
+func (f nativeFollower) Replace(l *api.List) {
+	objs := map[string]string{}
+	for _, it := range l.Items {
+		k, rv := nativeKey(it.Cluster, it.Object)
+		objs[k] = rv
+	}
+	f.rl.replace(f.e, objs)
+}
+
+func (f nativeFollower) Event(ev api.WatchEvent) {
+	k, rv := nativeKey(ev.Cluster, ev.Object)
+	f.rl.apply(f.e, ev.Type, k, rv)
 }
