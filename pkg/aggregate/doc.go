@@ -22,4 +22,10 @@
 //
 // Membership. New returns, with the Aggregate, the Membership through which its owner (the
 // clusterset.Registry) joins, replaces and removes members; readers never see it.
+//
+// Files: aggregate.go (the Aggregate: its reads, indexes and members), membership.go (a
+// member's informer: how it joins, is replaced, hands off and leaves), handlers.go (the fleet's
+// handlers and their registrations), queue.go (each handler's queue of pending events),
+// query.go (Query, Select and Matches), key.go (Key: cluster, namespace, name), workqueue.go
+// (QueueKeys, for client-go workqueues).
 package aggregate

@@ -6,4 +6,6 @@
 // Objects travel as raw JSON (json.RawMessage), exactly as the server encoded them: typed
 // objects with their kind and apiVersion, CRDs as unstructured JSON, metadata-only objects as
 // PartialObjectMetadata.
+//
+// Files: types.go (every wire type of the native API).
 package api

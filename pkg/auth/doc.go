@@ -13,4 +13,8 @@
 // It composes k8s.io/apiserver's webhook authenticator and authorizer, their caches and its
 // request-header authenticator; it keeps no review client of its own, and knows nothing of
 // the HTTP API it guards.
+//
+// Files: authorizer.go (Access, static tokens, the user of a request), delegated.go
+// (TokenReview and SubjectAccessReview through k8s.io/apiserver, the peers' request-header
+// authenticator).
 package auth

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // TestShelf: a state is taken once; WaitShelfTaken returns once every state is taken or
@@ -200,3 +202,51 @@ func TestHandedWatch(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// listOnly is a ListWatch that lists, then watches (no watch-list, which a fake watch does not
+// end with a bookmark).
+type listOnly struct{ *cache.ListWatch }
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
+
+// syncedInformer is an informer over a fake list of objects at resourceVersion 7, synced.
+func syncedInformer(t *testing.T, list runtime.Object, obj runtime.Object) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) { return list, nil },
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			return watch.NewFake(), nil
+		},
+	}
+	inf := cache.NewSharedIndexInformer(listOnly{lw}, obj, 0, cache.Indexers{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go inf.RunWithContext(ctx)
+	syncCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if !cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced) {
+		t.Fatal("the informer did not sync")
+	}
+	cancel() // stopped, as a stack's informer is before it is shelved
+	return inf
+}
+
+// TestShelveLeavesSecretsOut: a stopped cluster's state is shelved for its next owner resource
+// by resource, but Secrets': their data stays between each replica and its clusters.
+func TestShelveLeavesSecretsOut(t *testing.T) {
+	cms := syncedInformer(t, &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "7"},
+		Items: []corev1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: "ns", ResourceVersion: "5"}}}}, &corev1.ConfigMap{})
+	secrets := syncedInformer(t, &corev1.SecretList{ListMeta: metav1.ListMeta{ResourceVersion: "7"},
+		Items: []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns", ResourceVersion: "6"}, Data: map[string][]byte{"k": []byte("hunter2")}}}}, &corev1.Secret{})
+	reg := &Registry{log: zap.NewNop(), taker: func(context.Context, string, string) (*Handed, bool, error) { return nil, false, nil }}
+	r := &runner{reg: reg, cfg: ClusterConfig{Name: "c1", Config: &rest.Config{Host: "https://c1"}}, stacks: []*stack{
+		{informer: cms, key: "k-cm", st: ResourceStatus{Kind: "ConfigMap"}},
+		{informer: secrets, key: "k-secret", st: ResourceStatus{Kind: "Secret"}},
+	}}
+	r.shelve()
+	if st, ok := reg.Shelved("c1", "k-cm"); !ok || st.ResourceVersion != "7" || len(st.Items) != 1 {
+		t.Errorf("ConfigMaps' state: %+v %t, want it shelved at 7 with one object", st, ok)
+	}
+	if st, ok := reg.Shelved("c1", "k-secret"); ok {
+		t.Errorf("Secrets' state shelved: %+v", st)
+	}
+}

@@ -24,4 +24,8 @@
 // out copies, as controller-runtime does by default: the cached objects are never mutated.
 // A kind the Registry does not cache is an error that names it; controller-runtime would
 // start an informer for it, which multicache leaves to its configuration.
+//
+// Files: cache.go (Cache and Fleet: controller-runtime's cache.Cache over a Registry),
+// informer.go (an informer of one kind, over an aggregate), provider.go (Provider: the fleet as
+// multicluster-runtime's clusters).
 package crcache

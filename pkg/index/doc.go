@@ -7,4 +7,7 @@
 // It knows objects only, as client-go's IndexFuncs do: it imports no other package of
 // multicache. Where an index applies (which clusters), and the cluster and cluster+namespace
 // indexes, are the aggregate's business.
+//
+// Files: builtin.go (the built-in index functions), custom.go (index functions from JSONPath
+// and CEL).
 package index

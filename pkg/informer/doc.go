@@ -9,4 +9,6 @@
 // of which has its own queue and goroutine already. The listener in between is a second queue
 // that costs a goroutine hand-off per event and holds no state anyone reads. This informer
 // removes it. Its handlers must return quickly: while one runs, the informer processes nothing.
+//
+// Files: informer.go (Informer and its registrations).
 package informer

@@ -7,4 +7,6 @@
 // are read-only (the client-go informer contract, enforced in tests by
 // KUBE_CACHE_MUTATION_DETECTOR), so sharing is invisible to readers; a caller that needs to
 // modify an object must DeepCopy it first, as with any informer cache.
+//
+// Files: intern.go (the string table and what it interns in objects).
 package intern

@@ -65,4 +65,10 @@
 //     won and nothing is retried blindly.
 //   - One goroutine (Run's) owns the state; readers get copies taken under a mutex.
 //   - Credentials never appear in logs or errors: nothing here handles them.
+//
+// Files: coordinator.go (Coordinator: the Source and the Fleet), options.go (Options and their
+// validation), run.go (the loop: renew this replica's Lease, reconcile, hand over at shutdown),
+// reconcile.go (what to take, keep and release), assign.go (the bounded-load assignment and
+// weights), observe.go (what the Leases say), verify.go (peers that proved their identity),
+// names.go (Lease names, labels and annotations), metrics.go.
 package shard

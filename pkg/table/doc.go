@@ -11,4 +11,6 @@
 //   - otherwise NAME and AGE, as kube-apiserver gives a custom resource without columns.
 //
 // Nothing here modifies an object it is given: they are the cache's.
+//
+// Files: table.go (Set, Provider and the Table of an object).
 package table

@@ -14,4 +14,8 @@
 //
 // It knows nothing of HTTP: the API fronts in package server translate between the wire and
 // these types.
+//
+// Files: cache.go (Cache: the ring of events, snapshots, handoffs), watcher.go (Watcher: one
+// watch's stream, guard and bookmarks), position.go (positions and continue tokens), size.go
+// (the approximate size of an object).
 package watchcache

@@ -5,4 +5,6 @@
 // It lives in the daemon's module, not the library's: the printers come with k8s.io/kubernetes,
 // which a module can only require with a replace directive for each of its staging modules,
 // and replace directives do not reach a library's users.
+//
+// Files: kubeprinters.go (New: a table.Provider of Kubernetes' printers).
 package kubeprinters
