@@ -60,7 +60,8 @@ run kubectl --server "$server" get clusters.multicache.io
 run curl -s "$server/multicache/v1/resources/pods?index=pod-node&value=node-7&limit=2" -o /dev/null -w "HTTP %{http_code}, %{size_download} bytes in %{time_total}s\n"
 echo
 echo "\$ curl -s '$server/multicache/v1/resources/widgets?limit=1' | jq .clusters   # which clusters serve the CRD"
-curl -s "$server/multicache/v1/resources/widgets?limit=1" | python3 -c 'import json,sys; [print(c) for c in json.load(sys.stdin)["clusters"]]'
+# jq's own output (JSON, indented by two), printed by Python, which every machine here has.
+curl -s "$server/multicache/v1/resources/widgets?limit=1" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["clusters"], indent=2))'
 
 echo
 echo "demo: running. Try: $bin/multicache get deploy -A    |    $bin/multicache clusters --watch"

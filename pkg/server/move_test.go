@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,27 +63,10 @@ func self(cluster string) shard.Owner {
 	return shard.Owner{Cluster: cluster, Holder: "me", Self: true, Live: true}
 }
 
-// openWatch starts a watch and returns its lines as they come.
+// openWatch starts a watch without credentials and returns its lines as they come.
 func openWatch(t *testing.T, url string) (<-chan string, int) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(cancel)
-	return lines, resp.StatusCode
+	return watchFrom(t, url, "")
 }
 
 // endsWithGone reads lines until an ERROR event, and checks that it is a 410 saying why, and

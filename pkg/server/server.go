@@ -285,9 +285,11 @@ func (s *Server) Handler() http.Handler {
 	return filters.CompressLarge(mux, streams)
 }
 
-// streams tells the requests whose answers stream (watches): they are never compressed.
+// streams tells the requests whose answers stream (watches): they are never compressed. A
+// query that does not name watch is not parsed here: the front parses it, once.
 func streams(r *http.Request) bool {
-	return filters.IsWatch(r.URL.Query()) || strings.Contains(r.URL.Path, "/watch/") || strings.HasPrefix(r.URL.Path, peer.Path)
+	return (strings.Contains(r.URL.RawQuery, "watch") && filters.IsWatch(r.URL.Query())) || strings.Contains(r.URL.Path, "/watch/") ||
+		strings.HasPrefix(r.URL.Path, peer.Path)
 }
 
 // coordinated answers 429 while this replica cannot answer for the fleet (not coordinated with

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/multicache/multicache/pkg/api"
@@ -137,7 +138,7 @@ func refusal[T any](answers []answer[T]) error {
 // to another replica (its owner died, and the others take its clusters within a lease
 // duration), whose absence would read as deletes to every client that relists now.
 func refuseDown(pl plan) error {
-	return storage.Retry(http.StatusServiceUnavailable, "no live replica answers for "+joinNames(pl.downNames())+" yet; retry")
+	return storage.Retry(http.StatusServiceUnavailable, "no live replica answers for "+strings.Join(pl.downNames(), ", ")+" yet; retry")
 }
 
 // downFreshness reports the down clusters the caller may read, as unavailable.
@@ -174,18 +175,28 @@ func mergeFreshness(lists ...[]api.ClusterFreshness) []api.ClusterFreshness {
 	return out
 }
 
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
+// planOf is the plan of a read of sel, once this replica is coordinated with the others.
+func (r *Reader) planOf(sel storage.Selection) (plan, error) {
+	if err := r.Ready(); err != nil {
+		return plan{}, err
 	}
-	return out
+	return r.planFor(sel.Clusters, sel.LabelSelector)
 }
 
-// partOpts narrows a selection to part p.
+// direct is the Reader that answers a list or get of plan pl alone, and sel narrowed to its
+// part: this replica's own when it owns every cluster of pl (and none is down), another
+// replica's when that one does (plan.single); nil when the read fans out.
+func (r *Reader) direct(pl plan, sel storage.Selection) (storage.Reader, storage.Selection) {
+	if pl.local() {
+		return r.opts.Local, partSelection(sel, part{clusters: pl.selfClusters()})
+	}
+	if p, ok := pl.single(); ok {
+		return r.reader(p), partSelection(sel, p)
+	}
+	return nil, sel
+}
+
+// partSelection narrows a selection to part p.
 func partSelection(sel storage.Selection, p part) storage.Selection {
 	sel.Part = slices.Clone(p.clusters)
 	if sel.Part == nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,22 +23,14 @@ func less(a, b storage.Item) bool { return watchcache.CompareKeys(a.Key, b.Key) 
 // owners' answers as they come (List.More), never holding them whole. Every item shows the
 // list's position as its resourceVersion, a position of the fleet that a watch resumes from.
 func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.List, error) {
-	if err := r.Ready(); err != nil {
-		return nil, err
-	}
-	pl, err := r.planFor(opts.Clusters, opts.LabelSelector)
+	pl, err := r.planOf(opts.Selection)
 	if err != nil {
 		return nil, err
 	}
-	if pl.local() {
+	if rd, sel := r.direct(pl, opts.Selection); rd != nil {
 		o := opts
-		o.Selection = partSelection(opts.Selection, part{clusters: pl.selfClusters()})
-		return r.opts.Local.List(ctx, o)
-	}
-	if p, ok := pl.single(); ok {
-		o := opts
-		o.Selection = partSelection(opts.Selection, p)
-		return r.reader(p).List(ctx, o)
+		o.Selection = sel
+		return rd.List(ctx, o)
 	}
 	if len(pl.down) > 0 {
 		return nil, refuseDown(pl)
@@ -374,22 +367,14 @@ func (h *sourceHeap) Pop() any {
 // replicas hold for a moment answers once), and merges them in key order. With clusters down,
 // finding nothing is 503 (the others may hold it), never 404.
 func (r *Reader) Get(ctx context.Context, opts storage.GetOptions) (*storage.List, error) {
-	if err := r.Ready(); err != nil {
-		return nil, err
-	}
-	pl, err := r.planFor(opts.Clusters, opts.LabelSelector)
+	pl, err := r.planOf(opts.Selection)
 	if err != nil {
 		return nil, err
 	}
-	if pl.local() {
+	if rd, sel := r.direct(pl, opts.Selection); rd != nil {
 		o := opts
-		o.Selection = partSelection(opts.Selection, part{clusters: pl.selfClusters()})
-		return r.opts.Local.Get(ctx, o)
-	}
-	if p, ok := pl.single(); ok {
-		o := opts
-		o.Selection = partSelection(opts.Selection, p)
-		return r.reader(p).Get(ctx, o)
+		o.Selection = sel
+		return rd.Get(ctx, o)
 	}
 	pl = pl.withSelf(r.opts.Fleet.Identity())
 	answers := gather(ctx, r, pl, func(ctx context.Context, rd ReadStatus, p part) (*storage.List, error) {
@@ -411,7 +396,7 @@ func (r *Reader) Get(ctx context.Context, opts storage.GetOptions) (*storage.Lis
 	}
 	if len(pl.down) > 0 {
 		if len(out.Items) == 0 {
-			return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("not found in the clusters that answered; %d clusters could not be read now: %s", len(pl.down), joinNames(pl.downNames())))
+			return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("not found in the clusters that answered; %d clusters could not be read now: %s", len(pl.down), strings.Join(pl.downNames(), ", ")))
 		}
 		out.Freshness = mergeFreshness(out.Freshness, downFreshness(ctx, pl.down))
 	}

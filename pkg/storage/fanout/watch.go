@@ -19,10 +19,7 @@ import (
 // position of one replica's answer, or from before a cluster moved, is 410 before it starts.
 // A watch this replica answers alone is its own, guarded by its plan.
 func (r *Reader) Watch(ctx context.Context, opts storage.WatchOptions) (storage.Watch, error) {
-	if err := r.Ready(); err != nil {
-		return nil, err
-	}
-	pl, err := r.planFor(opts.Clusters, opts.LabelSelector)
+	pl, err := r.planOf(opts.Selection)
 	if err != nil {
 		return nil, err
 	}

@@ -63,8 +63,9 @@ func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.
 	}
 	// A planned cluster can leave between the check above and the read (a handoff that
 	// completed meanwhile): asked again after the read, it is never missing from an answer.
+	// Leaving shows in the watch cache (Listed), so the request's one status read serves.
 	if sel.planned && !sel.none {
-		if waiting, _ := s.unreadyWhy(s.view().info(sel.resource), sel.resource, sel.clusters()); len(waiting) > 0 {
+		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
 			return nil, refusedNotStarted(sel.resource, waiting)
 		}
 	}
@@ -278,7 +279,7 @@ func (s *Storage) Get(ctx context.Context, opts storage.GetOptions) (*storage.Li
 	}
 	if sel.planned {
 		// A cluster that left between the check and the read.
-		if waiting, _ := s.unreadyWhy(s.view().info(sel.resource), sel.resource, clusters); len(waiting) > 0 {
+		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, clusters); len(waiting) > 0 {
 			return nil, refusedNotStarted(sel.resource, waiting)
 		}
 	}

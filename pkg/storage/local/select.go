@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -206,16 +207,5 @@ func narrow(list, only []string) []string {
 
 // refusedNotStarted is the 429 of a read whose planned clusters are not complete here.
 func refusedNotStarted(resource string, waiting []string) error {
-	return storage.Retry(http.StatusTooManyRequests, "the cache of "+resource+" is not complete yet in "+joinNames(waiting)+"; retry")
-}
-
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out
+	return storage.Retry(http.StatusTooManyRequests, "the cache of "+resource+" is not complete yet in "+strings.Join(waiting, ", ")+"; retry")
 }

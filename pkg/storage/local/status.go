@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -112,7 +113,7 @@ func (s *Storage) Definitions(ctx context.Context, opts storage.ClusterOptions) 
 			}
 		}
 		if len(waiting) > 0 {
-			return nil, storage.Retry(http.StatusServiceUnavailable, "clusters "+joinNames(waiting)+" are moving between replicas or starting; retry")
+			return nil, storage.Retry(http.StatusServiceUnavailable, "clusters "+strings.Join(waiting, ", ")+" are moving between replicas or starting; retry")
 		}
 	}
 	byName := map[string]*storage.Definition{}
