@@ -198,6 +198,31 @@ func (c *Coordinator) stopped(st *loopState, name string, local func(string) (bo
 // instant at which a judgement made here expires by itself (a peer's liveness, an orphan's
 // grace, a hysteresis window, a pending write), zero if none.
 func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, next time.Time) {
+	d := c.decide(ctx, st)
+	return c.apply(ctx, st, d), d.next
+}
+
+// decision is what one pass decided: the writes this replica must make, what to publish, and
+// the figures it reports; busy and next as reconcile returns them.
+type decision struct {
+	acts    []action
+	snap    snapshot
+	offered map[string]bool
+	holders map[string]string
+	owned   int
+	unowned int
+	live    int
+	busy    bool
+	next    time.Time
+}
+
+// decide compares what the informer shows with what should be: who holds each fence and who
+// should, what to offer the Registry, which writes to make. It keeps the loop's own records
+// (handoffs under way, arrivals, orphans, pending writes) and logs what changed; it writes no
+// Lease and publishes nothing.
+func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
+	var busy bool
+	var next time.Time
 	now := c.clock.Now()
 	soon := func(t time.Time) {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
@@ -391,16 +416,6 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 		cfgs = append(cfgs, st.fleet[name])
 		offered[name] = true
 	}
-	v := c.publish(snapshot{offered: cfgs, loadErr: st.srcErr, force: st.srcNew, live: selfLive, owners: owners, peers: c.peerList(peers, selfLive)})
-	st.srcNew, st.offered = false, offered
-	for name := range offered {
-		st.lastOffer[name] = v
-	}
-	for name := range st.lastOffer {
-		if _, inFleet := st.fleet[name]; !inFleet && holders[name] != self {
-			delete(st.lastOffer, name)
-		}
-	}
 	live := 0
 	if selfLive {
 		live++
@@ -410,21 +425,39 @@ func (c *Coordinator) reconcile(ctx context.Context, st *loopState) (busy bool, 
 			live++
 		}
 	}
-	c.m.owned.Set(float64(owned))
-	c.m.unowned.Set(float64(unowned))
-	c.m.livePeers.Set(float64(live))
+	return decision{acts: acts, offered: offered, holders: holders, owned: owned, unowned: unowned, live: live, busy: busy, next: next,
+		snap: snapshot{offered: cfgs, loadErr: st.srcErr, force: st.srcNew, live: selfLive, owners: owners, peers: c.peerList(peers, selfLive)}}
+}
+
+// apply carries out d: it publishes what the Registry and the readers see (Load, Owners,
+// Peers), reports the figures, and makes the writes, stopping them if this replica fences
+// itself meanwhile. It reports whether the loop should look again soon.
+func (c *Coordinator) apply(ctx context.Context, st *loopState, d decision) (busy bool) {
+	v := c.publish(d.snap)
+	st.srcNew, st.offered = false, d.offered
+	for name := range d.offered {
+		st.lastOffer[name] = v
+	}
+	for name := range st.lastOffer {
+		if _, inFleet := st.fleet[name]; !inFleet && d.holders[name] != c.opts.Identity {
+			delete(st.lastOffer, name)
+		}
+	}
+	c.m.owned.Set(float64(d.owned))
+	c.m.unowned.Set(float64(d.unowned))
+	c.m.livePeers.Set(float64(d.live))
 	st.first = false
 
-	for _, a := range acts {
+	for _, a := range d.acts {
 		if ctx.Err() != nil {
 			break
 		}
 		if !c.selfLive(c.clock.Now()) && !st.stopping {
-			return true, next // self-fenced meanwhile: look again soon
+			return true // self-fenced meanwhile: look again soon
 		}
 		c.do(ctx, st, a)
 	}
-	return busy, next
+	return d.busy
 }
 
 // handoffTarget is the peer a cluster we hold should go to now: its owner in the assignment,
