@@ -22,6 +22,7 @@ import (
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/storage/peer"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -382,6 +383,7 @@ func TestFanInNeverAnswersPartially(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set(peer.ProtocolHeader, peer.ProtocolVersion) // an owner of this release
 				filters.WriteError(w, tc.code, "the owner's own words")
 			}))
 			url := owner.URL

@@ -217,3 +217,35 @@ func TestPeerEnvelopeNeedsAPeerCertificate(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviousReleasePartCallsAreRefused: during a rolling update from the previous release, a
+// replica of that release asks for its part of a read on the APIs' own paths with
+// X-Multicache-Peer. This release would answer the whole fleet there (the header means nothing
+// to it), which the caller would merge as one part: objects twice. It answers 503 with
+// Retry-After instead, and the caller's read is refused, never wrong. Its own peer route's
+// refusals name the envelope's version, by which a caller tells the releases apart.
+func TestPreviousReleasePartCallsAreRefused(t *testing.T) {
+	fl := newMovingFleet(self("a"), self("b"))
+	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
+	for _, path := range []string{"/api/v1/pods", "/multicache/v1/resources/pods", "/clusters/a/api/v1/pods"} {
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+path, nil)
+		req.Header.Set("X-Multicache-Peer", "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !bytes.Contains(body, []byte("previous release")) {
+			t.Errorf("%s with X-Multicache-Peer: %d %.200s; want 503 naming the previous release", path, resp.StatusCode, body)
+		}
+	}
+	resp, err := http.Post(hs.URL+peer.Path+"nosuchcall", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get(peer.ProtocolHeader) != peer.ProtocolVersion {
+		t.Errorf("a refusal of the peer route without %s: %d %v", peer.ProtocolHeader, resp.StatusCode, resp.Header)
+	}
+}

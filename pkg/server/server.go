@@ -305,15 +305,30 @@ func (s *Server) coordinated(h http.Handler) http.Handler {
 			filters.WriteAPIError(w, err)
 			return
 		}
+		if r.Header.Get(previousPeerHeader) != "" {
+			filters.WriteAPIError(w, storage.Retry(http.StatusServiceUnavailable, "a replica of the previous release asked for its part of a read ("+
+				previousPeerHeader+"); this one answers replicas through "+peer.Path+" (peer protocol "+peer.ProtocolVersion+
+				") only: its answer to that call would be the whole fleet's. Retry once the rolling update has replaced the replica that asked"))
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
 }
+
+// previousPeerHeader marked, in the previous release, a replica's call for its part of a
+// read, sent on the APIs' own paths. This release neither sends it nor answers such a call:
+// during a rolling update from that release, a read spanning clusters of replicas of both
+// releases is refused (503), never answered twice over or in part.
+const previousPeerHeader = "X-Multicache-Peer"
 
 // peers guards the envelope: another replica's call, under a peer certificate when auth is
 // on (the caller it names is authenticated by then), once this replica is coordinated, in a
 // request slot (a watch in a watch slot).
 func (s *Server) peers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every answer of the route says it is this release's, its refusals too: a caller
+		// tells a replica that does not speak the envelope by the header's absence.
+		w.Header().Set(peer.ProtocolHeader, peer.ProtocolVersion)
 		if s.authn.Authorizer != nil && !filters.FromPeer(r.Context()) {
 			filters.WriteError(w, http.StatusForbidden, "forbidden: "+peer.Path+" is for the replicas themselves, under their peer certificates")
 			return

@@ -103,9 +103,10 @@ func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.R
 }
 
 // answerError is a replica's refusal: its Status as it gave it (the caller's own answer), but
-// for a refusal of this replica itself (401, or 404 from a replica without the envelope) and a
-// failure of the replica (5xx), which are 503: the caller did nothing wrong, and may retry. A
-// 429 or 503 always carries a Retry-After.
+// for a refusal of this replica itself (401), an answer without the envelope's header (a
+// replica of another release, during a rolling update) and a failure of the replica (5xx),
+// which are 503: the caller did nothing wrong, and may retry. A 429 or 503 always carries a
+// Retry-After.
 func answerError(id string, resp *http.Response, body []byte) error {
 	var st metav1.Status
 	if json.Unmarshal(body, &st) != nil || st.Code == 0 {
@@ -114,8 +115,8 @@ func answerError(id string, resp *http.Response, body []byte) error {
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q refused this replica's call (%s): are its peer certificates signed by the same CA?", id, st.Message))
-	case resp.StatusCode == http.StatusNotFound && resp.Header.Get(ProtocolHeader) == "":
-		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q does not answer this release's peer calls (%s)", id, st.Message))
+	case resp.Header.Get(ProtocolHeader) == "":
+		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q does not answer this release's peer calls (it answered %d: %s); retry once the rolling update is done", id, resp.StatusCode, st.Message))
 	case resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable:
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q failed: %d %s", id, resp.StatusCode, st.Message))
 	}

@@ -236,7 +236,8 @@ func TestPeerReadTimeout(t *testing.T) {
 }
 
 // TestAnswerErrors: a replica's refusal of the caller is the caller's answer; its refusal of
-// this replica, or its failure, is 503; a 429 or 503 always says when to retry.
+// this replica, its failure, and any answer of a replica that does not speak the envelope (of
+// another release, during a rolling update) is 503; a 429 or 503 always says when to retry.
 func TestAnswerErrors(t *testing.T) {
 	for _, tc := range []struct {
 		code     int
@@ -246,7 +247,10 @@ func TestAnswerErrors(t *testing.T) {
 		{http.StatusForbidden, true, http.StatusForbidden},
 		{http.StatusGone, true, http.StatusGone},
 		{http.StatusNotFound, true, http.StatusNotFound},
-		{http.StatusNotFound, false, http.StatusServiceUnavailable}, // a replica without the envelope
+		{http.StatusNotFound, false, http.StatusServiceUnavailable}, // a replica of another release
+		{http.StatusMethodNotAllowed, false, http.StatusServiceUnavailable},
+		{http.StatusTooManyRequests, false, http.StatusServiceUnavailable},
+		{http.StatusUnauthorized, false, http.StatusServiceUnavailable},
 		{http.StatusUnauthorized, true, http.StatusServiceUnavailable},
 		{http.StatusInternalServerError, true, http.StatusServiceUnavailable},
 		{http.StatusTooManyRequests, true, http.StatusTooManyRequests},
