@@ -12,9 +12,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prometheus/client_golang/prometheus"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/group"
@@ -25,12 +22,12 @@ import (
 	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	authorizationcel "k8s.io/apiserver/pkg/authorization/cel"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	webhooktoken "k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
+	webhookauthz "k8s.io/apiserver/plugin/pkg/authorizer/webhook"
+	webhookmetrics "k8s.io/apiserver/plugin/pkg/authorizer/webhook/metrics"
 	"k8s.io/client-go/kubernetes"
-	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 )
 
 // The resource a caller's access is checked on, in the management cluster's authorizer
@@ -99,8 +96,8 @@ func New(opts Options) (*Delegated, error) {
 		return nil, err
 	}
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
-	tokens, err := webhooktoken.NewFromInterface(countingAuthentication{opts.Client.AuthenticationV1(), m}, nil, backoff, opts.Timeout,
-		webhooktoken.AuthenticatorMetrics{RecordRequestTotal: func(context.Context, string) {}, RecordRequestLatency: func(context.Context, string, float64) {}})
+	tokens, err := webhooktoken.NewFromInterface(opts.Client.AuthenticationV1(), nil, backoff, opts.Timeout,
+		webhooktoken.AuthenticatorMetrics{RecordRequestTotal: func(context.Context, string) {}, RecordRequestLatency: m.sentFunc("token")})
 	if err != nil {
 		return nil, fmt.Errorf("auth: token review: %w", err)
 	}
@@ -117,12 +114,9 @@ func New(opts Options) (*Delegated, error) {
 		}
 		reqs = append([]authenticator.Request{x509.NewDynamic(ca.VerifyOptions, x509.CommonNameUserConversion)}, reqs...)
 	}
-	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: countingAuthorization{opts.Client.AuthorizationV1(), m},
-		AllowCacheTTL:             opts.AllowTTL,
-		DenyCacheTTL:              opts.DenyTTL,
-		WebhookRetryBackoff:       &backoff,
-	}.New()
+	// As authorizerfactory.DelegatingAuthorizerConfig builds it, with metrics of our own.
+	authz, err := webhookauthz.NewFromInterface(opts.Client.AuthorizationV1(), opts.AllowTTL, opts.DenyTTL, backoff,
+		authorizer.DecisionNoOpinion, sentAccessReviews{m: m}, authorizationcel.NewDefaultCompiler())
 	if err != nil {
 		return nil, fmt.Errorf("auth: subject access review: %w", err)
 	}
@@ -285,46 +279,22 @@ func (c countingToken) AuthenticateToken(ctx context.Context, token string) (*au
 	return c.Token.AuthenticateToken(ctx, token)
 }
 
-// countingAuthentication and countingAuthorization count and time the reviews sent.
-type countingAuthentication struct {
-	authenticationclient.AuthenticationV1Interface
+// sentFunc counts and times one review sent to the management cluster, as the webhook
+// clients report each request (their RecordRequestLatency). The clients post through the
+// client's RESTClient, so the typed client never sees the reviews.
+func (m *reviewMetrics) sentFunc(review string) func(context.Context, string, float64) {
+	return func(_ context.Context, _ string, seconds float64) {
+		m.sent.WithLabelValues(review).Inc()
+		m.latency.WithLabelValues(review).Observe(seconds)
+	}
+}
+
+// sentAccessReviews is the SubjectAccessReview webhook's metrics: the reviews sent.
+type sentAccessReviews struct {
+	webhookmetrics.NoopAuthorizerMetrics
 	m *reviewMetrics
 }
 
-func (c countingAuthentication) TokenReviews() authenticationclient.TokenReviewInterface {
-	return countingTokenReviews{c.AuthenticationV1Interface.TokenReviews(), c.m}
-}
-
-type countingTokenReviews struct {
-	authenticationclient.TokenReviewInterface
-	m *reviewMetrics
-}
-
-func (c countingTokenReviews) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
-	defer c.m.observe("token", time.Now())
-	return c.TokenReviewInterface.Create(ctx, tr, opts)
-}
-
-type countingAuthorization struct {
-	authorizationclient.AuthorizationV1Interface
-	m *reviewMetrics
-}
-
-func (c countingAuthorization) SubjectAccessReviews() authorizationclient.SubjectAccessReviewInterface {
-	return countingAccessReviews{c.AuthorizationV1Interface.SubjectAccessReviews(), c.m}
-}
-
-type countingAccessReviews struct {
-	authorizationclient.SubjectAccessReviewInterface
-	m *reviewMetrics
-}
-
-func (c countingAccessReviews) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
-	defer c.m.observe("access", time.Now())
-	return c.SubjectAccessReviewInterface.Create(ctx, sar, opts)
-}
-
-func (m *reviewMetrics) observe(review string, start time.Time) {
-	m.sent.WithLabelValues(review).Inc()
-	m.latency.WithLabelValues(review).Observe(time.Since(start).Seconds())
+func (s sentAccessReviews) RecordRequestLatency(ctx context.Context, code string, seconds float64) {
+	s.m.sentFunc("access")(ctx, code, seconds)
 }

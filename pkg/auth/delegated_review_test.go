@@ -1,0 +1,241 @@
+package auth
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// management is a management cluster's review endpoints: the token "alice-token" is alice in
+// group dev; alice may get cluster fleet-1 and its secrets; bob (by certificate) may list
+// every cluster. It counts the reviews it answers.
+type management struct {
+	mu                 sync.Mutex
+	tokenReviews, sars int
+}
+
+func (m *management) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case "/apis/authentication.k8s.io/v1/tokenreviews":
+		var tr authenticationv1.TokenReview
+		if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		m.mu.Lock()
+		m.tokenReviews++
+		m.mu.Unlock()
+		if tr.Spec.Token == "alice-token" {
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice", Groups: []string{"dev"}}}
+		}
+		tr.APIVersion, tr.Kind = "authentication.k8s.io/v1", "TokenReview"
+		_ = json.NewEncoder(w).Encode(&tr)
+	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
+		var sar authorizationv1.SubjectAccessReview
+		if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		m.mu.Lock()
+		m.sars++
+		m.mu.Unlock()
+		ra := sar.Spec.ResourceAttributes
+		switch {
+		case ra == nil || ra.Group != Group || ra.Resource != Resource:
+		case sar.Spec.User == "bob" && ra.Verb == "list" && ra.Name == "":
+			sar.Status.Allowed = true
+		case sar.Spec.User == "alice" && ra.Verb == "get" && ra.Name == "fleet-1" && (ra.Subresource == "" || ra.Subresource == SecretsSubresource):
+			sar.Status.Allowed = true
+		}
+		sar.APIVersion, sar.Kind = "authorization.k8s.io/v1", "SubjectAccessReview"
+		_ = json.NewEncoder(w).Encode(&sar)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (m *management) counts() (int, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tokenReviews, m.sars
+}
+
+func bearer(token string) *http.Request {
+	r, _ := http.NewRequest(http.MethodGet, "https://replica/api/v1/pods", nil)
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	return r
+}
+
+// TestDelegatedReviews: a caller's token is a TokenReview, and each access question a
+// SubjectAccessReview on clusters.multicache.io, both cached; every refusal is a 401 that
+// names no address of the management cluster.
+func TestDelegatedReviews(t *testing.T) {
+	mgmt := &management{}
+	srv := httptest.NewServer(mgmt)
+	t.Cleanup(srv.Close)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := newTestCA(t, "client-ca")
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	d, err := New(Options{Client: cs, ClientCAFile: caFile, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	a, err := d.Authorize(bearer("alice-token"))
+	if err != nil {
+		t.Fatalf("alice's token: %v", err)
+	}
+	u := a.(interface{ User() user.Info }).User()
+	if u.GetName() != "alice" || !strings.Contains(strings.Join(u.GetGroups(), ","), "dev") ||
+		!strings.Contains(strings.Join(u.GetGroups(), ","), user.AllAuthenticated) {
+		t.Errorf("alice's token is %q in %v, want alice in dev and %s", u.GetName(), u.GetGroups(), user.AllAuthenticated)
+	}
+	for _, tc := range []struct {
+		cluster       string
+		secrets, want bool
+	}{{"fleet-1", false, true}, {"fleet-1", true, true}, {"fleet-2", false, false}, {"fleet-2", true, false}} {
+		if ok, err := a.Cluster(ctx, tc.cluster, tc.secrets); err != nil || ok != tc.want {
+			t.Errorf("alice on %s (secrets %v): %v, %v; want %v", tc.cluster, tc.secrets, ok, err, tc.want)
+		}
+	}
+	if ok, _ := a.All(ctx); ok {
+		t.Error("alice may list every cluster, which the management cluster denies")
+	}
+
+	// The caches answer what was asked before: the same token and the same questions again
+	// send nothing.
+	tokens, sars := mgmt.counts()
+	a2, err := d.Authorize(bearer("alice-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = a2.Cluster(ctx, "fleet-1", true)
+	_, _ = a2.Cluster(ctx, "fleet-2", false)
+	if t2, s2 := mgmt.counts(); t2 != tokens || s2 != sars {
+		t.Errorf("asked again: %d token and %d access reviews sent, want none (cached)", t2-tokens, s2-sars)
+	}
+	if got := counterValue(d.m.sent, "token"); got != float64(tokens) {
+		t.Errorf("multicache_auth_reviews_sent_total{review=token} = %v, want %d (the reviews the server got)", got, tokens)
+	}
+	if got := counterValue(d.m.sent, "access"); got != float64(sars) {
+		t.Errorf("multicache_auth_reviews_sent_total{review=access} = %v, want %d (the reviews the server got)", got, sars)
+	}
+	ratios := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "multicache_auth_review_cache_hit_ratio" {
+			for _, m := range mf.GetMetric() {
+				ratios[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if len(ratios) != 2 || ratios["token"] <= 0 || ratios["access"] <= 0 || ratios["token"] > 1 {
+		t.Errorf("hit ratios %v, want token and access, each in (0, 1]", ratios)
+	}
+
+	// A client certificate the client CA signed is its CommonName, with no review.
+	bob := bearer("")
+	bob.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{ca.client(t, "bob")}}
+	ab, err := d.Authorize(bob)
+	if err != nil {
+		t.Fatalf("bob's certificate: %v", err)
+	}
+	if ok, err := ab.Cluster(ctx, "fleet-9", true); err == nil && ok {
+		t.Error("bob reads fleet-9's secrets; the management cluster allows only list on clusters")
+	}
+	if ok, err := ab.Cluster(ctx, "fleet-9", false); err != nil || !ok {
+		t.Errorf("bob, who may list every cluster, on fleet-9: %v, %v", ok, err)
+	}
+
+	for name, r := range map[string]*http.Request{"no credentials": bearer(""), "a token the management cluster rejects": bearer("mallory")} {
+		if _, err := d.Authorize(r); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("%s: %v, want ErrUnauthenticated", name, err)
+		}
+	}
+	other := newTestCA(t, "other-ca")
+	forged := bearer("")
+	forged.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{other.client(t, "bob")}}
+	if _, err := d.Authorize(forged); !errors.Is(err, ErrUnauthenticated) || strings.Contains(err.Error(), "authority") {
+		t.Errorf("a certificate another CA signed: %v, want ErrUnauthenticated without the cause", err)
+	}
+
+	// The management cluster gone: access is an error that does not name its address.
+	srv.Close()
+	_, err = d.AccessFor(&user.DefaultInfo{Name: "carol"}).Cluster(ctx, "fleet-1", false)
+	if err == nil || strings.Contains(err.Error(), strings.TrimPrefix(srv.URL, "http://")) {
+		t.Errorf("access with the management cluster gone: %v, want an error without its address", err)
+	}
+}
+
+// TestDelegatedOptions: what New refuses, naming the setting.
+func TestDelegatedOptions(t *testing.T) {
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.crt")
+	if err := os.WriteFile(bad, []byte("not pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := New(Options{Client: cs, Metrics: reg}); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"no client":            {Options{}, "management cluster"},
+		"negative TTL":         {Options{Client: cs, DenyTTL: -1}, "negative"},
+		"missing client CA":    {Options{Client: cs, ClientCAFile: "/nonexistent/ca.crt"}, "server.tls.clientCAFile"},
+		"client CA not PEM":    {Options{Client: cs, ClientCAFile: bad}, "server.tls.clientCAFile"},
+		"metrics twice in one": {Options{Client: cs, Metrics: reg}, "metrics"},
+	} {
+		if _, err := New(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestAccessInContext: a context without a caller's access reads everything (auth off); with
+// one, it is that caller's.
+func TestAccessInContext(t *testing.T) {
+	ctx := context.Background()
+	if _, ok := AccessOf(ctx).(Everything); !ok {
+		t.Errorf("AccessOf an empty context is %T, want Everything", AccessOf(ctx))
+	}
+	a := &access{user: &user.DefaultInfo{Name: "alice"}}
+	if got := AccessOf(WithAccess(ctx, a)); got != a {
+		t.Errorf("AccessOf(WithAccess(a)) = %v, want a", got)
+	}
+}
