@@ -176,8 +176,13 @@ func (c *Cache) resolveWait(ctx context.Context, gvk schema.GroupVersionKind) (t
 	for {
 		t, err := c.resolve(gvk)
 		var nc *cache.ErrResourceNotCached
-		if err == nil || !errors.As(err, &nc) || c.f.allResolved() {
+		if err == nil || !errors.As(err, &nc) {
 			return t, err
+		}
+		if c.f.allResolved() {
+			// resolve read the status before allResolved did: a kind resolved in between
+			// is found by one more look, which reads the status after it.
+			return c.resolve(gvk)
 		}
 		select {
 		case <-ctx.Done():
