@@ -133,7 +133,6 @@ func TestPeerTrust(t *testing.T) {
 	ask := func(c *http.Client, headers map[string]string) int {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, owner.d.URL+"/api/v1/configmaps", nil)
-		req.Header.Set("X-Multicache-Peer", "1")
 		for k, v := range headers {
 			req.Header.Set(k, v)
 		}
@@ -147,6 +146,16 @@ func TestPeerTrust(t *testing.T) {
 	claim := map[string]string{"X-Remote-User": "someone", "X-Remote-Group": "system:masters"}
 	if code := ask(e.tls.clientWith(peerClientCert(t, e.tls.ca, "multicache-peer")), claim); code != http.StatusOK {
 		t.Errorf("a peer's certificate vouching for a user: %d, want 200", code)
+	}
+	// The previous release's call for a replica's part (X-Multicache-Peer on the API's own
+	// path) is refused once authenticated: this release would answer it with the whole fleet.
+	// Without a certificate, the header skips nothing: 401.
+	oldCall := map[string]string{"X-Remote-User": "someone", "X-Remote-Group": "system:masters", "X-Multicache-Peer": "1"}
+	if code := ask(e.tls.clientWith(peerClientCert(t, e.tls.ca, "multicache-peer")), oldCall); code != http.StatusServiceUnavailable {
+		t.Errorf("a previous-release replica's part call: %d, want 503", code)
+	}
+	if code := ask(e.tls.clientWith(nil), oldCall); code != http.StatusUnauthorized {
+		t.Errorf("X-Multicache-Peer and identity headers without a client certificate: %d, want 401", code)
 	}
 	if code := ask(e.tls.clientWith(nil), claim); code != http.StatusUnauthorized {
 		t.Errorf("identity headers without a client certificate: %d, want 401", code)
