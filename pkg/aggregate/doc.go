@@ -27,5 +27,6 @@
 // member's informer: how it joins, is replaced, hands off and leaves), handlers.go (the fleet's
 // handlers and their registrations), queue.go (each handler's queue of pending events),
 // query.go (Query, Select and Matches), key.go (Key: cluster, namespace, name), workqueue.go
-// (QueueKeys, for client-go workqueues).
+// (QueueKeys, for client-go workqueues), summary.go (Summarize: counts in groups by cluster,
+// namespace, label, JSONPath or index).
 package aggregate

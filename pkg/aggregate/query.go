@@ -69,6 +69,48 @@ type Result struct {
 // Select answers q from the members' indexes. Items come in cluster order, then in store order.
 func (a *Aggregate) Select(q Query) (Result, error) {
 	var res Result
+	p, err := a.planSelect(q)
+	if err != nil {
+		return res, err
+	}
+	for _, m := range p.members {
+		if !m.fresh() {
+			res.Unsynced = append(res.Unsynced, m.cluster)
+		}
+		objs, err := a.selectMember(m, p.q, p.spec)
+		if err != nil {
+			return res, fmt.Errorf("cluster %q: %w", m.cluster, err)
+		}
+		if res.Items == nil {
+			res.Items = make([]Item, 0, len(objs))
+		}
+		for _, o := range objs {
+			if !p.check || a.matchObject(p.rest, m.cluster, o) {
+				res.Items = append(res.Items, Item{Cluster: m.cluster, Object: o})
+			}
+		}
+	}
+	return res, nil
+}
+
+// selectPlan is a Query made ready to answer member by member.
+type selectPlan struct {
+	members []*member // those q spans, in cluster order
+	q       Query
+	spec    IndexSpec
+	// rest is what the index lookup does not already guarantee, checked object by object
+	// when check is set.
+	rest  Query
+	check bool
+}
+
+// plain reports whether the plan reads every object of its members: no index, namespace,
+// label or field narrows it.
+func (p selectPlan) plain() bool {
+	return p.q.Index == "" && p.q.Namespace == "" && !p.check
+}
+
+func (a *Aggregate) planSelect(q Query) (selectPlan, error) {
 	ms := a.snapshot()
 	if len(q.Clusters) > 0 {
 		keep := ms[:0:0]
@@ -84,9 +126,8 @@ func (a *Aggregate) Select(q Query) (Result, error) {
 		err = checkIndexValue(q.Index, q.Value)
 	}
 	if err != nil {
-		return res, err
+		return selectPlan{}, err
 	}
-	// What the index lookup does not already guarantee is checked object by object.
 	rest := q
 	rest.Clusters = nil
 	switch q.Index {
@@ -98,24 +139,21 @@ func (a *Aggregate) Select(q Query) (Result, error) {
 		rest.Index, rest.Value = "", ""
 	}
 	check := rest.Namespace != "" || (rest.Labels != nil && !rest.Labels.Empty()) || len(rest.Fields) > 0
-	for _, m := range ms {
-		if !m.fresh() {
-			res.Unsynced = append(res.Unsynced, m.cluster)
-		}
-		objs, err := a.selectMember(m, q, spec)
-		if err != nil {
-			return res, fmt.Errorf("cluster %q: %w", m.cluster, err)
-		}
-		if res.Items == nil {
-			res.Items = make([]Item, 0, len(objs))
-		}
-		for _, o := range objs {
-			if !check || a.matchObject(rest, m.cluster, o) {
-				res.Items = append(res.Items, Item{Cluster: m.cluster, Object: o})
-			}
+	return selectPlan{members: ms, q: q, spec: spec, rest: rest, check: check}, nil
+}
+
+// selectIn calls f with each object of member m that the plan selects, in store order.
+func (a *Aggregate) selectIn(p selectPlan, m *member, f func(obj any)) error {
+	objs, err := a.selectMember(m, p.q, p.spec)
+	if err != nil {
+		return fmt.Errorf("cluster %q: %w", m.cluster, err)
+	}
+	for _, o := range objs {
+		if !p.check || a.matchObject(p.rest, m.cluster, o) {
+			f(o)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // checkIndexValue rejects a value the built-in cluster-namespace index can never hold.

@@ -1,0 +1,415 @@
+package aggregate
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/index"
+)
+
+// GroupKey is one key a summary groups objects by, parsed from its text (ParseGroupKey):
+//
+//	cluster          the object's cluster
+//	namespace        its namespace (null for a cluster-scoped object)
+//	label:<key>      the value of one label (null without it)
+//	field:<path>     the values a JSONPath gives, such as spec.nodeName or
+//	                 spec.containers[*].image (null for none)
+//	index:<name>     the object's values for an index of the Aggregate (null for none)
+//
+// A key with several values for one object counts the object once in each distinct value's
+// group.
+type GroupKey struct {
+	text string
+	kind groupKind
+	arg  string
+	// values reads a field: or index: key's values of an object (field: compiled once).
+	field cache.IndexFunc
+}
+
+type groupKind int
+
+const (
+	byCluster groupKind = iota
+	byNamespace
+	byLabel
+	byField
+	byIndex
+)
+
+// String is the key as written.
+func (k GroupKey) String() string { return k.text }
+
+// ParseGroupKey reads one key; its error names the key and what is wrong with it.
+func ParseGroupKey(text string) (GroupKey, error) {
+	k := GroupKey{text: text}
+	kind, arg, hasArg := strings.Cut(text, ":")
+	switch {
+	case text == "cluster":
+		k.kind = byCluster
+	case text == "namespace":
+		k.kind = byNamespace
+	case kind == "label" && hasArg:
+		if arg == "" {
+			return k, fmt.Errorf("key %q: want label:<key>, with a key", text)
+		}
+		k.kind, k.arg = byLabel, arg
+	case kind == "field" && hasArg:
+		path := strings.TrimSpace(arg)
+		if path == "" {
+			return k, fmt.Errorf("key %q: want field:<path>, with a path", text)
+		}
+		if !strings.HasPrefix(path, "{") && !strings.HasPrefix(path, ".") && !strings.HasPrefix(path, "$") {
+			path = "." + path // spec.nodeName, as kubectl's custom columns take it
+		}
+		f, err := index.Compile(index.Spec{Name: "summary-field", JSONPath: path})
+		if err != nil {
+			return k, fmt.Errorf("key %q: %w", text, err)
+		}
+		k.kind, k.arg, k.field = byField, arg, f
+	case kind == "index" && hasArg:
+		if arg == "" {
+			return k, fmt.Errorf("key %q: want index:<name>, with a name", text)
+		}
+		k.kind, k.arg = byIndex, arg
+	default:
+		return k, fmt.Errorf("key %q: want cluster, namespace, label:<key>, field:<path> or index:<name>", text)
+	}
+	return k, nil
+}
+
+// Group is one group of a Summary: the values of its keys, in the order of Summary.By (nil
+// where the objects have none), and how many objects it holds.
+type Group struct {
+	Key   []*string `json:"key"`
+	Count int       `json:"count"`
+}
+
+// Summary counts the objects a Query selects, grouped by the values of its keys.
+type Summary struct {
+	By     []string `json:"by"`
+	Groups []Group  `json:"groups"`
+	// Total counts each object once, whatever its groups.
+	Total int `json:"total"`
+	// Unsynced are the clusters it spans whose member was not fresh (as Result.Unsynced).
+	Unsynced []string `json:"unsynced,omitempty"`
+}
+
+// Summarize counts the objects q selects (what Select would answer) by the values of by
+// (ParseGroupKey's texts), in groups sorted by count, most first, then by key. Members are
+// counted in parallel. With no filter but q.Clusters and keys among cluster and namespace, the
+// counts come from the members' namespace index without a look at any object.
+func (a *Aggregate) Summarize(q Query, by ...string) (Summary, error) {
+	keys := make([]GroupKey, 0, len(by))
+	for _, text := range by {
+		k, err := ParseGroupKey(text)
+		if err != nil {
+			return Summary{}, err
+		}
+		keys = append(keys, k)
+	}
+	s, err := a.SummarizeKeys(q, keys)
+	if err != nil {
+		return s, err
+	}
+	s.Sort(false)
+	return s, nil
+}
+
+// SummarizeKeys is Summarize with parsed keys, its groups in no order.
+func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
+	if len(keys) == 0 {
+		return Summary{}, fmt.Errorf("by: at least one key is required")
+	}
+	sum := Summary{By: make([]string, len(keys)), Groups: []Group{}}
+	for i, k := range keys {
+		sum.By[i] = k.text
+		if k.kind == byIndex {
+			if _, err := a.indexSpec(k.arg); err != nil {
+				return sum, fmt.Errorf("key %q: %w", k.text, err)
+			}
+		}
+	}
+	p, err := a.planSelect(q)
+	if err != nil {
+		return sum, err
+	}
+	for _, m := range p.members {
+		if !m.fresh() {
+			sum.Unsynced = append(sum.Unsynced, m.cluster)
+		}
+	}
+	fromIndex := p.plain()
+	for _, k := range keys {
+		fromIndex = fromIndex && (k.kind == byCluster || k.kind == byNamespace)
+	}
+	// Each worker counts whole members into its own counter; the counters are merged after.
+	workers := min(len(p.members), runtime.GOMAXPROCS(0))
+	counters := make([]*counter, workers)
+	errs := make([]error, workers)
+	var next sync.Mutex
+	i := 0
+	var wg sync.WaitGroup
+	for w := range workers {
+		counters[w] = newCounter(keys)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				if i == len(p.members) {
+					next.Unlock()
+					return
+				}
+				m := p.members[i]
+				i++
+				next.Unlock()
+				var err error
+				if fromIndex {
+					err = counters[w].fromIndex(m)
+				} else {
+					err = a.selectIn(p, m, func(obj any) { counters[w].add(a, m.cluster, obj) })
+				}
+				if err != nil {
+					errs[w] = fmt.Errorf("cluster %q: %w", m.cluster, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return sum, err
+		}
+	}
+	total := newCounter(keys)
+	for _, c := range counters {
+		total.merge(c)
+	}
+	sum.Total = total.objects
+	for _, g := range total.groups {
+		sum.Groups = append(sum.Groups, Group{Key: g.key, Count: g.n})
+	}
+	return sum, nil
+}
+
+// Merge adds o's counts to s: summaries of disjoint sets of clusters (a fleet's parts) with
+// the same keys.
+func (s *Summary) Merge(o Summary) {
+	at := make(map[string]int, len(s.Groups))
+	var buf []byte
+	for i, g := range s.Groups {
+		buf = encodeKey(buf[:0], g.Key)
+		at[string(buf)] = i
+	}
+	for _, g := range o.Groups {
+		buf = encodeKey(buf[:0], g.Key)
+		if i, ok := at[string(buf)]; ok {
+			s.Groups[i].Count += g.Count
+			continue
+		}
+		at[string(buf)] = len(s.Groups)
+		s.Groups = append(s.Groups, g)
+	}
+	s.Total += o.Total
+	s.Unsynced = append(s.Unsynced, o.Unsynced...)
+	sort.Strings(s.Unsynced)
+}
+
+// Sort orders the groups: by count, most first, then by key; or, byKey, by key alone. Keys
+// compare value by value, a null after every value.
+func (s *Summary) Sort(byKey bool) {
+	sort.SliceStable(s.Groups, func(i, j int) bool {
+		gi, gj := s.Groups[i], s.Groups[j]
+		if !byKey && gi.Count != gj.Count {
+			return gi.Count > gj.Count
+		}
+		return compareKeys(gi.Key, gj.Key) < 0
+	})
+}
+
+// Limit keeps the first n groups (n > 0).
+func (s *Summary) Limit(n int) {
+	if n > 0 && len(s.Groups) > n {
+		s.Groups = s.Groups[:n]
+	}
+}
+
+func compareKeys(a, b []*string) int {
+	for i := range min(len(a), len(b)) {
+		switch {
+		case a[i] == nil && b[i] == nil:
+		case a[i] == nil:
+			return 1
+		case b[i] == nil:
+			return -1
+		default:
+			if c := strings.Compare(*a[i], *b[i]); c != 0 {
+				return c
+			}
+		}
+	}
+	return len(a) - len(b)
+}
+
+// encodeKey appends a map key for values: each value marked as null or not, separated by a
+// byte no label value or JSON text holds.
+func encodeKey(buf []byte, values []*string) []byte {
+	for i, v := range values {
+		if i > 0 {
+			buf = append(buf, 0)
+		}
+		if v == nil {
+			buf = append(buf, 1)
+			continue
+		}
+		buf = append(buf, 2)
+		buf = append(buf, *v...)
+	}
+	return buf
+}
+
+// counter counts objects into groups. Its map is looked up with a reused buffer, so an object
+// whose groups exist allocates nothing for the lookup.
+type counter struct {
+	keys    []GroupKey
+	groups  map[string]*groupCount
+	objects int
+	buf     []byte
+	values  [][]*string // per key, the object's distinct values (reused)
+	combo   []*string
+}
+
+type groupCount struct {
+	key []*string
+	n   int
+}
+
+func newCounter(keys []GroupKey) *counter {
+	return &counter{keys: keys, groups: map[string]*groupCount{}, values: make([][]*string, len(keys)), combo: make([]*string, len(keys))}
+}
+
+// add counts obj of cluster once in each combination of its keys' distinct values.
+func (c *counter) add(a *Aggregate, cluster string, obj any) {
+	c.objects++
+	var m interface {
+		GetNamespace() string
+		GetLabels() map[string]string
+	}
+	if acc, err := meta.Accessor(obj); err == nil {
+		m = acc
+	}
+	for i, k := range c.keys {
+		vs := c.values[i][:0]
+		switch k.kind {
+		case byCluster:
+			vs = append(vs, &cluster)
+		case byNamespace:
+			if m != nil {
+				if ns := m.GetNamespace(); ns != "" {
+					vs = append(vs, &ns)
+				}
+			}
+		case byLabel:
+			if m != nil {
+				if v, ok := m.GetLabels()[k.arg]; ok {
+					vs = append(vs, &v)
+				}
+			}
+		case byField:
+			fv, _ := k.field(obj)
+			vs = appendDistinct(vs, fv)
+		case byIndex:
+			vs = appendDistinct(vs, a.indexValues(k.arg, cluster, obj))
+		}
+		if len(vs) == 0 {
+			vs = append(vs, nil)
+		}
+		c.values[i] = vs
+	}
+	c.count(0, 1)
+}
+
+// count adds n to every combination of c.values from key i on.
+func (c *counter) count(i, n int) {
+	if i == len(c.keys) {
+		c.bump(c.combo, n)
+		return
+	}
+	for _, v := range c.values[i] {
+		c.combo[i] = v
+		c.count(i+1, n)
+	}
+}
+
+func (c *counter) bump(key []*string, n int) {
+	c.buf = encodeKey(c.buf[:0], key)
+	if g := c.groups[string(c.buf)]; g != nil {
+		g.n += n
+		return
+	}
+	own := make([]*string, len(key))
+	for i, v := range key {
+		if v != nil {
+			s := strings.Clone(*v)
+			own[i] = &s
+		}
+	}
+	c.groups[string(c.buf)] = &groupCount{key: own, n: n}
+}
+
+// fromIndex counts member m's objects from its namespace index: keys among cluster and
+// namespace only, and no filter.
+func (c *counter) fromIndex(m *member) error {
+	store := m.current()
+	for _, ns := range store.ListIndexFuncValues(IndexNamespace) {
+		keys, err := store.IndexKeys(IndexNamespace, ns)
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		c.objects += len(keys)
+		var nsv *string
+		if ns != "" {
+			nsv = &ns
+		}
+		for i, k := range c.keys {
+			if k.kind == byCluster {
+				c.combo[i] = &m.cluster
+			} else {
+				c.combo[i] = nsv
+			}
+		}
+		c.bump(c.combo, len(keys))
+	}
+	return nil
+}
+
+func (c *counter) merge(o *counter) {
+	c.objects += o.objects
+	for k, g := range o.groups {
+		if mine := c.groups[k]; mine != nil {
+			mine.n += g.n
+			continue
+		}
+		c.groups[k] = g
+	}
+}
+
+func appendDistinct(dst []*string, vals []string) []*string {
+	for i := range vals {
+		if !slices.ContainsFunc(dst, func(v *string) bool { return v != nil && *v == vals[i] }) {
+			dst = append(dst, &vals[i])
+		}
+	}
+	return dst
+}

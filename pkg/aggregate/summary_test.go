@@ -1,0 +1,265 @@
+package aggregate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// summaryFleet is two clusters of ConfigMaps in namespaces a, b and none (cluster-scoped, as
+// far as the namespace goes), some labelled tier, with data values that repeat within one
+// object (a path with several values) and an index "app" that applies in c1 only.
+func summaryFleet(t *testing.T) (*Aggregate, []Item) {
+	t.Helper()
+	a := newAgg(t)
+	app := func(obj any) ([]string, error) { return []string{obj.(*corev1.ConfigMap).Labels["app"]}, nil }
+	if err := a.AddIndex(IndexSpec{Name: "app", Func: app, Clusters: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var objs []Item
+	for ci, c := range []string{"c1", "c2"} {
+		s := &source{}
+		for i, ns := range []string{"a", "b", ""} {
+			for j := range 3 + ci {
+				lbl := map[string]string{"app": fmt.Sprint("web", j%2)}
+				if j%3 == 0 {
+					lbl["tier"] = []string{"front", "back"}[i%2]
+				}
+				o := cm(ns, fmt.Sprintf("o%d%d", i, j), "1", lbl)
+				o.Data = map[string]string{"x": "1", "y": fmt.Sprint(j % 2), "z": "1"} // x and z: one value, twice
+				if j == 2 {
+					o.Data = nil
+				}
+				s.items = append(s.items, *o)
+				objs = append(objs, Item{Cluster: c, Object: o})
+			}
+		}
+		inf, _ := startInformer(t, s)
+		if err := a.join(c, inf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.WaitForSync(context.Background(), 5*time.Second)
+	return a, objs
+}
+
+// byHand counts items in the groups of by, as the keys are defined, from the objects
+// themselves.
+func byHand(t *testing.T, a *Aggregate, q Query, items []Item, by ...string) (map[string]int, int) {
+	t.Helper()
+	groups, total := map[string]int{}, 0
+	for _, it := range items {
+		if !a.Matches(q, it.Cluster, it.Object) {
+			continue
+		}
+		total++
+		o := it.Object.(*corev1.ConfigMap)
+		combos := [][]string{{}}
+		for _, k := range by {
+			var vals []string
+			switch {
+			case k == "cluster":
+				vals = []string{it.Cluster}
+			case k == "namespace" && o.Namespace != "":
+				vals = []string{o.Namespace}
+			case strings.HasPrefix(k, "label:"):
+				if v, ok := o.Labels[strings.TrimPrefix(k, "label:")]; ok {
+					vals = []string{v}
+				}
+			case k == "field:data.*":
+				for _, v := range o.Data {
+					if !slices.Contains(vals, v) {
+						vals = append(vals, v)
+					}
+				}
+			case k == "index:app" && it.Cluster == "c1":
+				vals = []string{o.Labels["app"]}
+			}
+			if len(vals) == 0 {
+				vals = []string{"<null>"}
+			}
+			var next [][]string
+			for _, c := range combos {
+				for _, v := range vals {
+					next = append(next, append(slices.Clone(c), v))
+				}
+			}
+			combos = next
+		}
+		for _, c := range combos {
+			groups[strings.Join(c, "|")]++
+		}
+	}
+	return groups, total
+}
+
+func groupsOf(s Summary) map[string]int {
+	out := map[string]int{}
+	for _, g := range s.Groups {
+		var parts []string
+		for _, v := range g.Key {
+			if v == nil {
+				parts = append(parts, "<null>")
+			} else {
+				parts = append(parts, *v)
+			}
+		}
+		out[strings.Join(parts, "|")] = g.Count
+	}
+	return out
+}
+
+// TestSummarizeCountsAsByHand: for every key and several filters, Summarize's groups and total
+// equal a count done object by object from the definitions of the keys: missing values group
+// under null, a path with several values counts the object once per distinct value.
+func TestSummarizeCountsAsByHand(t *testing.T) {
+	a, items := summaryFleet(t)
+	sel := func(s string) labels.Selector { l, _ := labels.Parse(s); return l }
+	for _, by := range [][]string{
+		{"cluster"}, {"namespace"}, {"cluster", "namespace"}, {"label:tier"}, {"label:nope"}, {"field:data.*"},
+		{"index:app"}, {"cluster", "label:tier", "field:data.*"}, {"namespace", "index:app"},
+	} {
+		for _, q := range []Query{
+			{}, {Clusters: []string{"c2"}}, {Namespace: "a"}, {Labels: sel("tier")}, {Labels: sel("!tier,app=web1")},
+			{Index: IndexCluster, Value: "c1"}, {Index: "app", Value: "web0"},
+			{Fields: []FieldTerm{{Field: "app", Value: "web1", Not: true}}},
+		} {
+			s, err := a.Summarize(q, by...)
+			if err != nil {
+				t.Fatalf("%v %+v: %v", by, q, err)
+			}
+			want, total := byHand(t, a, q, items, by...)
+			got := groupsOf(s)
+			if s.Total != total || len(got) != len(want) {
+				t.Errorf("by %v, %+v: total %d, %d groups %v; want %d, %d groups %v", by, q, s.Total, len(got), got, total, len(want), want)
+				continue
+			}
+			for k, n := range want {
+				if got[k] != n {
+					t.Errorf("by %v, %+v: group %q counts %d, want %d", by, q, k, got[k], n)
+				}
+			}
+			if !slices.Equal(s.By, by) {
+				t.Errorf("By = %v, want %v", s.By, by)
+			}
+		}
+	}
+}
+
+// TestSummarizeFromIndexEqualsScan: counts read from the namespace index (no filter) equal
+// those of a scan of every object (a filter every object passes).
+func TestSummarizeFromIndexEqualsScan(t *testing.T) {
+	a, _ := summaryFleet(t)
+	everything, _ := labels.Parse("app") // every object has app
+	for _, by := range [][]string{{"cluster"}, {"namespace"}, {"namespace", "cluster"}} {
+		fast, err := a.Summarize(Query{}, by...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scan, err := a.Summarize(Query{Labels: everything}, by...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(groupsOf(fast)) != fmt.Sprint(groupsOf(scan)) || fast.Total != scan.Total || fast.Total == 0 {
+			t.Errorf("by %v: from the index %v (%d), by a scan %v (%d)", by, groupsOf(fast), fast.Total, groupsOf(scan), scan.Total)
+		}
+	}
+}
+
+// TestSummaryMergeSortLimit: summaries of disjoint clusters merge into the fleet's; groups sort
+// by count then key, or by key with null last; limit keeps the first.
+func TestSummaryMergeSortLimit(t *testing.T) {
+	a, _ := summaryFleet(t)
+	whole, _ := a.Summarize(Query{}, "label:tier", "namespace")
+	merged, _ := a.Summarize(Query{Clusters: []string{"c1"}}, "label:tier", "namespace")
+	c2, _ := a.Summarize(Query{Clusters: []string{"c2"}}, "label:tier", "namespace")
+	merged.Merge(c2)
+	merged.Sort(false)
+	if fmt.Sprint(groupsOf(merged)) != fmt.Sprint(groupsOf(whole)) || merged.Total != whole.Total {
+		t.Errorf("c1 + c2 = %v (%d), the fleet %v (%d)", groupsOf(merged), merged.Total, groupsOf(whole), whole.Total)
+	}
+	for i := 1; i < len(whole.Groups); i++ {
+		p, g := whole.Groups[i-1], whole.Groups[i]
+		if p.Count < g.Count || (p.Count == g.Count && compareKeys(p.Key, g.Key) > 0) {
+			t.Errorf("sort by count: group %d (%v) after %d (%v)", i, g, i-1, p)
+		}
+	}
+	whole.Sort(true)
+	var keys []string
+	for _, g := range whole.Groups {
+		keys = append(keys, fmt.Sprint(groupsKey(g.Key)))
+	}
+	if !sort.SliceIsSorted(whole.Groups, func(i, j int) bool { return compareKeys(whole.Groups[i].Key, whole.Groups[j].Key) < 0 }) ||
+		whole.Groups[len(whole.Groups)-1].Key[0] != nil {
+		t.Errorf("sort by key: %v; want keys in order, null last", keys)
+	}
+	whole.Limit(2)
+	if len(whole.Groups) != 2 {
+		t.Errorf("Limit(2) kept %d groups", len(whole.Groups))
+	}
+}
+
+func groupsKey(k []*string) []string {
+	var out []string
+	for _, v := range k {
+		if v == nil {
+			out = append(out, "<null>")
+		} else {
+			out = append(out, *v)
+		}
+	}
+	return out
+}
+
+// TestSummarizeRefusesBadKeys: every bad key is an error that names it.
+func TestSummarizeRefusesBadKeys(t *testing.T) {
+	a, _ := summaryFleet(t)
+	for _, by := range [][]string{{"colour"}, {"label:"}, {"field:spec.containers["}, {"index:nope"}, {"index:"}, {}} {
+		_, err := a.Summarize(Query{}, by...)
+		if err == nil {
+			t.Errorf("by %v: no error", by)
+			continue
+		}
+		if len(by) > 0 && !strings.Contains(err.Error(), by[0]) {
+			t.Errorf("by %v: %v, which does not name the key", by, err)
+		}
+	}
+}
+
+// BenchmarkSummarize counts 20,000 ConfigMaps over 4 clusters by each kind of key.
+func BenchmarkSummarize(b *testing.B) {
+	a, _, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for c := range 4 {
+		s := &source{}
+		for i := range 5000 {
+			o := cm(fmt.Sprint("ns-", i%50), fmt.Sprint("o", i), "1", map[string]string{"tier": fmt.Sprint("t", i%7)})
+			o.Data = map[string]string{"x": fmt.Sprint(i % 13)}
+			s.items = append(s.items, *o)
+		}
+		inf, _ := startInformer(&testing.T{}, s)
+		if err := a.join(fmt.Sprint("c", c), inf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	a.WaitForSync(context.Background(), time.Minute)
+	for _, by := range [][]string{{"cluster", "namespace"}, {"label:tier"}, {"field:data.x"}} {
+		b.Run(strings.Join(by, ","), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.Summarize(Query{}, by...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
