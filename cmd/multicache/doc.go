@@ -16,6 +16,6 @@
 // `make build` or `go -C cmd/multicache build`.
 //
 // Files: main.go (the root command), serve.go (serve: its flags into a config), get.go (get),
-// clusters.go (clusters), verify.go (verify), peercerts.go (peer-certs), client.go (the client
+// summary.go (summary), clusters.go (clusters), verify.go (verify), peercerts.go (peer-certs), client.go (the client
 // commands' flags).
 package main

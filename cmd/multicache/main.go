@@ -29,7 +29,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newGet(), newClusters(), newVerify(), newPeerCerts(), &cobra.Command{
+	root.AddCommand(newServe(), newGet(), newSummary(), newClusters(), newVerify(), newPeerCerts(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -176,3 +176,22 @@ type ObjectMeta struct {
 		ResourceVersion string `json:"resourceVersion,omitempty"`
 	} `json:"metadata"`
 }
+
+// Summary is the answer to GET /multicache/v1/resources/{resource}/summary?by=KEY[,KEY…]: the
+// objects the list filters select, counted in groups by the keys' values.
+type Summary struct {
+	Kind string   `json:"kind"` // "Summary"
+	By   []string `json:"by"`
+	// Groups are sorted by count, most first, then by key (sort=count), or by key (sort=key),
+	// and cut to limit when one is given.
+	Groups []SummaryGroup `json:"groups"`
+	// Total is how many objects were counted, each once whatever its groups.
+	Total    int                `json:"total"`
+	Clusters []ClusterFreshness `json:"clusters"`
+}
+
+// SummaryGroup is one group: each key's value (null for an object without one) and its count.
+type SummaryGroup struct {
+	Key   map[string]*string `json:"key"`
+	Count int                `json:"count"`
+}

@@ -238,6 +238,34 @@ func (c *Client) Get(ctx context.Context, resource, cluster, namespace, name str
 	return &it, nil
 }
 
+// SummaryOptions are a summary's keys (cluster, namespace, label:<key>, field:<path>,
+// index:<name>), the order of its groups (by count, most first, unless ByKey) and how many
+// to keep (0: all).
+type SummaryOptions struct {
+	By    []string
+	ByKey bool
+	Limit int
+}
+
+// Summarize counts the objects of resource that q selects, in groups by opts.By, on the
+// daemon: nothing but the counts travels. q.Limit is not used.
+func (c *Client) Summarize(ctx context.Context, resource string, q Query, opts SummaryOptions) (*api.Summary, error) {
+	q.Limit = 0
+	v := q.values()
+	v.Set("by", strings.Join(opts.By, ","))
+	if opts.ByKey {
+		v.Set("sort", "key")
+	}
+	if opts.Limit > 0 {
+		v.Set("limit", fmt.Sprint(opts.Limit))
+	}
+	var s api.Summary
+	if err := c.getJSON(ctx, api.ResourcesPath+"/"+url.PathEscape(resource)+"/summary", v, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // Clusters returns every cluster's state.
 func (c *Client) Clusters(ctx context.Context) (*api.Clusters, error) {
 	var cl api.Clusters

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,6 +134,72 @@ func (a *API) List(w http.ResponseWriter, r *http.Request) {
 		if err := a.writeList(ctx, w, sel.Resource, l); err != nil {
 			writeError(w, err)
 		}
+	})
+}
+
+// Summary answers GET /multicache/v1/resources/{resource}/summary: the list filters, by (keys,
+// comma-separated or repeated), sort (count or key) and limit (on groups): an api.Summary.
+func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
+	sel, opts, err := a.selection(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	var by []string
+	for _, v := range q["by"] {
+		for k := range strings.SplitSeq(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				by = append(by, k)
+			}
+		}
+	}
+	byKey := false
+	switch sort := q.Get("sort"); sort {
+	case "", "count":
+	case "key":
+		byKey = true
+	default:
+		writeError(w, storage.Errorf(http.StatusBadRequest, "sort %q: want count or key", sort))
+		return
+	}
+	switch {
+	case opts.Watch:
+		writeError(w, storage.Error(http.StatusBadRequest, "watch: summaries do not stream yet"))
+		return
+	case opts.Continue != "":
+		writeError(w, storage.Error(http.StatusBadRequest, "continue: a summary is one answer; use limit"))
+		return
+	}
+	sm, ok := a.opts.Reader.(storage.Summarizer)
+	if !ok {
+		writeError(w, storage.Error(http.StatusNotImplemented, "summaries are not answered here"))
+		return
+	}
+	a.limited(w, r, func(ctx context.Context) {
+		sum, err := sm.Summarize(ctx, storage.SummaryOptions{Selection: sel, By: by})
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		sum.Sort(byKey)
+		sum.Limit(int(opts.Limit))
+		out := api.Summary{Kind: "Summary", By: sum.By, Groups: make([]api.SummaryGroup, len(sum.Groups)), Total: sum.Total, Clusters: sum.Freshness}
+		for i, g := range sum.Groups {
+			key := make(map[string]*string, len(sum.By))
+			for j, name := range sum.By {
+				key[name] = g.Key[j]
+			}
+			out.Groups[i] = api.SummaryGroup{Key: key, Count: g.Count}
+		}
+		if out.Clusters == nil {
+			out.Clusters = []api.ClusterFreshness{}
+		}
+		for _, warning := range sum.Warnings {
+			filters.AddWarning(w.Header(), warning)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
 	})
 }
 

@@ -254,6 +254,7 @@ func (s *Server) Handler() http.Handler {
 	gated := s.coordinated
 	api("GET /multicache/v1/clusters", gated(http.HandlerFunc(s.native.Clusters)))
 	api("GET /multicache/v1/resources/{resource}", gated(http.HandlerFunc(s.native.List)))
+	api("GET /multicache/v1/resources/{resource}/summary", gated(http.HandlerFunc(s.native.Summary)))
 	api("GET /multicache/v1/resources/{resource}/{cluster}/{namespace}/{name}", gated(http.HandlerFunc(s.native.Get)))
 	api("POST "+peer.Path+"{call}", s.peers(s.peer))
 	mux.Handle("GET "+peer.HandoverPath+"/{cluster}", filters.Instrument(s.metrics.requests, "GET "+peer.HandoverPath+"/{cluster}", s.handoverAuth(s.limits.Limited(s.handover))))

@@ -120,6 +120,9 @@ func TestPeerTrust(t *testing.T) {
 	}
 	t.Logf("owners: %v", holders)
 	e.equalTruth("through either replica, over peer trust", rs, time.Minute)
+	e.labelSome()
+	e.summaryEqualsTruth(rs, time.Minute)
+	e.summaryRefusals(rs[0])
 	// The clusters r2 took moved from r1, their caches handed over under the replicas' peer
 	// certificates: each member was listed once, when it first started.
 	if n := e.logMemberReads("from the start until r2 took its share", map[string]fleet.Reads{}, e.memberReads()); n > len(e.members) {

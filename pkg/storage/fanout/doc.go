@@ -14,5 +14,5 @@
 //
 // Files: plan.go (Fleet, plan, guard, positions of parts), fanout.go (Reader, gather and
 // refusal), list.go (List: key-ordered pages, the streamed merge of unpaged lists; Get),
-// watch.go (the fan-in), status.go (Status).
+// watch.go (the fan-in), status.go (Status), summary.go (Summarize: the parts' counts added).
 package fanout

@@ -34,6 +34,7 @@ const (
 	DefinitionsPath = Path + "definitions"
 	ResourcesPath   = Path + "resources"
 	RelayPath       = Path + "relay"
+	SummaryPath     = Path + "summary"
 )
 
 // Client is the Reader and Status of another replica's share of a plan, over the envelope.
@@ -353,4 +354,13 @@ func (c *Client) getJSON(ctx context.Context, path, kind string, opts, out any) 
 func (c *Client) Resources(ctx context.Context, opts storage.ClusterOptions) ([]clusterset.ClusterStatus, error) {
 	var out []clusterset.ClusterStatus
 	return out, c.getJSON(ctx, ResourcesPath, "resources", opts, &out)
+}
+
+// Summarize reads the replica's summary of its part.
+func (c *Client) Summarize(ctx context.Context, opts storage.SummaryOptions) (*storage.Summary, error) {
+	var out storage.Summary
+	if err := c.getJSON(ctx, SummaryPath, "summary", opts, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -71,6 +71,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rs, err := h.Status.Resources(ctx, opts)
 			writeJSON(w, rs, err)
 		}
+	case SummaryPath:
+		var opts storage.SummaryOptions
+		if decode(&opts) {
+			sm, ok := h.Reader.(storage.Summarizer)
+			if !ok {
+				writeError(w, storage.Error(http.StatusNotImplemented, "this replica does not summarize"))
+				return
+			}
+			sum, err := sm.Summarize(ctx, opts)
+			writeJSON(w, sum, err)
+		}
 	case RelayPath:
 		h.relay(w, r)
 	case DefinitionsPath:

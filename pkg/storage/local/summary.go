@@ -1,0 +1,84 @@
+package local
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/storage"
+)
+
+// Summarize counts the objects of the selection in groups of opts.By, over the clusters the
+// caller may read, as List selects them. A field of a Secret's data is refused unless the
+// daemon serves Secrets' data: its values would be the data itself.
+func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*storage.Summary, error) {
+	v := s.view()
+	sel, err := s.selectFor(ctx, v, opts.Selection)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]aggregate.GroupKey, 0, len(opts.By))
+	for _, text := range opts.By {
+		k, err := aggregate.ParseGroupKey(text)
+		if err != nil {
+			return nil, storage.Errorf(http.StatusBadRequest, "by: %v", err)
+		}
+		if sel.secrets && !sel.allowSecretData && secretDataKey(text) {
+			return nil, storage.Errorf(http.StatusBadRequest, "by: key %q: a Secret's fields other than metadata and type may hold its data, which is not served (server.allowSecretData)", text)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, storage.Error(http.StatusBadRequest, "by: at least one key is required (cluster, namespace, label:<key>, field:<path> or index:<name>)")
+	}
+	if sel.planned && !sel.none {
+		if waiting := s.unreadyAwait(ctx, sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
+			return nil, refusedNotStarted(sel.resource, waiting)
+		}
+	}
+	by := make([]string, len(keys))
+	for i, k := range keys {
+		by[i] = k.String()
+	}
+	out := &storage.Summary{Summary: aggregate.Summary{By: by, Groups: []aggregate.Group{}}}
+	fresh := map[string]bool{}
+	if clusters := sel.clusters(); !sel.none && len(clusters) > 0 {
+		q := sel.query
+		q.Clusters = clusters
+		sum, err := sel.agg.SummarizeKeys(q, keys)
+		if err != nil {
+			return nil, storage.Errorf(http.StatusBadRequest, "%v", err)
+		}
+		out.Summary = sum
+		for _, c := range clusters {
+			if sel.agg.HasList(c) {
+				fresh[c] = !slices.Contains(sum.Unsynced, c)
+			}
+		}
+		out.Unsynced = nil // told per cluster in Freshness
+	}
+	if ctx.Err() != nil {
+		return nil, storage.Error(http.StatusGatewayTimeout, "request timed out")
+	}
+	if sel.planned && !sel.none {
+		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
+			return nil, refusedNotStarted(sel.resource, waiting)
+		}
+	}
+	out.Freshness = sel.freshness(fresh)
+	return out, nil
+}
+
+// secretDataKey reports whether a summary key may read a Secret's data: any field: key but
+// one under metadata or type (a wildcard or a recursive path may reach the data).
+func secretDataKey(text string) bool {
+	path, ok := strings.CutPrefix(text, "field:")
+	if !ok {
+		return false
+	}
+	path = strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(path), "{"), ".")
+	safe := (strings.HasPrefix(path, "metadata.") || path == "type" || path == "type}") && !strings.ContainsAny(path, "*[") && !strings.Contains(path, "..")
+	return !safe
+}
