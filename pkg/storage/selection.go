@@ -35,6 +35,9 @@ func SplitSelector(selector string) (ClusterSelector, labels.Selector, error) {
 
 // Matches reports whether every requirement accepts cluster.
 func (s ClusterSelector) Matches(cluster string) bool {
+	if len(s) == 0 {
+		return true // (asked for every event of a watch: no map for nothing)
+	}
 	set := labels.Set{api.ClusterAnnotation: cluster}
 	for _, r := range s {
 		if !r.Matches(set) {

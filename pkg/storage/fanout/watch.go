@@ -231,7 +231,11 @@ func (fi *fanIn) Run(ctx context.Context, sink storage.Sink) error {
 			switch {
 			case ev.typ != "":
 				it := ev.item
-				it.RV = watchcache.Position{Parts: fi.pos}.String()
+				it.RV = ""
+				if fi.opts.Encoding.API != storage.NativeAPI {
+					// The native API shows no position on events: only its bookmarks carry one.
+					it.RV = watchcache.Position{Parts: fi.pos}.String()
+				}
 				err = sink.Event(ev.typ, it)
 			case ev.initialEnd:
 				initialDone[ev.peer] = true

@@ -106,7 +106,9 @@ func (w *watch) Run(ctx context.Context, sink storage.Sink) error {
 		defer tick.Stop()
 		ro.Bookmarks = tick.C
 	}
-	err := w.wch.Run(ctx, &sinkOf{to: sink, epoch: w.from.Epoch, sel: w.sel}, ro)
+	// The native API shows no position on events; a part of a plan tells its fan-in each one.
+	showRV := w.opts.Encoding.API != storage.NativeAPI || w.sel.planned
+	err := w.wch.Run(ctx, &sinkOf{to: sink, epoch: w.from.Epoch, sel: w.sel, showRV: showRV}, ro)
 	switch {
 	case watchcache.IsGone(err):
 		return storage.Error(http.StatusGone, GoneMessage(err))
@@ -119,14 +121,18 @@ func (w *watch) Run(ctx context.Context, sink storage.Sink) error {
 // sinkOf passes a watchcache.Watcher's stream to a storage.Sink: each object as this replica
 // serves it, with its position.
 type sinkOf struct {
-	to    storage.Sink
-	epoch string
-	sel   *selected
+	to     storage.Sink
+	epoch  string
+	sel    *selected
+	showRV bool // set each event's RV: its position
 }
 
 func (k *sinkOf) Event(typ string, it watchcache.Item) error {
-	return k.to.Event(typ, storage.Item{Key: it.Key, Object: k.sel.redact(it.Object), Seq: it.Seq,
-		RV: watchcache.Position{Epoch: k.epoch, Seq: it.Seq}.String()})
+	out := storage.Item{Key: it.Key, Object: k.sel.redact(it.Object), Seq: it.Seq}
+	if k.showRV {
+		out.RV = watchcache.Position{Epoch: k.epoch, Seq: it.Seq}.String()
+	}
+	return k.to.Event(typ, out)
 }
 
 func (k *sinkOf) Bookmark(pos watchcache.Position, initialEnd bool) error {
