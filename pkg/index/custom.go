@@ -90,7 +90,7 @@ func compileJSONPath(expr string) (cache.IndexFunc, error) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			data = u.Object
 		}
-		results, err := jp.FindResults(data)
+		results, err := findResults(jp, data)
 		if err != nil {
 			return nil, nil // a path that does not apply to this object indexes nothing
 		}
@@ -102,6 +102,18 @@ func compileJSONPath(expr string) (cache.IndexFunc, error) {
 		}
 		return out, nil
 	}, nil
+}
+
+// findResults runs jp on data. A path is user input (a config's index, a summary's key) and
+// jsonpath walks typed objects by reflection: a panic there is the path's error, not the
+// daemon's end.
+func findResults(jp *jsonpath.JSONPath, data any) (results [][]reflect.Value, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			results, err = nil, fmt.Errorf("jsonpath: %v", r)
+		}
+	}()
+	return jp.FindResults(data)
 }
 
 func appendValue(out []string, v reflect.Value) []string {
@@ -121,6 +133,11 @@ func appendValue(out []string, v reflect.Value) []string {
 		return out // not a scalar: nothing sensible to index
 	}
 	if v.Kind() == reflect.String && v.String() == "" {
+		return out
+	}
+	if !v.CanInterface() {
+		// A recursive path (..x) walks into a typed object's unexported fields (a
+		// Quantity's, a Time's): those are not the object's JSON, so they index nothing.
 		return out
 	}
 	return append(out, fmt.Sprint(v.Interface()))
@@ -145,23 +162,9 @@ func compileCEL(expr string) (cache.IndexFunc, error) {
 	}
 	fields := topLevelFields(ast.NativeRep().Expr())
 	return func(obj any) ([]string, error) {
-		var data map[string]any
-		switch o := obj.(type) {
-		case *unstructured.Unstructured:
-			data = o.Object
-		case runtime.Object:
-			// Converting a typed object to JSON-like data is nearly all of the cost; convert
-			// only the top-level fields the expression reads when that is known.
-			var ok bool
-			if data, ok = partialUnstructured(o, fields); !ok {
-				m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-				if err != nil {
-					return nil, err
-				}
-				data = m
-			}
-		default:
-			return nil, fmt.Errorf("cel index: %T is not a Kubernetes object", obj)
+		data, err := objectData(obj, fields)
+		if err != nil {
+			return nil, fmt.Errorf("cel index: %w", err)
 		}
 		val, _, err := prg.Eval(map[string]any{"object": data})
 		if err != nil {
@@ -169,6 +172,22 @@ func compileCEL(expr string) (cache.IndexFunc, error) {
 		}
 		return celValues(val), nil
 	}, nil
+}
+
+// objectData is obj as CEL's `object`: JSON-like data. Of a typed object only fields (the
+// top-level fields an expression reads, when known) are converted: converting is nearly all of
+// an evaluation's cost.
+func objectData(obj any, fields []string) (map[string]any, error) {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		return o.Object, nil
+	case runtime.Object:
+		if data, ok := partialUnstructured(o, fields); ok {
+			return data, nil
+		}
+		return runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	}
+	return nil, fmt.Errorf("%T is not a Kubernetes object", obj)
 }
 
 // topLevelFields returns the fields of `object` that e reads (object.metadata → "metadata"),
