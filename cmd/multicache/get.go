@@ -24,7 +24,7 @@ type row struct {
 func newGet() *cobra.Command {
 	var cf clientFlags
 	var allNS bool
-	var ns, labelSel, fieldSel, output string
+	var ns, labelSel, fieldSel, where, output string
 	var clusters []string
 	cmd := &cobra.Command{
 		Use:   "get RESOURCE [NAME]",
@@ -43,7 +43,7 @@ func newGet() *cobra.Command {
 				}
 				q.Namespace = ns
 			}
-			q.FieldSelector = fieldSel
+			q.FieldSelector, q.Where = fieldSel, where
 			if len(args) == 2 {
 				q.FieldSelector = strings.Trim(fieldSel+",metadata.name="+args[1], ",")
 			}
@@ -71,6 +71,7 @@ func newGet() *cobra.Command {
 	fl.StringVarP(&ns, "namespace", "n", "", "namespace (default \"default\"; ignored for cluster-scoped resources)")
 	fl.StringVarP(&labelSel, "selector", "l", "", "label selector")
 	fl.StringVar(&fieldSel, "field-selector", "", "field selector (metadata.name, metadata.namespace, spec.nodeName, status.phase, or an index name)")
+	fl.StringVar(&where, "where", "", "a CEL expression over object that each object must make true, evaluated on the daemon (e.g. \"object.spec.containers.exists(c, c.image.startsWith('nginx:'))\")")
 	fl.StringArrayVar(&clusters, "cluster", nil, "only this cluster (repeatable)")
 	fl.StringVarP(&output, "output", "o", "table", "table, wide, json, yaml or name")
 	addClientFlags(cmd, &cf)

@@ -17,7 +17,7 @@ func newSummary() *cobra.Command {
 	var cf clientFlags
 	var by, clusters []string
 	var allNS, byKey bool
-	var ns, labelSel, fieldSel, output string
+	var ns, labelSel, fieldSel, where, output string
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "summary RESOURCE --by KEY[,KEY]",
@@ -43,7 +43,7 @@ Examples:
 			if limit < 0 {
 				return fmt.Errorf("--limit %d: want 0 (all) or more", limit)
 			}
-			q := client.Query{LabelSelector: labelSel, FieldSelector: fieldSel, Clusters: clusters}
+			q := client.Query{LabelSelector: labelSel, FieldSelector: fieldSel, Where: where, Clusters: clusters}
 			if !allNS && ns != "" {
 				q.Namespace = ns
 			}
@@ -71,6 +71,7 @@ Examples:
 	fl.StringVarP(&ns, "namespace", "n", "", "only this namespace")
 	fl.StringVarP(&labelSel, "selector", "l", "", "label selector")
 	fl.StringVar(&fieldSel, "field-selector", "", "field selector (metadata.name, metadata.namespace, spec.nodeName, status.phase, or an index name)")
+	fl.StringVar(&where, "where", "", "a CEL expression over object that each object must make true, evaluated on the daemon (e.g. \"object.spec.containers.exists(c, c.image.startsWith('nginx:'))\")")
 	fl.StringArrayVar(&clusters, "cluster", nil, "only this cluster (repeatable)")
 	fl.StringVarP(&output, "output", "o", "table", "table or json")
 	addClientFlags(cmd, &cf)

@@ -64,7 +64,7 @@ func cm(ns, name, rv string, lbl map[string]string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv, Labels: lbl}}
 }
 
-func startInformer(t *testing.T, s *source) (cache.SharedIndexInformer, context.CancelFunc) {
+func startInformer(t testing.TB, s *source) (cache.SharedIndexInformer, context.CancelFunc) {
 	t.Helper()
 	if s.w == nil {
 		s.w = watch.NewFakeWithChanSize(2000, false)
@@ -94,7 +94,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newMemberInformer(t *testing.T, lw cache.ListerWatcher) cache.SharedIndexInformer {
+func newMemberInformer(t testing.TB, lw cache.ListerWatcher) cache.SharedIndexInformer {
 	t.Helper()
 	if memberKind != "informer.New" {
 		return cache.NewSharedIndexInformerWithOptions(lw, &corev1.ConfigMap{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{}})
@@ -169,7 +169,7 @@ func eq(t *testing.T, what string, got, want []string) {
 	}
 }
 
-func newAgg(t *testing.T) *Aggregate {
+func newAgg(t testing.TB) *Aggregate {
 	a, _, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 // summaryFleet is two clusters of ConfigMaps in namespaces a, b and none (cluster-scoped, as
 // far as the namespace goes), some labelled tier, with data values that repeat within one
 // object (a path with several values) and an index "app" that applies in c1 only.
-func summaryFleet(t *testing.T) (*Aggregate, []Item) {
+func summaryFleet(t testing.TB) (*Aggregate, []Item) {
 	t.Helper()
 	a := newAgg(t)
 	app := func(obj any) ([]string, error) { return []string{obj.(*corev1.ConfigMap).Labels["app"]}, nil }
@@ -246,7 +246,7 @@ func BenchmarkSummarize(b *testing.B) {
 			o.Data = map[string]string{"x": fmt.Sprint(i % 13)}
 			s.items = append(s.items, *o)
 		}
-		inf, _ := startInformer(&testing.T{}, s)
+		inf, _ := startInformer(b, s)
 		if err := a.join(fmt.Sprint("c", c), inf); err != nil {
 			b.Fatal(err)
 		}
@@ -262,4 +262,30 @@ func BenchmarkSummarize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzGroupKey: any key text is parsed or refused with an error that names it; a parsed key
+// summarizes a small fleet without a panic, and its total counts each object once.
+func FuzzGroupKey(f *testing.F) {
+	for _, seed := range []string{"cluster", "namespace", "label:tier", "field:spec.nodeName", "field:data.*",
+		"field:{.metadata.labels}", "index:app", "label:", "field:[", "field:$..name", "colour"} {
+		f.Add(seed)
+	}
+	a, items := summaryFleet(f)
+	f.Fuzz(func(t *testing.T, key string) {
+		k, err := ParseGroupKey(key)
+		if err != nil {
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", key)) {
+				t.Fatalf("%q: %v, which does not name the key", key, err)
+			}
+			return
+		}
+		s, err := a.SummarizeKeys(Query{}, []GroupKey{k})
+		if err != nil {
+			return // an index that does not exist
+		}
+		if s.Total != len(items) {
+			t.Fatalf("%q: total %d, want every object once (%d)", key, s.Total, len(items))
+		}
+	})
 }

@@ -93,6 +93,9 @@ type Query struct {
 	// or an index of the resource.
 	FieldSelector string
 	Index, Value  string
+	// Where is a CEL expression over `object` that each object must make true, such as
+	// object.spec.containers.exists(c, c.image.startsWith('nginx:')).
+	Where string
 	// Limit is the page size of List (0: the daemon's maximum).
 	Limit int
 }
@@ -110,6 +113,7 @@ func (q Query) values() url.Values {
 	set("namespace", q.Namespace)
 	set("labelSelector", q.LabelSelector)
 	set("fieldSelector", q.FieldSelector)
+	set("where", q.Where)
 	if q.Index != "" {
 		v.Set("index", q.Index)
 		v.Set("value", q.Value)

@@ -9,5 +9,5 @@
 // indexes, are the aggregate's business.
 //
 // Files: builtin.go (the built-in index functions), custom.go (index functions from JSONPath
-// and CEL).
+// and CEL), filter.go (where filters: CEL predicates under a cost limit).
 package index

@@ -88,6 +88,9 @@ type Selection struct {
 	// Index and Value select by a configured index.
 	Index string `json:"index,omitempty"`
 	Value string `json:"value,omitempty"`
+	// Where is a CEL expression over `object` that an object must make true
+	// (index.CompileFilter).
+	Where string `json:"where,omitempty"`
 	// Part, when not nil, makes the read one replica's share of a plan: it spans these clusters
 	// of the fleet's and no other, started here yet or not. One not complete here is never
 	// left out: a list, a get that finds nothing, or a watch that starts with the current

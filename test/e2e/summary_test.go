@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -194,4 +198,136 @@ func (e *scaleEnv) summaryRefusals(r replica) {
 	if len(top.Groups) != 2 || show(top.Groups[0].Key["cluster"]) > show(top.Groups[1].Key["cluster"]) {
 		e.t.Errorf("sort=key&limit=2: groups %+v, want the first 2 by key", top.Groups)
 	}
+}
+
+// whereFilters: a where expression filters native lists and summaries as the same expression
+// judged by hand over what the API servers list; on a watch, an object that comes to pass
+// arrives as ADDED and one that stops passing as DELETED, as with a label selector.
+func (e *scaleEnv) whereFilters(rs []replica, holders map[string]string) {
+	e.t.Helper()
+	const where = "has(object.metadata.labels) && object.metadata.labels.tier == 'web'"
+	isWeb := func(cm *corev1.ConfigMap) bool { return cm.Labels["tier"] == "web" }
+	want, wantTotal := e.summaryTruth([]string{"cluster"}, isWeb)
+	for _, r := range rs {
+		var s api.Summary
+		q := url.Values{"by": {"cluster"}, "where": {where}}
+		if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"/summary?"+q.Encode(), &s); err != nil {
+			e.t.Fatalf("%s: summary where: %v", r.id, err)
+		}
+		got := map[string]int{}
+		for _, g := range s.Groups {
+			got[show(g.Key["cluster"])] = g.Count
+		}
+		if d := diffCounts(want, got); len(d) > 0 || s.Total != wantTotal || wantTotal == 0 {
+			e.t.Errorf("%s: summary where %s: total %d (want %d): %v", r.id, where, s.Total, wantTotal, d)
+		}
+		var l api.List
+		if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"?"+url.Values{"where": {where}}.Encode(), &l); err != nil {
+			e.t.Fatalf("%s: list where: %v", r.id, err)
+		}
+		if len(l.Items) != wantTotal {
+			e.t.Errorf("%s: list where %s: %d items, want %d", r.id, where, len(l.Items), wantTotal)
+		}
+	}
+	for q, want := range map[string]string{
+		"where=object.metadata.name%20%3D%3D":    "1:24: Syntax error",
+		"where=1%20%2B%201":                      "want bool",
+		"where=nosuch%20%3D%3D%201":              "undeclared reference",
+		"watch=true&where=object.metadata.name(": "where",
+	} {
+		err := e.get(rs[0], api.ResourcesPath+"/"+scaleResource+"?"+q, &api.List{})
+		if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), want) {
+			e.t.Errorf("?%s: %v; want a 400 with %q", q, err, want)
+		}
+	}
+
+	// A watch through the replica that does not own the first member: cm-2 (no tier) comes to
+	// pass, cm-0 (web) stops passing.
+	member := e.members[0]
+	via := rs[0]
+	if holders[member] == via.id {
+		via = rs[1]
+	}
+	w, err := e.openNativeWatch(via, url.Values{"where": {where}, "cluster": {member}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer w.close()
+	initial := w.until(e.t, func(ev api.WatchEvent) bool { return ev.Type == api.Bookmark }, 30*time.Second)
+	adds := 0
+	for _, ev := range initial {
+		if ev.Type == api.Added {
+			adds++
+		}
+	}
+	if adds != want[member] {
+		e.t.Errorf("watch where: %d initial ADDED in %s, want %d", adds, member, want[member])
+	}
+	cs, err := e.f.Clientset(member)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for name, tier := range map[string]string{"cm-2": "web", "cm-0": "db"} {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"tier":%q}}}`, tier)
+		if _, err := cs.CoreV1().ConfigMaps(scaleNS).Patch(e.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	seen := map[string]string{}
+	w.until(e.t, func(ev api.WatchEvent) bool {
+		if ev.Type == api.Added || ev.Type == api.Deleted || ev.Type == api.Modified {
+			var om api.ObjectMeta
+			_ = json.Unmarshal(ev.Object, &om)
+			seen[om.Metadata.Name] = ev.Type
+		}
+		return seen["cm-2"] != "" && seen["cm-0"] != ""
+	}, 30*time.Second)
+	if seen["cm-2"] != api.Added || seen["cm-0"] != api.Deleted {
+		e.t.Errorf("watch where: cm-2 (now web) %s, cm-0 (now db) %s; want ADDED and DELETED", seen["cm-2"], seen["cm-0"])
+	}
+}
+
+// nativeWatch reads a native watch's NDJSON events.
+type nativeWatch struct {
+	body io.ReadCloser
+	dec  *json.Decoder
+}
+
+func (w *nativeWatch) close() { _ = w.body.Close() }
+
+// until reads events until stop says so, and returns them; the test fails after within.
+func (w *nativeWatch) until(t *testing.T, stop func(api.WatchEvent) bool, within time.Duration) []api.WatchEvent {
+	t.Helper()
+	timer := time.AfterFunc(within, w.close)
+	defer timer.Stop()
+	var out []api.WatchEvent
+	for {
+		var ev api.WatchEvent
+		if err := w.dec.Decode(&ev); err != nil {
+			t.Fatalf("watch: after %d events: %v", len(out), err)
+		}
+		out = append(out, ev)
+		if stop(ev) {
+			return out
+		}
+	}
+}
+
+func (e *scaleEnv) openNativeWatch(r replica, q url.Values) (*nativeWatch, error) {
+	q.Set("watch", "true")
+	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, r.d.URL+api.ResourcesPath+"/"+scaleResource+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+scaleToken)
+	resp, err := (&http.Client{Transport: e.httpClient().Transport}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return nil, fmt.Errorf("watch from %s: %d %s", r.id, resp.StatusCode, b)
+	}
+	return &nativeWatch{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
 }

@@ -102,7 +102,7 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 	var answers []answer[*storage.List]
 	var mp mergedPage
 	keyOrdered := false
-	if limit > 0 && !exact && opts.LabelSelector == "" && opts.FieldSelector == "" && len(pl.parts) > 1 {
+	if limit > 0 && !exact && opts.LabelSelector == "" && opts.FieldSelector == "" && opts.Where == "" && len(pl.parts) > 1 {
 		if answers, mp, keyOrdered, err = r.pageInKeyOrder(ctx, pl, cont, limit, read); err != nil {
 			return nil, err
 		}

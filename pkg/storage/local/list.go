@@ -61,6 +61,9 @@ func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.
 	if ctx.Err() != nil {
 		return nil, storage.Error(http.StatusGatewayTimeout, "request timed out")
 	}
+	if err := whereFailed(sel.where); err != nil {
+		return nil, err
+	}
 	// A planned cluster can leave between the check above and the read (a handoff that
 	// completed meanwhile): asked again after the read, it is never missing from an answer.
 	// Leaving shows in the watch cache (Listed), so the request's one status read serves.
@@ -282,6 +285,9 @@ func (s *Storage) Get(ctx context.Context, opts storage.GetOptions) (*storage.Li
 		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, clusters); len(waiting) > 0 {
 			return nil, refusedNotStarted(sel.resource, waiting)
 		}
+	}
+	if err := whereFailed(sel.where); err != nil {
+		return nil, err
 	}
 	sel.hub.Sequence(found)
 	for _, it := range found {

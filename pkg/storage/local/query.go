@@ -50,10 +50,39 @@ func podField(obj any, field string) []string {
 }
 
 // Query turns a selection's object filters into the aggregate's query: namespace, index and
-// value, and the field selector (a path of PathFields or an index name of agg). Equality on an
-// indexed field narrows through the index when nothing else does. Its errors are 400s that
-// name the parameter. Clusters and labels are the caller's to set.
+// value, the field selector (a path of PathFields or an index name of agg) and the where
+// filter. Equality on an indexed field narrows through the index when nothing else does. Its
+// errors are 400s that name the parameter. Clusters and labels are the caller's to set.
 func Query(agg *aggregate.Aggregate, sel storage.Selection) (aggregate.Query, error) {
+	where, err := compileWhere(sel.Where)
+	if err != nil {
+		return aggregate.Query{}, err
+	}
+	return query(agg, sel, where)
+}
+
+// compileWhere is the request's filter of a where expression, nil without one.
+func compileWhere(expr string) (*index.Bound, error) {
+	if expr == "" {
+		return nil, nil
+	}
+	f, err := index.CompileFilter(expr)
+	if err != nil {
+		return nil, storage.Errorf(http.StatusBadRequest, "where: %v", err)
+	}
+	return f.Bind(), nil
+}
+
+// whereFailed is the 400 of a filter that failed for good on some object (its cost), nil
+// otherwise.
+func whereFailed(where *index.Bound) error {
+	if where == nil || where.Err() == nil {
+		return nil
+	}
+	return storage.Errorf(http.StatusBadRequest, "where: %v", where.Err())
+}
+
+func query(agg *aggregate.Aggregate, sel storage.Selection, where *index.Bound) (aggregate.Query, error) {
 	bad := func(format string, args ...any) (aggregate.Query, error) {
 		return aggregate.Query{}, storage.Errorf(http.StatusBadRequest, format, args...)
 	}
@@ -63,6 +92,11 @@ func Query(agg *aggregate.Aggregate, sel storage.Selection) (aggregate.Query, er
 		if ix == aggregate.IndexClusterNamespace && !strings.Contains(out.Value, "/") {
 			return bad("index %q: value %q is not cluster/namespace", ix, out.Value)
 		}
+	}
+	if where != nil {
+		// A field term that reads the filter: Select, Matches and a watch's kept
+		// Attributes judge it as they judge a field selector.
+		out.Fields = append(out.Fields, aggregate.FieldTerm{Field: "where", Value: "true", Values: where.Values})
 	}
 	fs := sel.FieldSelector
 	if fs == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/index"
 	"github.com/multicache/multicache/pkg/storage"
 	"github.com/multicache/multicache/pkg/watchcache"
 )
@@ -37,6 +38,9 @@ type selected struct {
 	leftOut []string
 	// secrets: the resource is core Secrets; allowSecretData: served with their data.
 	secrets, allowSecretData bool
+	// where is the request's where filter, nil without one: an answer it failed for is a 400
+	// (whereFailed).
+	where *index.Bound
 }
 
 // selectFor resolves sel for the caller of ctx. Its errors are 400 (a bad selector or name),
@@ -57,7 +61,11 @@ func (s *Storage) selectFor(ctx context.Context, v *view, sel storage.Selection)
 	if err != nil {
 		return nil, err
 	}
-	q, err := Query(agg, sel)
+	where, err := compileWhere(sel.Where)
+	if err != nil {
+		return nil, err
+	}
+	q, err := query(agg, sel, where)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +77,7 @@ func (s *Storage) selectFor(ctx context.Context, v *view, sel storage.Selection)
 	if q.Namespace != "" && q.Index != aggregate.IndexNamespace && !info.namespaced() {
 		q.Namespace = ""
 	}
-	out := &selected{resource: sel.Resource, agg: agg, hub: s.hubs[sel.Resource], info: info, planned: sel.Part != nil,
+	out := &selected{resource: sel.Resource, agg: agg, hub: s.hubs[sel.Resource], info: info, planned: sel.Part != nil, where: where,
 		secrets: info.secrets(sel.Resource), allowSecretData: s.opts.AllowSecretData}
 	none := func() (*selected, error) {
 		q.Clusters = []string{noCluster}

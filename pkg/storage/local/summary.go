@@ -62,6 +62,9 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 	if ctx.Err() != nil {
 		return nil, storage.Error(http.StatusGatewayTimeout, "request timed out")
 	}
+	if err := whereFailed(sel.where); err != nil {
+		return nil, err
+	}
 	if sel.planned && !sel.none {
 		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
 			return nil, refusedNotStarted(sel.resource, waiting)

@@ -1,0 +1,166 @@
+package index
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func filterPod(name string, images ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"app": name}}}
+	for _, im := range images {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: im, Image: im})
+	}
+	return p
+}
+
+// TestFilterMatches: a where expression judges typed and unstructured objects alike; a field
+// an object lacks makes it fail, never an error.
+func TestFilterMatches(t *testing.T) {
+	nginx, envoy := filterPod("a", "nginx:1.27", "envoy:1"), filterPod("b", "envoy:1")
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "c"},
+		"spec": map[string]any{"containers": []any{map[string]any{"image": "nginx:1.25"}}}}}
+	for expr, want := range map[string][]bool{
+		"object.spec.containers.exists(c, c.image.startsWith('nginx:'))": {true, false, true},
+		"object.metadata.name == 'b'":                                    {false, true, false},
+		"object.metadata.labels.app == 'a'":                              {true, false, false}, // c has no labels: fails
+		"has(object.metadata.labels) && 'app' in object.metadata.labels": {true, true, false},
+		"size(object.spec.containers) > 1":                               {true, false, false},
+		"object.status.phase == 'Running'":                               {false, false, false}, // no status at all
+	} {
+		f, err := CompileFilter(expr)
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		b := f.Bind()
+		for i, obj := range []any{nginx, envoy, u} {
+			if got := b.Matches(obj); got != want[i] {
+				t.Errorf("%s on object %d: %v, want %v", expr, i, got, want[i])
+			}
+			if vals := b.Values(obj); (len(vals) == 1 && vals[0] == "true") != want[i] {
+				t.Errorf("%s on object %d: Values %v", expr, i, vals)
+			}
+		}
+		if b.Err() != nil {
+			t.Errorf("%s: Err %v after cheap evaluations", expr, b.Err())
+		}
+	}
+}
+
+// TestFilterRefuses: a syntax or type error names its line and column; an expression that is
+// not a bool is refused; an evaluation over the cost limit fails and is remembered.
+func TestFilterRefuses(t *testing.T) {
+	for expr, want := range map[string]string{
+		"object.metadata.name ==":         "<input>:1:24",
+		"object.spec.containers.exists(c": "<input>:1:",
+		"nosuch.field == 1":               "undeclared reference to 'nosuch'",
+		"1 + 1":                           "want bool",
+		"'x'":                             "want bool",
+		"":                                "expression is required",
+		"object.metadata.name + 1 == 2":   "", // dyn: a runtime error, so the object fails
+	} {
+		_, err := CompileFilter(expr)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%q: %v, want it compiled", expr, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%q: %v, want an error with %q", expr, err, want)
+		}
+	}
+	// A quadratic walk over a long list runs past the limit.
+	var many []string
+	for range 3000 {
+		many = append(many, "x")
+	}
+	big := filterPod("big", many...)
+	f, err := CompileFilter("object.spec.containers.all(a, object.spec.containers.all(b, a.image == b.image))")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.Bind()
+	if b.Matches(big) {
+		t.Error("an evaluation past the cost limit passed")
+	}
+	if err := b.Err(); err == nil || !strings.Contains(err.Error(), "exceeds the limit") {
+		t.Errorf("Err after an evaluation past the limit: %v", err)
+	}
+	// Another request's binding has its own state.
+	if f.Bind().Err() != nil {
+		t.Error("a fresh binding carries another request's failure")
+	}
+	if !b.f.Bind().Matches(filterPod("small", "x", "x")) {
+		t.Error("a cheap evaluation of the same filter failed")
+	}
+}
+
+// TestFilterConcurrent: one binding serves a request's concurrent evaluations (members are
+// read in parallel).
+func TestFilterConcurrent(t *testing.T) {
+	f, err := CompileFilter("object.metadata.name.startsWith('p')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.Bind()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 200 {
+				if !b.Matches(filterPod("p" + string(rune('a'+i)))) {
+					t.Error("a matching object failed")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// FuzzWhere: any where text either compiles or is refused with an error; a compiled one judges
+// typed and unstructured objects without a panic, within the cost limit.
+func FuzzWhere(f *testing.F) {
+	for _, seed := range []string{
+		"object.spec.containers.exists(c, c.image.startsWith('nginx:'))", "object.metadata.name == 'a'",
+		"has(object.metadata.labels) && object.metadata.labels.app == 'x'", "size(object.spec.containers) > 1",
+		"object.metadata.name ==", "1 + 1", "object.spec.containers.all(a, object.spec.containers.all(b, a == b))",
+		"object.metadata.annotations['x'] in ['a', 'b']", "int(object.metadata.resourceVersion) > 3",
+	} {
+		f.Add(seed)
+	}
+	objs := []any{filterPod("a", "nginx:1", "envoy:2"), filterPod("b"),
+		&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "u", "labels": map[string]any{"app": "x"}}}}}
+	f.Fuzz(func(t *testing.T, expr string) {
+		fl, err := CompileFilter(expr)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("%q: an empty error", expr)
+			}
+			return
+		}
+		b := fl.Bind()
+		for _, o := range objs {
+			b.Matches(o)
+		}
+	})
+}
+
+// TestRecursivePathsIndexNothingUnexported: a recursive JSONPath walks a typed object's
+// unexported fields (a Quantity's, a Time's); they index nothing, and nothing panics.
+func TestRecursivePathsIndexNothingUnexported(t *testing.T) {
+	p := filterPod("q", "nginx")
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}
+	p.CreationTimestamp = metav1.Now()
+	for _, path := range []string{"...", "{..}", "..cpu", "$..*", "{.metadata.creationTimestamp..*}"} {
+		f, err := Compile(Spec{Name: "x", JSONPath: path})
+		if err != nil {
+			continue // refused: fine
+		}
+		if _, err := f(p); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+}
