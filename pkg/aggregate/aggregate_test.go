@@ -368,20 +368,40 @@ func TestQueueFairAcrossClusters(t *testing.T) {
 	t.Fatal("the quiet cluster waited behind the busy one")
 }
 
+// mergedByKey is what a queue of a handler that reads by key keeps of in.
+func mergedByKey(in []eventKind) []eventKind {
+	q := newMergedQueue()
+	q.byKey = true
+	for i, k := range in {
+		q.push("c", "k", event{kind: k, obj: i})
+	}
+	var got []eventKind
+	if q.len() > 0 {
+		_, evs, _, _ := q.pop()
+		for _, e := range evs {
+			got = append(got, e.kind)
+		}
+	}
+	return got
+}
+
 func TestQueueMerge(t *testing.T) {
 	for _, tc := range []struct {
-		in   []eventKind
-		want []eventKind
+		in, want, byKey []eventKind
 	}{
-		{[]eventKind{evAdd, evUpdate, evUpdate}, []eventKind{evAdd}},
-		{[]eventKind{evAdd, evDelete}, nil},
-		{[]eventKind{evUpdate, evUpdate, evDelete}, []eventKind{evDelete}},
-		{[]eventKind{evDelete, evAdd, evUpdate}, []eventKind{evDelete, evAdd}},
-		{[]eventKind{evDelete, evAdd, evDelete}, []eventKind{evDelete}},
+		{[]eventKind{evAdd, evUpdate, evUpdate}, []eventKind{evAdd}, []eventKind{evAdd}},
+		// A handler that reads by key may have read the object from the store meanwhile.
+		{[]eventKind{evAdd, evDelete}, nil, []eventKind{evDelete}},
+		{[]eventKind{evUpdate, evUpdate, evDelete}, []eventKind{evDelete}, []eventKind{evDelete}},
+		{[]eventKind{evDelete, evAdd, evUpdate}, []eventKind{evDelete, evAdd}, []eventKind{evDelete, evAdd}},
+		{[]eventKind{evDelete, evAdd, evDelete}, []eventKind{evDelete}, []eventKind{evDelete}},
 	} {
 		q := newMergedQueue()
 		for i, k := range tc.in {
 			q.push("c", "k", event{kind: k, obj: i})
+		}
+		if keyed := mergedByKey(tc.in); !slices.Equal(keyed, tc.byKey) {
+			t.Errorf("%v merged for a handler that reads by key to %v, want %v", tc.in, keyed, tc.byKey)
 		}
 		var got []eventKind
 		if q.len() > 0 {

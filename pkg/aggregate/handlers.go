@@ -151,7 +151,9 @@ func (a *Aggregate) AddEventHandlerWithOptions(h Handler, opts HandlerOptions) (
 	if opts.ResyncPeriod != 0 && opts.ResyncPeriod < time.Second {
 		return nil, fmt.Errorf("aggregate %s: HandlerOptions.ResyncPeriod %s: below the minimum of 1s", a.resource, opts.ResyncPeriod)
 	}
-	var q backlog = newMergedQueue()
+	mq := newMergedQueue()
+	_, mq.byKey = h.(keyReader)
+	var q backlog = mq
 	if opts.EveryEvent {
 		if opts.MaxPending == 0 {
 			opts.MaxPending = DefaultMaxPending

@@ -48,11 +48,17 @@ type entry struct {
 }
 
 // merge folds ev into the pending events; it reports false when nothing is left pending.
-func (e *entry) merge(ev event) bool {
+// byKey: the handler reads objects by key from the store (QueueKeys), which runs ahead of
+// the handlers, so it may have seen an object it was never told of.
+func (e *entry) merge(ev event, byKey bool) bool {
 	last := &e.evs[len(e.evs)-1]
 	switch {
 	case last.kind == evAdd && ev.kind == evUpdate:
 		last.obj = ev.obj // still an add: the handler never saw the object
+	case last.kind == evAdd && ev.kind == evDelete && byKey && len(e.evs) == 1:
+		// The handler was never told of the object, but its worker may have read it from
+		// the store: its key is told gone, or the worker keeps what it read for ever.
+		*last = ev
 	case last.kind == evAdd && ev.kind == evDelete:
 		e.evs = e.evs[:len(e.evs)-1] // the handler never saw it: nothing to say
 	case last.kind == evUpdate && ev.kind == evUpdate:
@@ -85,6 +91,8 @@ type mergedQueue struct {
 	depth    int      // pending object events (markers are not counted)
 	closed   bool
 	markers  uint64 // makes marker keys unique: markers never merge
+	// byKey: the handler reads objects by key (entry.merge).
+	byKey bool
 }
 
 func newMergedQueue() *mergedQueue {
@@ -113,7 +121,7 @@ func (q *mergedQueue) push(cluster, key string, ev event) {
 		key = "\x00" + strconv.FormatUint(q.markers, 10)
 	} else if e, ok := cq.items[key]; ok {
 		before := len(e.evs)
-		if !e.merge(ev) {
+		if !e.merge(ev, q.byKey) {
 			delete(cq.items, key)
 			q.dropIfIdle(cluster, cq)
 		}

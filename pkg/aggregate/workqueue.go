@@ -16,9 +16,18 @@ func QueueKeys(q KeyAdder) Handler {
 			q.Add(k)
 		}
 	}
-	return HandlerFuncs{
+	return keyHandler{HandlerFuncs{
 		AddFunc:    func(cluster string, obj any, _ bool) { add(cluster, obj) },
 		UpdateFunc: func(cluster string, _, obj any) { add(cluster, obj) },
 		DeleteFunc: add,
-	}
+	}}
 }
+
+// keyReader marks a handler whose worker reads objects by key from the store, which runs ahead
+// of the handlers: an object added and deleted before it caught up is told as a delete, not
+// merged away, since the worker may have read it meanwhile.
+type keyReader interface{ readsByKey() }
+
+type keyHandler struct{ HandlerFuncs }
+
+func (keyHandler) readsByKey() {}
