@@ -85,14 +85,16 @@ func compileJSONPath(expr string) (cache.IndexFunc, error) {
 	pool := sync.Pool{New: func() any { jp, _ := parse(); return jp }}
 	return func(obj any) ([]string, error) {
 		jp := pool.Get().(*jsonpath.JSONPath)
-		defer pool.Put(jp)
 		data := obj
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			data = u.Object
 		}
 		results, err := findResults(jp, data)
 		if err != nil {
-			return nil, nil // a path that does not apply to this object indexes nothing
+			// A path that does not apply to this object indexes nothing. The evaluator is
+			// dropped: a failed run (inside a range) leaves it in a state the next would
+			// inherit.
+			return nil, nil
 		}
 		var out []string
 		for _, rs := range results {
@@ -100,6 +102,7 @@ func compileJSONPath(expr string) (cache.IndexFunc, error) {
 				out = appendValue(out, v)
 			}
 		}
+		pool.Put(jp)
 		return out, nil
 	}, nil
 }

@@ -164,3 +164,21 @@ func TestRecursivePathsIndexNothingUnexported(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONPathRecoversAfterAFailedRun: an object a path fails on does not change what the
+// path gives the next object (a failed run inside a range leaves its evaluator changed; it is
+// not used again).
+func TestJSONPathRecoversAfterAFailedRun(t *testing.T) {
+	f, err := Compile(Spec{Name: "x", JSONPath: "{range .items[*]}{.x[0]}{end}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := &unstructured.Unstructured{Object: map[string]any{"items": []any{map[string]any{"x": []any{"a"}}}}}
+	bad := &unstructured.Unstructured{Object: map[string]any{"items": []any{map[string]any{"x": "not a list"}}}}
+	first, _ := f(good)
+	_, _ = f(bad)
+	again, _ := f(good)
+	if len(first) != 1 || first[0] != "a" || len(again) != 1 || again[0] != "a" {
+		t.Errorf("a good object gives %v, then after a bad one %v; want [a] both times", first, again)
+	}
+}
