@@ -178,7 +178,10 @@ func TestCRDsMovingClusterAnswersRetry(t *testing.T) {
 	hs, _ := kubeFixtureOf(t, src, Options{Fleet: fl})
 	ask := func(part ...string) *http.Response {
 		body, _ := json.Marshal(storage.ClusterOptions{Part: part})
-		resp, err := http.Post(hs.URL+peer.DefinitionsPath, "application/json", bytes.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+peer.DefinitionsPath, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(peer.ProtocolHeader, peer.ProtocolVersion)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,3 +195,9 @@ func TestCRDsMovingClusterAnswersRetry(t *testing.T) {
 		t.Errorf("a part of running clusters: %d, want 200", resp.StatusCode)
 	}
 }
+
+// The envelope's header, for fakes whose name for a peer shadows the package's.
+const (
+	envelopeHeader  = peer.ProtocolHeader
+	envelopeVersion = peer.ProtocolVersion
+)

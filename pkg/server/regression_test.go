@@ -551,6 +551,7 @@ func TestWatchListAfterAHandoffInTheGap(t *testing.T) {
 func TestAbandonedFanInWatchesLeaveNoGoroutines(t *testing.T) {
 	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-multicache-peer")
+		w.Header().Set(envelopeHeader, envelopeVersion) // an owner of this release
 		_, _ = io.WriteString(w, "h {}\n")
 		for i := 0; r.Context().Err() == nil; i++ {
 			obj := fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x%d","namespace":"ns","resourceVersion":"r","annotations":{"multicache.io/cluster":"c"}}}`, i)

@@ -95,7 +95,7 @@ func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.R
 	if err != nil {
 		return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q did not answer: %v", c.ID, err))
 	}
-	if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == http.StatusOK && resp.Header.Get(ProtocolHeader) == ProtocolVersion {
 		return resp, nil
 	}
 	defer resp.Body.Close()
@@ -118,6 +118,9 @@ func answerError(id string, resp *http.Response, body []byte) error {
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q refused this replica's call (%s): are its peer certificates signed by the same CA?", id, st.Message))
 	case resp.Header.Get(ProtocolHeader) == "":
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q does not answer this release's peer calls (it answered %d: %s); retry once the rolling update is done", id, resp.StatusCode, st.Message))
+	case resp.Header.Get(ProtocolHeader) != ProtocolVersion:
+		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q speaks peer protocol %q, this one %q (it answered %d: %s); retry once the rolling update is done",
+			id, resp.Header.Get(ProtocolHeader), ProtocolVersion, resp.StatusCode, st.Message))
 	case resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable:
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q failed: %d %s", id, resp.StatusCode, st.Message))
 	}

@@ -35,8 +35,11 @@ import (
 // not answer with it answers in the form of an earlier release.
 const ProtocolHeader = "X-Multicache-Peer-Protocol"
 
-// ProtocolVersion is this release's envelope.
-const ProtocolVersion = "2"
+// ProtocolVersion is this release's envelope. 3 added the selection's where filter and the
+// summary call: a replica of version 2 would ignore the filter and answer its part whole, so
+// replicas of different versions refuse each other's calls (503, retried), never answer them
+// in part.
+const ProtocolVersion = "3"
 
 // head is an answer's first frame.
 type head struct {

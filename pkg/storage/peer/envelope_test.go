@@ -295,3 +295,33 @@ func TestCallsCarryNoCredentials(t *testing.T) {
 		t.Errorf("headers sent: %v", got)
 	}
 }
+
+// TestOtherProtocolVersionsRefuse: replicas of different envelope versions refuse each other's
+// calls with a 503 to retry, both ways: an answer of version 2, even a 200, is never read
+// (version 2 ignores the where filter), and a call of version 2 is not answered.
+func TestOtherProtocolVersionsRefuse(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(ProtocolHeader, "2")
+		w.Header().Set("Content-Type", "application/x-multicache-peer")
+		_, _ = io.WriteString(w, "h {}\n")
+	}))
+	defer hs.Close()
+	c := &Client{ID: "p2", URL: hs.URL, Clients: NewClients(nil, time.Second)}
+	_, err := c.List(context.Background(), storage.ListOptions{})
+	if storage.Code(err) != http.StatusServiceUnavailable || storage.RetryAfter(err) == 0 || !strings.Contains(err.Error(), `peer protocol "2"`) {
+		t.Errorf("a 200 of protocol 2: %v (%d), want a 503 to retry naming the version", err, storage.Code(err))
+	}
+
+	h := &Handler{}
+	for _, v := range []string{"", "2", "4"} {
+		req := httptest.NewRequest(http.MethodPost, ListPath, strings.NewReader("{}"))
+		if v != "" {
+			req.Header.Set(ProtocolHeader, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || rec.Header().Get(ProtocolHeader) != ProtocolVersion {
+			t.Errorf("a call of protocol %q: %d %v, want 503 with Retry-After and this version's header", v, rec.Code, rec.Header())
+		}
+	}
+}

@@ -28,6 +28,11 @@ type Handler struct {
 // ServeHTTP answers one call.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(ProtocolHeader, ProtocolVersion)
+	if v := r.Header.Get(ProtocolHeader); v != ProtocolVersion {
+		// A caller of another version would read this answer in its own form.
+		writeError(w, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("this replica speaks peer protocol %q, the caller %q; retry once the rolling update is done", ProtocolVersion, v)))
+		return
+	}
 	if r.Method != http.MethodPost {
 		writeError(w, storage.Errorf(http.StatusMethodNotAllowed, "%s: POST only", r.URL.Path))
 		return
