@@ -29,8 +29,18 @@ type GroupKey struct {
 	text string
 	kind groupKind
 	arg  string
-	// values reads a field: or index: key's values of an object (field: compiled once).
+	// field reads a field: key's values of an object (compiled once).
 	field cache.IndexFunc
+	// view, when set, is what the key reads of an object instead of the object.
+	view func(any) any
+}
+
+// WithView returns k reading view(obj) of each object instead of obj: what a caller may read of
+// it (a Secret without its data). Cluster, namespace and label keys read what every view
+// keeps.
+func (k GroupKey) WithView(view func(any) any) GroupKey {
+	k.view = view
+	return k
 }
 
 type groupKind int
@@ -74,15 +84,27 @@ func ParseGroupKey(text string) (GroupKey, error) {
 		}
 		k.kind, k.arg, k.field = byField, arg, f
 	case kind == "index" && hasArg:
-		if arg == "" {
+		switch arg {
+		case "":
 			return k, fmt.Errorf("key %q: want index:<name>, with a name", text)
+		case IndexCluster:
+			k.kind = byCluster
+		case IndexNamespace:
+			k.kind = byNamespace
+		case IndexClusterNamespace:
+			return k, fmt.Errorf("key %q: use the keys cluster,namespace", text)
+		default:
+			k.kind, k.arg = byIndex, arg
 		}
-		k.kind, k.arg = byIndex, arg
 	default:
 		return k, fmt.Errorf("key %q: want cluster, namespace, label:<key>, field:<path> or index:<name>", text)
 	}
 	return k, nil
 }
+
+// MaxGroupKeys is how many keys a summary may group by: each object counts once per
+// combination of its keys' values.
+const MaxGroupKeys = 8
 
 // Group is one group of a Summary: the values of its keys, in the order of Summary.By (nil
 // where the objects have none), and how many objects it holds.
@@ -127,6 +149,9 @@ func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
 	if len(keys) == 0 {
 		return Summary{}, fmt.Errorf("by: at least one key is required")
 	}
+	if len(keys) > MaxGroupKeys {
+		return Summary{}, fmt.Errorf("by: %d keys, at most %d", len(keys), MaxGroupKeys)
+	}
 	sum := Summary{By: make([]string, len(keys)), Groups: []Group{}}
 	for i, k := range keys {
 		sum.By[i] = k.text
@@ -145,9 +170,10 @@ func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
 			sum.Unsynced = append(sum.Unsynced, m.cluster)
 		}
 	}
-	fromIndex := p.plain()
+	fromIndex, onlyCluster := p.plain(), p.plain()
 	for _, k := range keys {
 		fromIndex = fromIndex && (k.kind == byCluster || k.kind == byNamespace)
+		onlyCluster = onlyCluster && k.kind == byCluster
 	}
 	// Each worker counts whole members into its own counter; the counters are merged after.
 	workers := min(len(p.members), runtime.GOMAXPROCS(0))
@@ -171,13 +197,18 @@ func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
 				i++
 				next.Unlock()
 				var err error
-				if fromIndex {
-					err = counters[w].fromIndex(m)
-				} else {
+				switch {
+				case onlyCluster:
+					counters[w].fromLen(a, m)
+				case fromIndex:
+					if err = counters[w].fromIndex(m); err != nil {
+						err = fmt.Errorf("cluster %q: %w", m.cluster, err)
+					}
+				default:
 					err = a.selectIn(p, m, func(obj any) { counters[w].add(a, m.cluster, obj) })
 				}
 				if err != nil {
-					errs[w] = fmt.Errorf("cluster %q: %w", m.cluster, err)
+					errs[w] = err // (selectIn's errors name the cluster)
 					return
 				}
 			}
@@ -324,7 +355,11 @@ func (c *counter) add(a *Aggregate, cluster string, obj any) {
 				}
 			}
 		case byField:
-			fv, _ := k.field(obj)
+			o := obj
+			if k.view != nil {
+				o = k.view(obj)
+			}
+			fv, _ := k.field(o)
 			vs = appendDistinct(vs, fv)
 		case byIndex:
 			vs = appendDistinct(vs, a.indexValues(k.arg, cluster, obj))
@@ -363,6 +398,20 @@ func (c *counter) bump(key []*string, n int) {
 		}
 	}
 	c.groups[string(c.buf)] = &groupCount{key: own, n: n}
+}
+
+// fromLen counts member m's objects as one group per cluster key: Len, in O(1) once the
+// member's handlers have had its initial list.
+func (c *counter) fromLen(a *Aggregate, m *member) {
+	n, ok := a.Len(m.cluster)
+	if !ok || n == 0 {
+		return
+	}
+	c.objects += n
+	for i := range c.keys {
+		c.combo[i] = &m.cluster
+	}
+	c.bump(c.combo, n)
 }
 
 // fromIndex counts member m's objects from its namespace index: keys among cluster and

@@ -3,14 +3,20 @@ package aggregate
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 )
 
 // summaryFleet is two clusters of ConfigMaps in namespaces a, b and none (cluster-scoped, as
@@ -288,4 +294,130 @@ func FuzzGroupKey(f *testing.F) {
 			t.Fatalf("%q: total %d, want every object once (%d)", key, s.Total, len(items))
 		}
 	})
+}
+
+// BenchmarkSummarizeFleet counts Pods over a fleet in process: clusters ×
+// pods-per-cluster from MULTICACHE_BENCH_SUMMARY_CLUSTERS and _PODS (default 4 × 5,000; issue
+// I1/I2's 2M objects are 100 × 20,000). Each Pod has 2 containers of 50 images, 20
+// namespaces, a tier label on half of them. ns/op over the objects is the cost per object.
+//
+//	MULTICACHE_BENCH_SUMMARY_CLUSTERS=100 MULTICACHE_BENCH_SUMMARY_PODS=20000 \
+//	  go test -run '^$' -bench SummarizeFleet -benchtime 5x -count 5 ./pkg/aggregate/
+func BenchmarkSummarizeFleet(b *testing.B) {
+	clusters, pods := envInt(b, "MULTICACHE_BENCH_SUMMARY_CLUSTERS", 4), envInt(b, "MULTICACHE_BENCH_SUMMARY_PODS", 5000)
+	a, _, err := New(Options{Resource: "pods", SyncPollInterval: 5 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// As in the daemon, where the watch cache is always a handler: members are fed, and Len
+	// is O(1).
+	if _, err := a.AddEventHandler(HandlerFuncs{}); err != nil {
+		b.Fatal(err)
+	}
+	for c := range clusters {
+		items := make([]runtime.Object, 0, pods)
+		for i := range pods {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprint("ns-", i%20), Name: fmt.Sprint("p", i), ResourceVersion: "1",
+				Labels: map[string]string{"app": fmt.Sprint("app-", i%100)}}}
+			if i%2 == 0 {
+				p.Labels["tier"] = []string{"web", "db", "cache"}[i%3]
+			}
+			p.Spec.Containers = []corev1.Container{{Name: "a", Image: fmt.Sprint("registry/img-", i%50, ":1")}, {Name: "b", Image: "registry/sidecar:2"}}
+			p.Status.Phase = []corev1.PodPhase{corev1.PodRunning, corev1.PodPending}[i%7/6]
+			items = append(items, p)
+		}
+		inf := cache.NewSharedIndexInformer(listOnlyPods(items), &corev1.Pod{}, 0, cache.Indexers{})
+		ctx, cancel := context.WithCancel(context.Background())
+		b.Cleanup(cancel)
+		go inf.Run(ctx.Done())
+		if err := a.join(fmt.Sprint("c", c), inf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if unsynced := a.WaitForSync(context.Background(), 10*time.Minute); len(unsynced) > 0 {
+		b.Fatalf("unsynced: %v", unsynced)
+	}
+	objects := clusters * pods
+	tierWeb, _ := labels.Parse("tier=web")
+	for _, tc := range []struct {
+		name string
+		q    Query
+		by   []string
+	}{
+		{"by-cluster", Query{}, []string{"cluster"}},
+		{"by-namespace", Query{}, []string{"namespace"}},
+		{"by-cluster-namespace", Query{}, []string{"cluster", "namespace"}},
+		{"by-label", Query{}, []string{"label:tier"}},
+		{"by-image-path", Query{}, []string{"field:spec.containers[*].image"}},
+		{"by-phase-path", Query{}, []string{"field:status.phase"}},
+		{"by-cluster-where-label", Query{Labels: tierWeb}, []string{"cluster"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.Summarize(tc.q, tc.by...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(objects), "ns/object")
+		})
+	}
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// listOnlyPods is a ListerWatcher of fixed Pods whose watch never sends.
+func listOnlyPods(items []runtime.Object) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			l := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+			for _, o := range items {
+				l.Items = append(l.Items, *o.(*corev1.Pod))
+			}
+			return l, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+	}, &source{})
+}
+
+// TestGroupKeyWithView: a key with a view counts what the view shows of each object (a Secret
+// as a caller reads it), not the object.
+func TestGroupKeyWithView(t *testing.T) {
+	a, items := summaryFleet(t)
+	k, err := ParseGroupKey("field:data.y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hide := func(obj any) any { c := *obj.(*corev1.ConfigMap); c.Data = nil; return &c }
+	s, err := a.SummarizeKeys(Query{}, []GroupKey{k.WithView(hide)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Groups) != 1 || s.Groups[0].Key[0] != nil || s.Groups[0].Count != len(items) {
+		t.Errorf("data.y through a view that hides data: %v, want every object under null", groupsOf(s))
+	}
+	s, _ = a.SummarizeKeys(Query{}, []GroupKey{k})
+	if len(s.Groups) < 2 {
+		t.Errorf("data.y without a view: %v, want its values", groupsOf(s))
+	}
+	for _, alias := range []string{"index:cluster", "index:namespace"} {
+		got, _ := a.Summarize(Query{}, alias)
+		want, _ := a.Summarize(Query{}, strings.TrimPrefix(alias, "index:"))
+		if fmt.Sprint(groupsOf(got)) != fmt.Sprint(groupsOf(want)) {
+			t.Errorf("%s: %v, want as %s: %v", alias, groupsOf(got), strings.TrimPrefix(alias, "index:"), groupsOf(want))
+		}
+	}
+	if _, err := a.Summarize(Query{}, "cluster", "namespace", "cluster", "namespace", "cluster", "namespace", "cluster", "namespace", "cluster"); err == nil {
+		t.Errorf("9 keys: no error (at most %d)", MaxGroupKeys)
+	}
 }

@@ -241,6 +241,23 @@ func (e *scaleEnv) whereFilters(rs []replica, holders map[string]string) {
 		}
 	}
 
+	// An evaluation past kube-apiserver's per-expression cost limit: the list and the summary
+	// are 400s that say so, through either replica.
+	var nums []string
+	for i := range 1500 {
+		nums = append(nums, fmt.Sprint(i))
+	}
+	l := "[" + strings.Join(nums, ",") + "]"
+	costly := url.Values{"where": {l + ".all(a, " + l + ".all(b, a == b || a != b))"}, "by": {"cluster"}}
+	for _, r := range rs {
+		for _, path := range []string{"", "/summary"} {
+			err := e.get(r, api.ResourcesPath+"/"+scaleResource+path+"?"+costly.Encode(), &api.Summary{})
+			if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "cost exceeds the limit") {
+				e.t.Errorf("%s: %s with a where past the cost limit: %v; want a 400 that says so", r.id, path, err)
+			}
+		}
+	}
+
 	// A watch through the replica that does not own the first member: cm-2 (no tier) comes to
 	// pass, cm-0 (web) stops passing.
 	member := e.members[0]

@@ -58,7 +58,7 @@ func Query(agg *aggregate.Aggregate, sel storage.Selection) (aggregate.Query, er
 	if err != nil {
 		return aggregate.Query{}, err
 	}
-	return query(agg, sel, where)
+	return query(agg, sel, where, nil)
 }
 
 // compileWhere is the request's filter of a where expression, nil without one.
@@ -82,7 +82,9 @@ func whereFailed(where *index.Bound) error {
 	return storage.Errorf(http.StatusBadRequest, "where: %v", where.Err())
 }
 
-func query(agg *aggregate.Aggregate, sel storage.Selection, where *index.Bound) (aggregate.Query, error) {
+// query is Query with a compiled filter, which reads view(obj) of each object (obj itself
+// when view is nil).
+func query(agg *aggregate.Aggregate, sel storage.Selection, where *index.Bound, view func(any) any) (aggregate.Query, error) {
 	bad := func(format string, args ...any) (aggregate.Query, error) {
 		return aggregate.Query{}, storage.Errorf(http.StatusBadRequest, format, args...)
 	}
@@ -96,7 +98,11 @@ func query(agg *aggregate.Aggregate, sel storage.Selection, where *index.Bound) 
 	if where != nil {
 		// A field term that reads the filter: Select, Matches and a watch's kept
 		// Attributes judge it as they judge a field selector.
-		out.Fields = append(out.Fields, aggregate.FieldTerm{Field: "where", Value: "true", Values: where.Values})
+		values := where.Values
+		if view != nil {
+			values = func(obj any) []string { return where.Values(view(obj)) }
+		}
+		out.Fields = append(out.Fields, aggregate.FieldTerm{Field: "where", Value: "true", Values: values})
 	}
 	fs := sel.FieldSelector
 	if fs == "" {

@@ -20,6 +20,17 @@ func (sel *selected) redact(obj any) any {
 	return redactSecret(obj, sel.secrets)
 }
 
+// readView is what a filter or a summary key of the caller reads of an object: the object as
+// the read serves it, so that neither judges, nor counts, what the caller may not read (a
+// where over a Secret's data would otherwise answer whether it holds a value). nil: the
+// object as it is.
+func readView(secrets, allowSecretData bool) func(any) any {
+	if allowSecretData || !secrets {
+		return nil
+	}
+	return func(obj any) any { return redactSecret(obj, true) }
+}
+
 // redactSecret returns obj without what would reveal a Secret's data: data, stringData and
 // kubectl's last-applied annotation, which holds a full copy of the Secret as applied. secret
 // says the resource is core Secrets (a metadata-only object does not say its kind). obj is

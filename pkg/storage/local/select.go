@@ -65,20 +65,21 @@ func (s *Storage) selectFor(ctx context.Context, v *view, sel storage.Selection)
 	if err != nil {
 		return nil, err
 	}
-	q, err := query(agg, sel, where)
+	info := v.info(sel.Resource)
+	secrets := info.secrets(sel.Resource)
+	q, err := query(agg, sel, where, readView(secrets, s.opts.AllowSecretData))
 	if err != nil {
 		return nil, err
 	}
 	if !objects.Empty() {
 		q.Labels = objects
 	}
-	info := v.info(sel.Resource)
 	// A namespace on a cluster-scoped resource is ignored, as kubectl ignores -n.
 	if q.Namespace != "" && q.Index != aggregate.IndexNamespace && !info.namespaced() {
 		q.Namespace = ""
 	}
 	out := &selected{resource: sel.Resource, agg: agg, hub: s.hubs[sel.Resource], info: info, planned: sel.Part != nil, where: where,
-		secrets: info.secrets(sel.Resource), allowSecretData: s.opts.AllowSecretData}
+		secrets: secrets, allowSecretData: s.opts.AllowSecretData}
 	none := func() (*selected, error) {
 		q.Clusters = []string{noCluster}
 		out.query, out.none = q, true

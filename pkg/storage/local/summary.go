@@ -4,15 +4,14 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/storage"
 )
 
 // Summarize counts the objects of the selection in groups of opts.By, over the clusters the
-// caller may read, as List selects them. A field of a Secret's data is refused unless the
-// daemon serves Secrets' data: its values would be the data itself.
+// caller may read, as List selects them. Keys read Secrets as the caller reads them: without
+// their data unless the daemon serves it.
 func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*storage.Summary, error) {
 	v := s.view()
 	sel, err := s.selectFor(ctx, v, opts.Selection)
@@ -25,8 +24,8 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 		if err != nil {
 			return nil, storage.Errorf(http.StatusBadRequest, "by: %v", err)
 		}
-		if sel.secrets && !sel.allowSecretData && secretDataKey(text) {
-			return nil, storage.Errorf(http.StatusBadRequest, "by: key %q: a Secret's fields other than metadata and type may hold its data, which is not served (server.allowSecretData)", text)
+		if view := readView(sel.secrets, sel.allowSecretData); view != nil {
+			k = k.WithView(view) // a key counts what the caller may read of a Secret, no more
 		}
 		keys = append(keys, k)
 	}
@@ -72,16 +71,4 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 	}
 	out.Freshness = sel.freshness(fresh)
 	return out, nil
-}
-
-// secretDataKey reports whether a summary key may read a Secret's data: any field: key but
-// one under metadata or type (a wildcard or a recursive path may reach the data).
-func secretDataKey(text string) bool {
-	path, ok := strings.CutPrefix(text, "field:")
-	if !ok {
-		return false
-	}
-	path = strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(path), "{"), ".")
-	safe := (strings.HasPrefix(path, "metadata.") || path == "type" || path == "type}") && !strings.ContainsAny(path, "*[") && !strings.Contains(path, "..")
-	return !safe
 }
