@@ -93,8 +93,18 @@ func TestFilterRefuses(t *testing.T) {
 	if f.Bind().Err() != nil {
 		t.Error("a fresh binding carries another request's failure")
 	}
-	if !b.f.Bind().Matches(filterPod("small", "x", "x")) {
+	small := filterPod("small", "x", "x")
+	if !b.f.Bind().Matches(small) {
 		t.Error("a cheap evaluation of the same filter failed")
+	}
+	// An answer's binding refuses the rest at once: the request is a 400 anyway.
+	if b.Matches(small) {
+		t.Error("an answer's binding passed an object after it failed")
+	}
+	// A watch's binding judges each event on its own, and keeps no failure.
+	w := f.BindWatch()
+	if w.Matches(big) || !w.Matches(small) || w.Err() != nil {
+		t.Errorf("a watch's binding: big %v, small %v, Err %v; want false, true, nil", w.Matches(big), w.Matches(small), w.Err())
 	}
 }
 

@@ -54,21 +54,25 @@ func podField(obj any, field string) []string {
 // filter. Equality on an indexed field narrows through the index when nothing else does. Its
 // errors are 400s that name the parameter. Clusters and labels are the caller's to set.
 func Query(agg *aggregate.Aggregate, sel storage.Selection) (aggregate.Query, error) {
-	where, err := compileWhere(sel.Where)
+	where, err := compileWhere(sel.Where, false)
 	if err != nil {
 		return aggregate.Query{}, err
 	}
 	return query(agg, sel, where, nil)
 }
 
-// compileWhere is the request's filter of a where expression, nil without one.
-func compileWhere(expr string) (*index.Bound, error) {
+// compileWhere is the request's filter of a where expression, nil without one: a watch's
+// (index.Filter.BindWatch), or an answer's (Bind).
+func compileWhere(expr string, watch bool) (*index.Bound, error) {
 	if expr == "" {
 		return nil, nil
 	}
 	f, err := index.CompileFilter(expr)
 	if err != nil {
 		return nil, storage.Errorf(http.StatusBadRequest, "where: %v", err)
+	}
+	if watch {
+		return f.BindWatch(), nil
 	}
 	return f.Bind(), nil
 }

@@ -47,6 +47,12 @@ type selected struct {
 // 403 (a named cluster the caller may not read), 404 (a resource not cached) and 503 (an
 // access check that failed).
 func (s *Storage) selectFor(ctx context.Context, v *view, sel storage.Selection) (*selected, error) {
+	return s.selectForWatch(ctx, v, sel, false)
+}
+
+// selectForWatch is selectFor; watch says the selection serves a watch (its where filter
+// judges each event on its own: compileWhere).
+func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selection, watch bool) (*selected, error) {
 	agg, ok := s.reg.Aggregate(sel.Resource)
 	if !ok {
 		return nil, s.NotCached(sel.Resource)
@@ -61,7 +67,7 @@ func (s *Storage) selectFor(ctx context.Context, v *view, sel storage.Selection)
 	if err != nil {
 		return nil, err
 	}
-	where, err := compileWhere(sel.Where)
+	where, err := compileWhere(sel.Where, watch)
 	if err != nil {
 		return nil, err
 	}

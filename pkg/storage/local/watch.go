@@ -21,7 +21,7 @@ import (
 // in the watch cache at the position the watch starts from (a handoff in between).
 func (s *Storage) Watch(ctx context.Context, opts storage.WatchOptions) (storage.Watch, error) {
 	v := s.view()
-	sel, err := s.selectFor(ctx, v, opts.Selection)
+	sel, err := s.selectForWatch(ctx, v, opts.Selection, true)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ func TestWhereReadsSecretsAsServed(t *testing.T) {
 		"object.metadata.name == 's' && has(object.data)",
 	} {
 		for _, served := range []bool{false, true} {
-			f, err := compileWhere(where)
+			f, err := compileWhere(where, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func TestWhereReadsSecretsAsServed(t *testing.T) {
 	}
 	// Not a Secret: read as it is.
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Data: map[string]string{"k": "v"}}
-	f, _ := compileWhere("object.data.k == 'v'")
+	f, _ := compileWhere("object.data.k == 'v'", true)
 	q, _ := query(agg, storage.Selection{Resource: "configmaps"}, f, readView(false, false))
 	if !agg.Matches(q, "c", cm) {
 		t.Error("a ConfigMap's data is hidden from a where filter")
