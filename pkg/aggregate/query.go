@@ -142,15 +142,16 @@ func (a *Aggregate) planSelect(q Query) (selectPlan, error) {
 	return selectPlan{members: ms, q: q, spec: spec, rest: rest, check: check}, nil
 }
 
-// selectIn calls f with each object of member m that the plan selects, in store order.
-func (a *Aggregate) selectIn(p selectPlan, m *member, f func(obj any)) error {
+// selectIn calls f with each object of member m that the plan selects, in store order, until
+// f returns false.
+func (a *Aggregate) selectIn(p selectPlan, m *member, f func(obj any) bool) error {
 	objs, err := a.selectMember(m, p.q, p.spec)
 	if err != nil {
 		return fmt.Errorf("cluster %q: %w", m.cluster, err)
 	}
 	for _, o := range objs {
-		if !p.check || a.matchObject(p.rest, m.cluster, o) {
-			f(o)
+		if (!p.check || a.matchObject(p.rest, m.cluster, o)) && !f(o) {
+			return nil
 		}
 	}
 	return nil

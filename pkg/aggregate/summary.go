@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"slices"
@@ -146,6 +147,12 @@ func (a *Aggregate) Summarize(q Query, by ...string) (Summary, error) {
 
 // SummarizeKeys is Summarize with parsed keys, its groups in no order.
 func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
+	return a.SummarizeKeysContext(context.Background(), q, keys)
+}
+
+// SummarizeKeysContext is SummarizeKeys that stops once ctx ends (a request's timeout), with
+// ctx's error: a scan of millions of objects does not outlive its request.
+func (a *Aggregate) SummarizeKeysContext(ctx context.Context, q Query, keys []GroupKey) (Summary, error) {
 	if len(keys) == 0 {
 		return Summary{}, fmt.Errorf("by: at least one key is required")
 	}
@@ -189,7 +196,7 @@ func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
 			defer wg.Done()
 			for {
 				next.Lock()
-				if i == len(p.members) {
+				if i == len(p.members) || ctx.Err() != nil {
 					next.Unlock()
 					return
 				}
@@ -205,7 +212,12 @@ func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
 						err = fmt.Errorf("cluster %q: %w", m.cluster, err)
 					}
 				default:
-					err = a.selectIn(p, m, func(obj any) { counters[w].add(a, m.cluster, obj) })
+					n := 0
+					err = a.selectIn(p, m, func(obj any) bool {
+						counters[w].add(a, m.cluster, obj)
+						n++
+						return n%4096 != 0 || ctx.Err() == nil
+					})
 				}
 				if err != nil {
 					errs[w] = err // (selectIn's errors name the cluster)
@@ -215,6 +227,9 @@ func (a *Aggregate) SummarizeKeys(q Query, keys []GroupKey) (Summary, error) {
 		}()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return sum, err
+	}
 	for _, err := range errs {
 		if err != nil {
 			return sum, err

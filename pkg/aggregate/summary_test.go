@@ -428,3 +428,18 @@ func TestGroupKeyWithView(t *testing.T) {
 		t.Errorf("9 keys: no error (at most %d)", MaxGroupKeys)
 	}
 }
+
+// TestSummarizeStopsWithItsContext: a summary whose context has ended returns its error
+// instead of counts.
+func TestSummarizeStopsWithItsContext(t *testing.T) {
+	a, _ := summaryFleet(t)
+	k, _ := ParseGroupKey("label:tier")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.SummarizeKeysContext(ctx, Query{}, []GroupKey{k}); err != context.Canceled {
+		t.Errorf("a summary after its context ended: %v, want context.Canceled", err)
+	}
+	if s, err := a.SummarizeKeysContext(context.Background(), Query{}, []GroupKey{k}); err != nil || s.Total == 0 {
+		t.Errorf("a summary with a live context: %v, total %d", err, s.Total)
+	}
+}

@@ -46,7 +46,10 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 	if clusters := sel.clusters(); !sel.none && len(clusters) > 0 {
 		q := sel.query
 		q.Clusters = clusters
-		sum, err := sel.agg.SummarizeKeys(q, keys)
+		sum, err := sel.agg.SummarizeKeysContext(ctx, q, keys)
+		if ctx.Err() != nil {
+			return nil, storage.Error(http.StatusGatewayTimeout, "request timed out")
+		}
 		if err != nil {
 			return nil, storage.Errorf(http.StatusBadRequest, "%v", err)
 		}
