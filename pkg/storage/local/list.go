@@ -35,10 +35,8 @@ func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.
 	if opts.Limit > 0 {
 		limit = int(min(opts.Limit, math.MaxInt32))
 	}
-	if sel.planned && !sel.none {
-		if waiting := s.unreadyAwait(ctx, sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
-			return nil, refusedNotStarted(sel.resource, waiting)
-		}
+	if err := s.awaitPlanned(ctx, sel); err != nil {
+		return nil, err
 	}
 	lp, err := listPosition(sel.hub, opts)
 	if err != nil {
@@ -64,13 +62,8 @@ func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.
 	if err := whereFailed(sel.where); err != nil {
 		return nil, err
 	}
-	// A planned cluster can leave between the check above and the read (a handoff that
-	// completed meanwhile): asked again after the read, it is never missing from an answer.
-	// Leaving shows in the watch cache (Listed), so the request's one status read serves.
-	if sel.planned && !sel.none {
-		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
-			return nil, refusedNotStarted(sel.resource, waiting)
-		}
+	if err := s.recheckPlanned(sel); err != nil {
+		return nil, err
 	}
 	if !lp.exact {
 		sel.hub.Sequence(pg.items) // a snapshot's items have theirs
@@ -258,10 +251,8 @@ func (s *Storage) Get(ctx context.Context, opts storage.GetOptions) (*storage.Li
 		out.Freshness = sel.freshness(nil)
 		return out, nil
 	}
-	if sel.planned {
-		if waiting := s.unreadyAwait(ctx, sel.info, sel.resource, clusters); len(waiting) > 0 {
-			return nil, refusedNotStarted(sel.resource, waiting)
-		}
+	if err := s.awaitPlanned(ctx, sel); err != nil {
+		return nil, err
 	}
 	if opts.Selection.Clusters == nil && sel.query.Clusters == nil {
 		clusters = sel.byCluster.Select(sel.agg.Clusters())
@@ -280,11 +271,8 @@ func (s *Storage) Get(ctx context.Context, opts storage.GetOptions) (*storage.Li
 			found = append(found, watchcache.Item{Key: k, Object: obj})
 		}
 	}
-	if sel.planned {
-		// A cluster that left between the check and the read.
-		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, clusters); len(waiting) > 0 {
-			return nil, refusedNotStarted(sel.resource, waiting)
-		}
+	if err := s.recheckPlanned(sel); err != nil {
+		return nil, err
 	}
 	if err := whereFailed(sel.where); err != nil {
 		return nil, err

@@ -86,3 +86,29 @@ func (s *Storage) unreadyWhy(info resourceInfo, resource string, clusters []stri
 	slices.Sort(out)
 	return out, catchingUp
 }
+
+// awaitPlanned is the 429 of a read of a plan's part while the clusters it spans are not
+// complete here, after waiting briefly for them (unreadyAwait); nil outside a plan.
+func (s *Storage) awaitPlanned(ctx context.Context, sel *selected) error {
+	if !sel.planned || sel.none {
+		return nil
+	}
+	if waiting := s.unreadyAwait(ctx, sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
+		return refusedNotStarted(sel.resource, waiting)
+	}
+	return nil
+}
+
+// recheckPlanned is awaitPlanned again after the read, without waiting: a planned cluster can
+// leave between the check and the read (a handoff that completed meanwhile); asked again, it
+// is never missing from an answer. Leaving shows in the watch cache (Listed), so the request's
+// one status read serves.
+func (s *Storage) recheckPlanned(sel *selected) error {
+	if !sel.planned || sel.none {
+		return nil
+	}
+	if waiting, _ := s.unreadyWhy(sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
+		return refusedNotStarted(sel.resource, waiting)
+	}
+	return nil
+}

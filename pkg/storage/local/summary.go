@@ -32,10 +32,8 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 	if len(keys) == 0 {
 		return nil, storage.Error(http.StatusBadRequest, "by: at least one key is required (cluster, namespace, label:<key>, field:<path> or index:<name>)")
 	}
-	if sel.planned && !sel.none {
-		if waiting := s.unreadyAwait(ctx, sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
-			return nil, refusedNotStarted(sel.resource, waiting)
-		}
+	if err := s.awaitPlanned(ctx, sel); err != nil {
+		return nil, err
 	}
 	by := make([]string, len(keys))
 	for i, k := range keys {
@@ -67,10 +65,8 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 	if err := whereFailed(sel.where); err != nil {
 		return nil, err
 	}
-	if sel.planned && !sel.none {
-		if waiting, _ := s.unreadyWhy(sel.info, sel.resource, sel.clusters()); len(waiting) > 0 {
-			return nil, refusedNotStarted(sel.resource, waiting)
-		}
+	if err := s.recheckPlanned(sel); err != nil {
+		return nil, err
 	}
 	out.Freshness = sel.freshness(fresh)
 	return out, nil
