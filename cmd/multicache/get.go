@@ -24,7 +24,8 @@ type row struct {
 func newGet() *cobra.Command {
 	var cf clientFlags
 	var allNS bool
-	var ns, labelSel, fieldSel, where, output string
+	var ns, labelSel, fieldSel, where, sortBy, output string
+	var desc bool
 	var clusters []string
 	cmd := &cobra.Command{
 		Use:   "get RESOURCE [NAME]",
@@ -43,7 +44,10 @@ func newGet() *cobra.Command {
 				}
 				q.Namespace = ns
 			}
-			q.FieldSelector, q.Where = fieldSel, where
+			q.FieldSelector, q.Where, q.SortBy, q.Desc = fieldSel, where, sortBy, desc
+			if desc && sortBy == "" {
+				return fmt.Errorf("--desc: needs --sort-by")
+			}
 			if len(args) == 2 {
 				q.FieldSelector = strings.Trim(fieldSel+",metadata.name="+args[1], ",")
 			}
@@ -72,6 +76,8 @@ func newGet() *cobra.Command {
 	fl.StringVarP(&labelSel, "selector", "l", "", "label selector")
 	fl.StringVar(&fieldSel, "field-selector", "", "field selector (metadata.name, metadata.namespace, spec.nodeName, status.phase, or an index name)")
 	fl.StringVar(&where, "where", "", "a CEL expression over object that each object must make true, evaluated on the daemon (e.g. \"object.spec.containers.exists(c, c.image.startsWith('nginx:'))\")")
+	fl.StringVar(&sortBy, "sort-by", "", "a JSONPath whose first value orders the objects, sorted on the daemon across every cluster (e.g. metadata.creationTimestamp, status.containerStatuses[0].restartCount); default: by cluster, namespace, name")
+	fl.BoolVar(&desc, "desc", false, "with --sort-by: descending")
 	fl.StringArrayVar(&clusters, "cluster", nil, "only this cluster (repeatable)")
 	fl.StringVarP(&output, "output", "o", "table", "table, wide, json, yaml or name")
 	addClientFlags(cmd, &cf)

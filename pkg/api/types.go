@@ -30,10 +30,12 @@ const ResourceVersionAnnotation = "multicache.io/resource-version"
 // order; Continue, when set, fetches the next page; ResourceVersion is where a watch resumes
 // without a gap; Clusters says how fresh each cluster the answer spans is.
 type List struct {
-	Items           []Item             `json:"items"`
-	Continue        string             `json:"continue,omitempty"`
-	ResourceVersion string             `json:"resourceVersion"`
-	Clusters        []ClusterFreshness `json:"clusters"`
+	Items           []Item `json:"items"`
+	Continue        string `json:"continue,omitempty"`
+	ResourceVersion string `json:"resourceVersion"`
+	// Total is how many items the list spans, on every page, counted with this one.
+	Total    int64              `json:"total"`
+	Clusters []ClusterFreshness `json:"clusters"`
 }
 
 // Item is one object and the cluster it lives in; also the answer to a single-object GET.

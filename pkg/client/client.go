@@ -96,6 +96,11 @@ type Query struct {
 	// Where is a CEL expression over `object` that each object must make true, such as
 	// object.spec.containers.exists(c, c.image.startsWith('nginx:')).
 	Where string
+	// SortBy orders a List by a JSONPath's first value (metadata.creationTimestamp,
+	// status.containerStatuses[0].restartCount), on the daemon, descending with Desc; pages
+	// continue in that order. Without it, a List is in key order (cluster, namespace, name).
+	SortBy string
+	Desc   bool
 	// Limit is the page size of List (0: the daemon's maximum).
 	Limit int
 }
@@ -114,6 +119,10 @@ func (q Query) values() url.Values {
 	set("labelSelector", q.LabelSelector)
 	set("fieldSelector", q.FieldSelector)
 	set("where", q.Where)
+	set("sortBy", q.SortBy)
+	if q.Desc {
+		v.Set("order", "desc")
+	}
 	if q.Index != "" {
 		v.Set("index", q.Index)
 		v.Set("value", q.Value)

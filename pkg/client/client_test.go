@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -164,14 +165,19 @@ func TestErrorsAndOptions(t *testing.T) {
 	c, _ = New(Options{Server: srv.URL, Token: "t"})
 	// A resource named group/version/resource is one path segment, escaped once.
 	var gotPath string
+	var gotQuery url.Values
 	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotPath = r.URL.EscapedPath()
+		gotPath, gotQuery = r.URL.EscapedPath(), r.URL.Query()
 		_ = json.NewEncoder(w).Encode(api.List{})
 	}))
 	defer srv2.Close()
 	c2, _ := New(Options{Server: srv2.URL})
 	if _, err := c2.List(context.Background(), "apps/v1/deployments", Query{}, ""); err != nil || gotPath != "/multicache/v1/resources/apps%2Fv1%2Fdeployments" {
 		t.Errorf("path %q (%v), want /multicache/v1/resources/apps%%2Fv1%%2Fdeployments", gotPath, err)
+	}
+	if _, err := c2.List(context.Background(), "pods", Query{SortBy: "metadata.creationTimestamp", Desc: true, Where: "true"}, "tok"); err != nil ||
+		gotQuery.Get("sortBy") != "metadata.creationTimestamp" || gotQuery.Get("order") != "desc" || gotQuery.Get("where") != "true" || gotQuery.Get("continue") != "tok" {
+		t.Errorf("a sorted list's query: %v (%v)", gotQuery, err)
 	}
 	l, err := c.ListAll(context.Background(), "pods", Query{Limit: 1})
 	if err != nil || len(l.Items) != 2 || l.ResourceVersion == "ignored" {

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -132,7 +133,9 @@ func appendValue(out []string, v reflect.Value) []string {
 			out = appendValue(out, v.Index(i))
 		}
 		return out
-	case reflect.Map, reflect.Struct:
+	case reflect.Struct:
+		return appendScalarJSON(out, v) // a Time, a Quantity; nothing for other structs
+	case reflect.Map:
 		return out // not a scalar: nothing sensible to index
 	}
 	if v.Kind() == reflect.String && v.String() == "" {
@@ -144,6 +147,32 @@ func appendValue(out []string, v reflect.Value) []string {
 		return out
 	}
 	return append(out, fmt.Sprint(v.Interface()))
+}
+
+// appendScalarJSON appends the value of a struct that writes itself as a JSON string or number
+// (metav1.Time as RFC 3339, resource.Quantity as "100m"), as it reads in the object's JSON.
+func appendScalarJSON(out []string, v reflect.Value) []string {
+	if !v.CanInterface() {
+		return out
+	}
+	m, ok := v.Interface().(json.Marshaler)
+	if !ok {
+		return out
+	}
+	b, err := m.MarshalJSON()
+	if err != nil || len(b) == 0 {
+		return out
+	}
+	switch {
+	case b[0] == '"':
+		var s string
+		if json.Unmarshal(b, &s) == nil && s != "" {
+			out = append(out, s)
+		}
+	case b[0] == '-' || (b[0] >= '0' && b[0] <= '9'):
+		out = append(out, string(b))
+	}
+	return out
 }
 
 var celEnv = func() *cel.Env {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -190,5 +191,28 @@ func TestJSONPathRecoversAfterAFailedRun(t *testing.T) {
 	again, _ := f(good)
 	if len(first) != 1 || first[0] != "a" || len(again) != 1 || again[0] != "a" {
 		t.Errorf("a good object gives %v, then after a bad one %v; want [a] both times", first, again)
+	}
+}
+
+// TestJSONPathReadsTimesAndQuantitiesAsJSON: a path to a Time or a Quantity of a typed object
+// gives what the object's JSON holds (RFC 3339, "250m"), the same as of the unstructured
+// object, so that a sort, a summary or an index by creationTimestamp or a limit works on both.
+func TestJSONPathReadsTimesAndQuantitiesAsJSON(t *testing.T) {
+	p := filterPod("q", "nginx")
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}
+	p.CreationTimestamp = metav1.Date(2026, 11, 27, 4, 5, 6, 0, time.UTC)
+	for path, want := range map[string]string{
+		"{.metadata.creationTimestamp}":              "2026-11-27T04:05:06Z",
+		"{.spec.containers[0].resources.limits.cpu}": "250m",
+	} {
+		f, err := Compile(Spec{Name: "x", JSONPath: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for kind, obj := range map[string]any{"typed": p, "unstructured": unstr(t, p)} {
+			if got, err := f(obj); err != nil || len(got) != 1 || got[0] != want {
+				t.Errorf("%s of the %s Pod: %q, %v; want %q", path, kind, got, err, want)
+			}
+		}
 	}
 }

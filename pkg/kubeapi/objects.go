@@ -74,8 +74,14 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, rq request) {
 	if limit > 0 {
 		limit = min(limit, int64(a.opts.MaxPageSize)) // the rest follows by continue
 	}
+	// A page without selectors says how many items follow it (remainingItemCount), as
+	// kube-apiserver's does.
+	count := limit > 0 && rq.sel.LabelSelector == "" && rq.sel.FieldSelector == ""
 	l, err := a.opts.Reader.List(ctx, storage.ListOptions{Selection: rq.sel, Limit: limit, Continue: opts.Continue,
-		ResourceVersion: opts.ResourceVersion, ResourceVersionMatch: opts.ResourceVersionMatch, Encoding: rq.enc})
+		ResourceVersion: opts.ResourceVersion, ResourceVersionMatch: opts.ResourceVersionMatch, Encoding: rq.enc, Count: count})
+	if err == nil && l.Count != nil && l.Continue != "" {
+		err = storage.Drain(l) // a page, of at most limit items
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -105,6 +111,11 @@ func (a *API) writeList(w http.ResponseWriter, en *encoder, l *storage.List) err
 	if l.More != nil {
 		defer l.More.Close()
 	}
+	var remaining *int64
+	if l.Count != nil && l.Continue != "" && l.More == nil {
+		n := l.Count.Remaining(len(l.Items))
+		remaining = &n
+	}
 	started := false
 	fail := func(err error) error {
 		if started {
@@ -115,7 +126,7 @@ func (a *API) writeList(w http.ResponseWriter, en *encoder, l *storage.List) err
 	}
 	if en.e.As == "Table" {
 		t := en.table(false)
-		t.ResourceVersion, t.Continue, t.RemainingItemCount = l.ResourceVersion, l.Continue, l.RemainingItemCount
+		t.ResourceVersion, t.Continue, t.RemainingItemCount = l.ResourceVersion, l.Continue, remaining
 		head, err := json.Marshal(t)
 		if err != nil || !bytes.HasSuffix(head, []byte(`"rows":null}`)) {
 			return fail(fmt.Errorf("encode table of %s: %v", en.kr.API.Name, err))
@@ -129,7 +140,7 @@ func (a *API) writeList(w http.ResponseWriter, en *encoder, l *storage.List) err
 		if en.e.As == "PartialObjectMetadata" {
 			kind, apiVersion = "PartialObjectMetadataList", metav1.SchemeGroupVersion.String()
 		}
-		md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.ResourceVersion, Continue: l.Continue, RemainingItemCount: l.RemainingItemCount})
+		md, _ := json.Marshal(metav1.ListMeta{ResourceVersion: l.ResourceVersion, Continue: l.Continue, RemainingItemCount: remaining})
 		fmt.Fprintf(buf, `{"kind":%q,"apiVersion":%q,"metadata":%s,"items":[`, kind, apiVersion, md)
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -109,8 +109,9 @@ func (a *API) selection(r *http.Request) (storage.Selection, metav1.ListOptions,
 	return sel, opts, nil
 }
 
-// List answers GET /multicache/v1/resources/{resource}: a page of the list (an api.List), or
-// with watch=true a watch.
+// List answers GET /multicache/v1/resources/{resource}: a page of the list (an api.List) with
+// its total, in key order or by sortBy (a JSONPath) with order asc or desc; or with watch=true a
+// watch.
 func (a *API) List(w http.ResponseWriter, r *http.Request) {
 	sel, opts, err := a.selection(r)
 	if err != nil {
@@ -125,8 +126,23 @@ func (a *API) List(w http.ResponseWriter, r *http.Request) {
 	if opts.Limit > 0 && opts.Limit < limit {
 		limit = opts.Limit
 	}
+	q := r.URL.Query()
+	desc := false
+	switch order := q.Get("order"); order {
+	case "", "asc":
+	case "desc":
+		desc = true
+	default:
+		writeError(w, storage.Errorf(http.StatusBadRequest, "order %q: want asc or desc", order))
+		return
+	}
+	if q.Has("order") && q.Get("sortBy") == "" {
+		writeError(w, storage.Error(http.StatusBadRequest, "order: given without sortBy"))
+		return
+	}
 	a.limited(w, r, func(ctx context.Context) {
-		l, err := a.opts.Reader.List(ctx, storage.ListOptions{Selection: sel, Limit: limit, Continue: opts.Continue, Encoding: storage.Encoding{API: storage.NativeAPI}})
+		l, err := a.opts.Reader.List(ctx, storage.ListOptions{Selection: sel, Limit: limit, Continue: opts.Continue, Encoding: storage.Encoding{API: storage.NativeAPI},
+			SortBy: q.Get("sortBy"), Desc: desc, Count: true})
 		if err != nil {
 			writeError(w, err)
 			return
@@ -224,6 +240,12 @@ func (a *API) writeList(ctx context.Context, w http.ResponseWriter, resource str
 	}
 	buf.WriteString(`,"resourceVersion":`)
 	writeString(buf, l.ResourceVersion)
+	buf.WriteString(`,"total":`)
+	var total int64
+	if l.Count != nil {
+		total = l.Count.Total
+	}
+	buf.WriteString(strconv.FormatInt(total, 10))
 	buf.WriteString(`,"clusters":`)
 	fresh := l.Freshness
 	if fresh == nil {

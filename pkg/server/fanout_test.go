@@ -276,8 +276,9 @@ func fanoutListMatchesOneReplica(t *testing.T, atPeer []string) {
 
 // TestFanoutPageAsksTheLeadingOwner: a paged list without selectors asks, for each page, the
 // owner of the clusters the page starts with for the elements, and every other owner only for
-// its position (a part narrowed to no cluster), until that owner's clusters run out; the
-// pages walk the one replica's list, and each page's position resumes a watch.
+// its position and count (CountOnly: the page's remainingItemCount), until that owner's
+// clusters run out; the pages walk the one replica's list, each says how many items follow it,
+// and each page's position resumes a watch.
 func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 	var mu sync.Mutex
 	var asked []string // the peer's lists: the clusters each was narrowed to
@@ -292,6 +293,9 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 				_ = json.Unmarshal(body, &o)
 				r.Body = io.NopCloser(bytes.NewReader(body))
 				call = "[" + strings.Join(o.Part, ",") + "] limit " + strconv.FormatInt(o.Limit, 10)
+				if o.CountOnly {
+					call += " count only"
+				}
 			case peer.ClustersPath:
 				var o storage.ClusterOptions
 				body, _ := io.ReadAll(r.Body)
@@ -316,8 +320,10 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 	_, _, whole := do(t, single, "GET", "/api/v1/pods", "")
 	wantKeys, _, _ := listed(t, whole, false)
 	// a has 3 Pods, b 4 (this replica's), c 5 (the peer's). Pages of 5: a's 3 and b's first 2;
-	// b's last 2 and then c's first 3 (b's run falls short); c's last 2.
-	wantAsked := [][]string{{"[] limit 5"}, {"[] limit 5", "[c] limit 3"}, {"[c] limit 5"}}
+	// b's last 2 and then c's first 3 (b's run falls short); c's last 2. While this replica
+	// answers a page from its own clusters, the peer is asked for its count only (the page's
+	// remainingItemCount).
+	wantAsked := [][]string{{"[c] limit 5 count only"}, {"[c] limit 5 count only", "[c] limit 3"}, {"[c] limit 5"}}
 	var walked []string
 	cont := ""
 	for i := 0; ; i++ {
@@ -334,6 +340,13 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 		}
 		keys, _, md := listed(t, page, false)
 		walked = append(walked, keys...)
+		if _, more := md["continue"]; more {
+			if rem, _ := md["remainingItemCount"].(float64); int(rem) != 12-len(walked) {
+				t.Errorf("page %d: remainingItemCount %v, want %d", i, md["remainingItemCount"], 12-len(walked))
+			}
+		} else if _, said := md["remainingItemCount"]; said {
+			t.Errorf("the last page says remainingItemCount %v", md["remainingItemCount"])
+		}
 		mu.Lock()
 		got := slices.Clone(asked)
 		mu.Unlock()
@@ -368,7 +381,7 @@ func TestFanoutPageAsksTheLeadingOwner(t *testing.T) {
 	for _, c := range []struct {
 		code, want int
 		asked      []string
-	}{{404, 404, []string{"[] limit 5", "[c] limit 5"}}, {401, 503, []string{"[] limit 5", "[c] limit 5"}}, {503, 503, []string{"[] limit 5", "[c] limit 5"}}} {
+	}{{404, 404, []string{"[c] limit 5 count only", "[c] limit 5"}}, {401, 503, []string{"[c] limit 5 count only", "[c] limit 5"}}, {503, 503, []string{"[c] limit 5 count only", "[c] limit 5"}}} {
 		mu.Lock()
 		asked, failWith = nil, c.code
 		mu.Unlock()

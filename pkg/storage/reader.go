@@ -112,6 +112,16 @@ type ListOptions struct {
 	ResourceVersionMatch metav1.ResourceVersionMatch `json:"resourceVersionMatch,omitempty"`
 	// Encoding is how the items will be written: a peer encodes its items so (Item.Raw).
 	Encoding Encoding `json:"encoding"`
+	// SortBy, when set, is a JSONPath (such as metadata.creationTimestamp or
+	// status.containerStatuses[0].restartCount) whose first value orders the list (sort.go),
+	// ascending or, with Desc, descending; its items carry their Sort. Without it, the list is in
+	// key order.
+	SortBy string `json:"sortBy,omitempty"`
+	Desc   bool   `json:"desc,omitempty"`
+	// Count asks for List.Count. CountOnly answers the count and the position and no item: a
+	// part of a fleet's page that gives none of its items.
+	Count     bool `json:"count,omitempty"`
+	CountOnly bool `json:"countOnly,omitempty"`
 }
 
 // GetOptions is a get by name.
@@ -168,6 +178,8 @@ type Item struct {
 	// RawRV is the resourceVersion written in it, which a writer replaces with RV.
 	Raw   []byte
 	RawRV string
+	// Sort is the item's sort value in a sorted list (SortValue); "" otherwise.
+	Sort string
 }
 
 // ResourceVersion is the resourceVersion it shows: RV, else its position of epoch.
@@ -190,8 +202,9 @@ type List struct {
 	Epoch string
 	// Continue, when set, asks for the next page.
 	Continue string
-	// RemainingItemCount is how many items follow this page, when known.
-	RemainingItemCount *int64
+	// Count, when the list asked for it, is how many items the list spans and how many come
+	// before the page.
+	Count *Count
 	// Freshness is, per cluster the answer spans, how fresh it is: synced, not served,
 	// forbidden (left out), or why not, sorted by name.
 	Freshness []api.ClusterFreshness

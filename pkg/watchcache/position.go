@@ -82,6 +82,12 @@ type Continue struct {
 	// Exact: the list reads the Cache's snapshot at Position (resourceVersionMatch=Exact), not
 	// the stores.
 	Exact bool `json:"x,omitempty"`
+	// SortBy and Desc are a sorted list's order, and Sort the sort value of the item Last: its
+	// pages continue after (Sort, Last) in that order, and only a list of the same order may
+	// use the token.
+	SortBy string `json:"sb,omitempty"`
+	Desc   bool   `json:"sd,omitempty"`
+	Sort   string `json:"sv,omitempty"`
 }
 
 // String encodes c as a continue token. One Cache's position is also written as rv, encoded,

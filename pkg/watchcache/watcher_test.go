@@ -228,6 +228,7 @@ func TestContinueCodec(t *testing.T) {
 	for _, c := range []Continue{
 		{Last: "c1|ns/a", Position: pos},
 		{Last: "c1|ns/a", Position: pos, Exact: true},
+		{Last: "c1|ns/a", Position: pos, SortBy: "metadata.creationTimestamp", Desc: true, Sort: "22026-11-27T00:00:00Z"},
 		{Last: "c2|n", Position: Position{Parts: map[string]PartPosition{"r1": {RV: pos.String(), Set: ClusterSet([]string{"c1"})}}}},
 	} {
 		got, err := ParseContinue(c.String())

@@ -61,13 +61,18 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 		}
 		from = t
 	}
-	// read reads part p's page: the selection narrowed to the clusters clustersOf(p), at most n
+	if cont != nil && (cont.SortBy != opts.SortBy || cont.Desc != opts.Desc) {
+		return nil, storage.Error(http.StatusBadRequest, "continue: the token continues a list of another order; ask with the same sortBy and order")
+	}
+	// read reads part p's page: the selection narrowed to the clusters ask(p) gives, at most n
 	// items (n 0: the request's own limit), after c's key at p's position in c, or, without c,
-	// from the request's resourceVersion.
-	read := func(c *watchcache.Continue, n int64, clustersOf func(part) []string) func(context.Context, ReadStatus, part) (*storage.List, error) {
+	// from the request's resourceVersion; or, when ask says countOnly, its count alone.
+	read := func(c *watchcache.Continue, n int64, ask func(part) (clusters []string, countOnly bool)) func(context.Context, ReadStatus, part) (*storage.List, error) {
 		return func(ctx context.Context, rd ReadStatus, p part) (*storage.List, error) {
 			o := opts
-			o.Selection = partSelection(opts.Selection, part{clusters: clustersOf(p)})
+			clusters, countOnly := ask(p)
+			o.Selection = partSelection(opts.Selection, part{clusters: clusters})
+			o.CountOnly = countOnly
 			o.Continue, o.ResourceVersion, o.ResourceVersionMatch = "", "", ""
 			if n > 0 {
 				o.Limit = n
@@ -89,9 +94,8 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 				}
 				// A page continues after the last key merged: an item of a cluster the part
 				// was not asked for would move it past clusters not read yet.
-				asked := clustersOf(p)
 				for _, it := range l.Items {
-					if !slices.Contains(asked, it.Key.Cluster) {
+					if !slices.Contains(clusters, it.Key.Cluster) {
 						return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q answered for cluster %q, which it was not asked for", p.peer, it.Key.Cluster))
 					}
 				}
@@ -102,13 +106,13 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 	var answers []answer[*storage.List]
 	var mp mergedPage
 	keyOrdered := false
-	if limit > 0 && !exact && opts.LabelSelector == "" && opts.FieldSelector == "" && opts.Where == "" && len(pl.parts) > 1 {
-		if answers, mp, keyOrdered, err = r.pageInKeyOrder(ctx, pl, cont, limit, read); err != nil {
+	if limit > 0 && !exact && opts.LabelSelector == "" && opts.FieldSelector == "" && opts.Where == "" && opts.SortBy == "" && len(pl.parts) > 1 {
+		if answers, mp, keyOrdered, err = r.pageInKeyOrder(ctx, pl, cont, limit, opts.Count, read); err != nil {
 			return nil, err
 		}
 	}
 	if !keyOrdered {
-		answers = gather(ctx, r, pl, read(cont, 0, func(p part) []string { return p.clusters }))
+		answers = gather(ctx, r, pl, read(cont, 0, func(p part) ([]string, bool) { return p.clusters, false }))
 		if err := refusal(answers); err != nil {
 			closeAll(answers)
 			return nil, err
@@ -116,11 +120,16 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 		if limit == 0 {
 			return merged(answers), nil
 		}
-		mp = mergePages(answers, int(limit))
+		mp = mergePages(answers, int(limit), opts.Desc)
 	}
-	out := &storage.List{Items: mp.items, ResourceVersion: watchcache.Position{Parts: mp.rvs}.String()}
+	out := &storage.List{Items: mp.items, ResourceVersion: watchcache.Position{Parts: mp.rvs}.String(), Count: mp.count}
 	if mp.more && len(mp.items) > 0 {
-		out.Continue = watchcache.Continue{Last: mp.items[len(mp.items)-1].Key.String(), Position: watchcache.Position{Parts: mp.rvs}, Exact: exact}.String()
+		last := mp.items[len(mp.items)-1]
+		c := watchcache.Continue{Last: last.Key.String(), Position: watchcache.Position{Parts: mp.rvs}, Exact: exact}
+		if opts.SortBy != "" {
+			c.SortBy, c.Desc, c.Sort = opts.SortBy, opts.Desc, last.Sort
+		}
+		out.Continue = c.String()
 	}
 	for i := range out.Items {
 		out.Items[i].RV = out.ResourceVersion
@@ -132,24 +141,34 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 	return out, nil
 }
 
-// mergedPage is the fleet's page of a list: its parts' items merged in key order, cut at the
-// limit.
+// mergedPage is the fleet's page of a list: its parts' items merged in the list's order, cut at
+// the limit.
 type mergedPage struct {
 	items []storage.Item
 	more  bool
 	rvs   map[string]watchcache.PartPosition // each part's position
+	// count sums the parts' counts, when every part counted: they count the same list from
+	// the same cursor, each its own clusters.
+	count *storage.Count
 }
 
-// mergePages merges the parts' pages: each holds up to limit items after the same key, so the
-// first limit of their merge, in key order, are the fleet's next page.
-func mergePages(answers []answer[*storage.List], limit int) mergedPage {
-	mp := mergedPage{rvs: map[string]watchcache.PartPosition{}}
+// mergePages merges the parts' pages: each holds up to limit items after the same cursor, so
+// the first limit of their merge, in the list's order (by key, or sorted with desc), are the
+// fleet's next page.
+func mergePages(answers []answer[*storage.List], limit int, desc bool) mergedPage {
+	mp := mergedPage{rvs: map[string]watchcache.PartPosition{}, count: &storage.Count{}}
 	for _, a := range answers {
 		mp.rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.ResourceVersion, Set: a.part.set()}
 		mp.more = mp.more || a.val.Continue != ""
 		mp.items = append(mp.items, a.val.Items...)
+		if c := a.val.Count; c != nil && mp.count != nil {
+			mp.count.Total += c.Total
+			mp.count.Before += c.Before
+		} else {
+			mp.count = nil
+		}
 	}
-	sort.SliceStable(mp.items, func(i, j int) bool { return less(mp.items[i], mp.items[j]) })
+	sort.SliceStable(mp.items, func(i, j int) bool { return storage.CompareSorted(mp.items[i], mp.items[j], desc) < 0 })
 	if limit > 0 && len(mp.items) > limit {
 		mp.more, mp.items = true, mp.items[:limit]
 	}
@@ -157,14 +176,16 @@ func mergePages(answers []answer[*storage.List], limit int) mergedPage {
 }
 
 // pageReader reads one part's page: after c's key (from the request's position without c),
-// at most n items, narrowed to the clusters clustersOf gives for the part.
-type pageReader func(c *watchcache.Continue, n int64, clustersOf func(part) []string) func(context.Context, ReadStatus, part) (*storage.List, error)
+// at most n items, narrowed to the clusters ask gives for the part, or its count alone.
+type pageReader func(c *watchcache.Continue, n int64, ask func(part) (clusters []string, countOnly bool)) func(context.Context, ReadStatus, part) (*storage.List, error)
 
 // pageInKeyOrder reads a page of limit items of a paged list without selectors the way its
 // keys sort: by cluster first. The clusters from the page's start onward that one owner holds in
 // a row (the leading run) come first in the fleet's order, so that owner alone is asked for the
 // page, narrowed to them; every other part is asked for its position only (narrowed to no
-// cluster, an empty page that costs it no read). Only when the leading run holds fewer than
+// cluster, an empty page that costs it no read), or, when the list counts (a page's
+// remainingItemCount), for its position and its count (CountOnly: without a selector, O(1) per
+// cluster). Only when the leading run holds fewer than
 // limit items are the parts that own later clusters asked for the rest, at once and at the
 // positions they answered, as in a plain fan-out. A fleet of large clusters thus answers a
 // page from one owner's encoding, not from one per owner.
@@ -175,7 +196,7 @@ type pageReader func(c *watchcache.Continue, n int64, clustersOf func(part) []st
 // it). When a part fails in the first round, ok is false and nothing is merged: the caller asks
 // every part at once, as a plain fan-out (a part asked for no cluster cannot tell a cluster that
 // is still starting).
-func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.Continue, limit int64, read pageReader) (answers []answer[*storage.List], mp mergedPage, ok bool, err error) {
+func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.Continue, limit int64, counted bool, read pageReader) (answers []answer[*storage.List], mp mergedPage, ok bool, err error) {
 	type owned struct {
 		cluster string
 		part    int
@@ -201,18 +222,32 @@ func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.C
 			end++
 		}
 	}
-	first := gather(ctx, r, pl, read(cont, limit, func(p part) []string {
+	first := gather(ctx, r, pl, read(cont, limit, func(p part) ([]string, bool) {
 		if leader >= 0 && p.peer == pl.parts[leader].peer {
-			return run
+			return run, false
 		}
-		return []string{}
+		if counted {
+			// Its count, of all its clusters from the same cursor: the fleet's count is
+			// the first round's.
+			return p.clusters, true
+		}
+		return []string{}, false
 	}))
 	for _, a := range first {
 		if a.err != nil {
 			return nil, mergedPage{}, false, nil
 		}
 	}
-	mp = mergePages(first, int(limit))
+	mp = mergePages(first, int(limit), false)
+	if counted && mp.count != nil {
+		// The leader counted only the run: its other clusters' count comes on top.
+		extra, err := r.countRest(ctx, pl, leader, run, cont, read)
+		if err != nil {
+			return nil, mergedPage{}, false, nil
+		}
+		mp.count.Total += extra.Total
+		mp.count.Before += extra.Before
+	}
 	if mp.more || len(mp.items) >= int(limit) || end == len(order) {
 		// The leading run completed the page (its owner has more, or gave a whole page), or no
 		// cluster follows it: later clusters' items come in the next page, which continues
@@ -238,14 +273,41 @@ func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.C
 		}
 		later[p.peer] = append(later[p.peer], o.cluster)
 	}
-	second := gather(ctx, r, rest, read(next, limit-int64(len(mp.items)), func(p part) []string { return later[p.peer] }))
+	second := gather(ctx, r, rest, read(next, limit-int64(len(mp.items)), func(p part) ([]string, bool) { return later[p.peer], false }))
 	if err := refusal(second); err != nil {
 		return nil, mergedPage{}, false, err
 	}
-	mp2 := mergePages(second, int(limit)-len(mp.items))
+	mp2 := mergePages(second, int(limit)-len(mp.items), false)
 	mp.items = append(mp.items, mp2.items...)
 	mp.more = mp2.more
 	return append(first, second...), mp, true, nil
+}
+
+// countRest counts the clusters of the leader's part outside the run it paged, from the same
+// cursor: with the other parts' counts, the fleet's.
+func (r *Reader) countRest(ctx context.Context, pl plan, leader int, run []string, cont *watchcache.Continue, read pageReader) (storage.Count, error) {
+	if leader < 0 {
+		return storage.Count{}, nil
+	}
+	p := pl.parts[leader]
+	var others []string
+	for _, c := range p.clusters {
+		if !slices.Contains(run, c) {
+			others = append(others, c)
+		}
+	}
+	if len(others) == 0 {
+		return storage.Count{}, nil
+	}
+	one := plan{parts: []part{p}, down: pl.down, owner: pl.owner, keep: pl.keep}
+	answers := gather(ctx, r, one, read(cont, 0, func(part) ([]string, bool) { return others, true }))
+	if err := refusal(answers); err != nil {
+		return storage.Count{}, err
+	}
+	if c := answers[0].val.Count; c != nil {
+		return *c, nil
+	}
+	return storage.Count{}, fmt.Errorf("replica %q answered no count", p.peer)
 }
 
 // closeAll closes the item streams of the answers.
@@ -261,9 +323,15 @@ func closeAll(answers []answer[*storage.List]) {
 // come (each part's come in key order), held one per part at most.
 func merged(answers []answer[*storage.List]) *storage.List {
 	rvs := map[string]watchcache.PartPosition{}
-	out := &storage.List{}
+	out := &storage.List{Count: &storage.Count{}}
 	m := &mergeStream{}
 	for _, a := range answers {
+		if c := a.val.Count; c != nil && out.Count != nil {
+			out.Count.Total += c.Total
+			out.Count.Before += c.Before
+		} else {
+			out.Count = nil
+		}
 		rvs[a.part.peer] = watchcache.PartPosition{RV: a.val.ResourceVersion, Set: a.part.set()}
 		out.Freshness = mergeFreshness(out.Freshness, a.val.Freshness)
 		out.AddWarning(a.val.Warnings...)
@@ -385,7 +453,7 @@ func (r *Reader) Get(ctx context.Context, opts storage.GetOptions) (*storage.Lis
 	if err := refusal(answers); err != nil {
 		return nil, err
 	}
-	mp := mergePages(answers, 0)
+	mp := mergePages(answers, 0, false)
 	out := &storage.List{Items: mp.items, ResourceVersion: watchcache.Position{Parts: mp.rvs}.String()}
 	for i := range out.Items {
 		out.Items[i].RV = out.ResourceVersion

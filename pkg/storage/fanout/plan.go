@@ -201,7 +201,7 @@ func partPosition(t watchcache.Position, p part) (string, bool) {
 // after the same key, at p's position in c when c holds one for p's clusters, and from now
 // otherwise (the order of keys is the fleet's, so the walk stays whole when clusters move).
 func partContinue(c watchcache.Continue, p part) string {
-	pc := watchcache.Continue{Last: c.Last, Exact: c.Exact}
+	pc := watchcache.Continue{Last: c.Last, Exact: c.Exact, SortBy: c.SortBy, Desc: c.Desc, Sort: c.Sort}
 	if rv, ok := partPosition(c.Position, p); ok && rv != "" {
 		if pos, err := watchcache.ParsePosition(rv); err == nil {
 			pc.Position = pos

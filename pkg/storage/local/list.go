@@ -3,9 +3,9 @@ package local
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,12 +35,23 @@ func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.
 	if opts.Limit > 0 {
 		limit = int(min(opts.Limit, math.MaxInt32))
 	}
+	if opts.CountOnly {
+		limit = 0 // what the page reads is counted; none of it is answered
+	}
+	srt, err := sortingOf(opts, sel)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.awaitPlanned(ctx, sel); err != nil {
 		return nil, err
 	}
 	lp, err := listPosition(sel.hub, opts)
 	if err != nil {
 		return nil, err
+	}
+	var cur *sortedItem // the item the page continues after
+	if lp.after != nil {
+		cur = &sortedItem{Item: watchcache.Item{Key: *lp.after}, sort: lp.sort}
 	}
 	var pg page
 	switch {
@@ -50,14 +61,17 @@ func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.
 		if err != nil {
 			return nil, storage.Error(http.StatusGone, "resourceVersion expired: "+err.Error())
 		}
-		pg = pageOf(items, func(it watchcache.Item) bool { return sel.matches(it.Key.Cluster, it.Object) }, lp.after, limit)
+		pg = pageOf(items, func(it watchcache.Item) bool { return sel.matches(it.Key.Cluster, it.Object) }, srt, cur, limit)
+	case srt != nil:
+		pg, err = sortedPage(ctx, sel, srt, cur, limit)
 	default:
-		if pg, err = selectPage(sel, lp.after, limit); err != nil {
-			return nil, storage.Error(http.StatusBadRequest, err.Error())
-		}
+		pg, err = selectPage(ctx, sel, lp.after, limit, opts.Count || opts.CountOnly)
 	}
 	if ctx.Err() != nil {
 		return nil, storage.Error(http.StatusGatewayTimeout, "request timed out")
+	}
+	if err != nil {
+		return nil, storage.Error(http.StatusBadRequest, err.Error())
 	}
 	if err := whereFailed(sel.where); err != nil {
 		return nil, err
@@ -65,17 +79,31 @@ func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.
 	if err := s.recheckPlanned(sel); err != nil {
 		return nil, err
 	}
+	out := &storage.List{ResourceVersion: lp.pos.String(), Epoch: lp.pos.Epoch}
+	if opts.Count || opts.CountOnly {
+		out.Count = &storage.Count{Total: pg.total, Before: pg.before}
+	}
+	out.Freshness = sel.freshness(pg.fresh)
+	if opts.CountOnly {
+		return out, nil
+	}
 	if !lp.exact {
 		sel.hub.Sequence(pg.items) // a snapshot's items have theirs
 	}
-	out := &storage.List{Items: make([]storage.Item, len(pg.items)), ResourceVersion: lp.pos.String(), Epoch: lp.pos.Epoch}
+	out.Items = make([]storage.Item, len(pg.items))
 	for i, it := range pg.items {
 		out.Items[i] = storage.Item{Key: it.Key, Object: sel.redact(it.Object), Seq: min(it.Seq, lp.pos.Seq)}
+		if pg.sorts != nil {
+			out.Items[i].Sort = pg.sorts[i]
+		}
 	}
 	if pg.more {
-		out.Continue = watchcache.Continue{Last: pg.items[len(pg.items)-1].Key.String(), Position: lp.pos, Exact: lp.exact}.String()
+		c := watchcache.Continue{Last: pg.items[len(pg.items)-1].Key.String(), Position: lp.pos, Exact: lp.exact}
+		if srt != nil {
+			c.SortBy, c.Desc, c.Sort = srt.by, srt.desc, pg.sorts[len(pg.sorts)-1]
+		}
+		out.Continue = c.String()
 	}
-	out.Freshness = sel.freshness(pg.fresh)
 	return out, nil
 }
 
@@ -85,6 +113,7 @@ type listAt struct {
 	pos   watchcache.Position
 	exact bool
 	after *aggregate.Key // continue after this key
+	sort  string         // and, in a sorted list, after this sort value
 }
 
 // listPosition reads the resourceVersion, resourceVersionMatch and continue of opts, as
@@ -109,14 +138,17 @@ func listPosition(h *watchcache.Cache, opts storage.ListOptions) (listAt, error)
 		if err != nil {
 			return listAt{}, storage.Error(http.StatusBadRequest, err.Error())
 		}
+		if c.SortBy != opts.SortBy || c.Desc != opts.Desc {
+			return listAt{}, storage.Errorf(http.StatusBadRequest, "continue: the token continues a list %s; ask with the same sortBy and order", orderText(c.SortBy, c.Desc))
+		}
 		after := c.After()
 		if c.Merged() || c.Epoch == "" {
 			if c.Exact {
 				return listAt{}, storage.Error(http.StatusGone, "continue expired: the list was answered by other replicas, and this one answers it alone now; list again")
 			}
-			return listAt{pos: h.Position(), after: &after}, nil
+			return listAt{pos: h.Position(), after: &after, sort: c.Sort}, nil
 		}
-		return listAt{pos: c.Position, exact: c.Exact, after: &after}, nil
+		return listAt{pos: c.Position, exact: c.Exact, after: &after, sort: c.Sort}, nil
 	}
 	if rvm == metav1.ResourceVersionMatchExact {
 		if rv == "0" {
@@ -142,6 +174,17 @@ func listPosition(h *watchcache.Cache, opts storage.ListOptions) (listAt, error)
 	return listAt{pos: h.Position()}, nil
 }
 
+// orderText says in words how a list is sorted.
+func orderText(sortBy string, desc bool) string {
+	switch {
+	case sortBy == "":
+		return "in key order (no sortBy)"
+	case desc:
+		return fmt.Sprintf("sorted by %q, descending", sortBy)
+	}
+	return fmt.Sprintf("sorted by %q, ascending", sortBy)
+}
+
 // positionError is the refusal of a position that cannot be read: 410 when it is gone, 400
 // when it is malformed.
 func positionError(err error) error {
@@ -153,26 +196,30 @@ func positionError(err error) error {
 
 // page is one page of a list answer.
 type page struct {
-	items []watchcache.Item // sorted by key
+	items []watchcache.Item // in the list's order
+	sorts []string          // of a sorted list: each item's sort value
 	more  bool              // items follow the last one
 	// fresh is, per cluster read, whether its selection was fresh (aggregate.Result.Unsynced).
 	fresh map[string]bool
+	// total counts the items the list spans, before those at or before its cursor, when
+	// counted.
+	total, before int64
 }
 
 // selectPage answers sel from the aggregate: the first limit items after the key after (all
 // keys when nil), in key order. It looks at each selected object once and keeps only the
 // limit+1 smallest keys in a bounded heap, so a page of 100 out of 500,000 objects costs no
 // sort of 500,000. Keys sort by cluster first, so it reads the clusters in order and stops at
-// the first cluster that completes the page: later clusters cannot contribute.
-func selectPage(sel *selected, after *aggregate.Key, limit int) (page, error) {
+// the first cluster that completes the page: later clusters cannot contribute. With count, the
+// clusters it did not read are counted (countClusters: O(1) each without a filter).
+func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit int, count bool) (page, error) {
 	pg := page{fresh: map[string]bool{}}
 	h := &keyHeap{}
-	for _, c := range sel.agg.Clusters() {
-		if (sel.query.Clusters != nil && !slices.Contains(sel.query.Clusters, c)) || !sel.byCluster.Matches(c) || (after != nil && c < after.Cluster) {
+	var unread []string
+	for _, c := range sel.candidates() {
+		if (after != nil && c < after.Cluster) || len(*h) > limit {
+			unread = append(unread, c)
 			continue
-		}
-		if len(*h) > limit {
-			break
 		}
 		q := sel.query
 		q.Clusters = []string{c}
@@ -182,7 +229,9 @@ func selectPage(sel *selected, after *aggregate.Key, limit int) (page, error) {
 		}
 		pg.fresh[c] = len(result.Unsynced) == 0
 		for it := range keyed(result) {
+			pg.total++
 			if after != nil && !less(*after, it.Key) {
+				pg.before++
 				continue
 			}
 			if len(*h) <= limit {
@@ -191,6 +240,11 @@ func selectPage(sel *selected, after *aggregate.Key, limit int) (page, error) {
 				(*h)[0] = it
 				heap.Fix(h, 0)
 			}
+		}
+	}
+	if count {
+		if err := countClusters(ctx, sel, &pg, unread, after); err != nil {
+			return page{}, err
 		}
 	}
 	items := []watchcache.Item(*h)
@@ -202,17 +256,30 @@ func selectPage(sel *selected, after *aggregate.Key, limit int) (page, error) {
 	return pg, nil
 }
 
-// pageOf is the page of items that keep accepts after the key after, in key order.
-func pageOf(items []watchcache.Item, keep func(watchcache.Item) bool, after *aggregate.Key, limit int) page {
+// pageOf is the page of items that keep accepts after the cursor cur, in the list's order (srt,
+// or key order when nil), counted.
+func pageOf(items []watchcache.Item, keep func(watchcache.Item) bool, srt *sorting, cur *sortedItem, limit int) page {
 	pg := page{}
+	desc := srt != nil && srt.desc
+	var kept []sortedItem
 	for _, it := range items {
-		if (after == nil || less(*after, it.Key)) && keep(it) {
-			pg.items = append(pg.items, it)
+		if !keep(it) {
+			continue
 		}
+		si := sortedItem{Item: it}
+		if srt != nil {
+			si.sort = srt.value(it.Object)
+		}
+		pg.total++
+		if cur != nil && si.cmp(*cur, desc) <= 0 {
+			pg.before++
+			continue
+		}
+		kept = append(kept, si)
 	}
-	sort.Slice(pg.items, func(i, j int) bool { return less(pg.items[i].Key, pg.items[j].Key) })
-	if len(pg.items) > limit {
-		pg.more, pg.items = true, pg.items[:limit]
+	pg.setSorted(kept, desc, limit)
+	if srt == nil {
+		pg.sorts = nil
 	}
 	return pg
 }

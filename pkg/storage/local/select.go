@@ -143,6 +143,17 @@ func (sel *selected) clusters() []string {
 	return sel.byCluster.Select(sel.info.names())
 }
 
+// candidates are the aggregate's clusters the selection reads, in name order.
+func (sel *selected) candidates() []string {
+	var out []string
+	for _, c := range sel.agg.Clusters() {
+		if (sel.query.Clusters == nil || slices.Contains(sel.query.Clusters, c)) && sel.byCluster.Matches(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // matches is the query applied to one object of cluster, its cluster selector included.
 func (sel *selected) matches(cluster string, obj any) bool {
 	return sel.byCluster.Matches(cluster) && sel.agg.Matches(sel.query, cluster, obj)

@@ -172,7 +172,7 @@ func (c *Client) listOrGet(ctx context.Context, path, kind string, opts any) (*s
 		return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q: %v", c.ID, err))
 	}
 	h := f.head
-	return &storage.List{More: st, ResourceVersion: h.ResourceVersion, Epoch: h.Epoch, Continue: h.Continue, RemainingItemCount: h.RemainingItemCount,
+	return &storage.List{More: st, ResourceVersion: h.ResourceVersion, Epoch: h.Epoch, Continue: h.Continue, Count: h.Count,
 		Freshness: h.Freshness, Warnings: h.Warnings}, nil
 }
 

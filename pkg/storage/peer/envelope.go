@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +21,9 @@ import (
 // APIs. Each frame starts with a line:
 //
 //	h {json head}\n                          the answer's position, continue, freshness, warnings
-//	i N RV KEY\n<N bytes>\n                  a list's or get's item: its key, its resourceVersion
-//	                                         (the part's position), and its object, encoded in the
+//	i N RV KEY [SORT]\n<N bytes>\n           a list's or get's item: its key, its resourceVersion
+//	                                         (the part's position), its sort value in a sorted
+//	                                         list (base64url), and its object, encoded in the
 //	                                         request's Encoding, written as it is
 //	ev TYPE N RV KEY\n<N bytes>\n            a watch's object event, TYPE ADDED, MODIFIED or DELETED
 //	b RV 0|1\n                               a watch's BOOKMARK; 1 marks the end of the initial events
@@ -36,19 +38,20 @@ import (
 const ProtocolHeader = "X-Multicache-Peer-Protocol"
 
 // ProtocolVersion is this release's envelope. 3 added the selection's where filter and the
-// summary call: a replica of version 2 would ignore the filter and answer its part whole, so
-// replicas of different versions refuse each other's calls (503, retried), never answer them
-// in part.
-const ProtocolVersion = "3"
+// summary call; 4 sorted lists (sortBy, an item's sort value) and counts. A replica of an
+// earlier version would ignore what it does not know and answer its part whole or in the wrong
+// order, so replicas of different versions refuse each other's calls (503, retried), never
+// answer them in part.
+const ProtocolVersion = "4"
 
 // head is an answer's first frame.
 type head struct {
-	ResourceVersion    string                 `json:"rv,omitempty"`
-	Epoch              string                 `json:"epoch,omitempty"`
-	Continue           string                 `json:"continue,omitempty"`
-	RemainingItemCount *int64                 `json:"remaining,omitempty"`
-	Freshness          []api.ClusterFreshness `json:"freshness,omitempty"`
-	Warnings           []string               `json:"warnings,omitempty"`
+	ResourceVersion string                 `json:"rv,omitempty"`
+	Epoch           string                 `json:"epoch,omitempty"`
+	Continue        string                 `json:"continue,omitempty"`
+	Count           *storage.Count         `json:"count,omitempty"`
+	Freshness       []api.ClusterFreshness `json:"freshness,omitempty"`
+	Warnings        []string               `json:"warnings,omitempty"`
 }
 
 // writer writes frames.
@@ -87,6 +90,10 @@ func (w *writer) object(typ string, it storage.Item, rv string, raw []byte) {
 	w.buf.WriteString(rv)
 	w.buf.WriteByte(' ')
 	w.buf.WriteString(it.Key.String())
+	if it.Sort != "" {
+		w.buf.WriteByte(' ')
+		w.buf.WriteString(base64.RawURLEncoding.EncodeToString([]byte(it.Sort)))
+	}
 	w.buf.WriteByte('\n')
 	w.buf.Write(raw)
 	w.buf.WriteByte('\n')
@@ -187,9 +194,16 @@ func (r *reader) next() (frame, error) {
 		if err != nil || n < 0 {
 			return f, fmt.Errorf("%w: length %q", errMalformed, fields[0])
 		}
-		k, err := aggregate.ParseKey(string(fields[2]))
+		key, sort, hasSort := bytes.Cut(fields[2], []byte{' '})
+		k, err := aggregate.ParseKey(string(key))
 		if err != nil {
 			return f, fmt.Errorf("%w: key: %v", errMalformed, err)
+		}
+		var sv []byte
+		if hasSort {
+			if sv, err = base64.RawURLEncoding.AppendDecode(nil, sort); err != nil {
+				return f, fmt.Errorf("%w: sort value of %s: %v", errMalformed, k, err)
+			}
 		}
 		rv := string(fields[1])
 		if rv == "-" {
@@ -202,7 +216,7 @@ func (r *reader) next() (frame, error) {
 		if raw[n] != '\n' {
 			return f, fmt.Errorf("%w: object of %s not followed by a newline", errMalformed, k)
 		}
-		f.item = storage.Item{Key: k, Raw: raw[:n:n], RawRV: rv, RV: rv}
+		f.item = storage.Item{Key: k, Raw: raw[:n:n], RawRV: rv, RV: rv, Sort: string(sv)}
 	case "b":
 		rv, end, _ := bytes.Cut(rest, []byte{' '})
 		f.rv, f.initialEnd = string(rv), string(end) == "1"

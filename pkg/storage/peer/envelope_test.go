@@ -94,7 +94,8 @@ func serveReader(t *testing.T, r storage.Reader) *Client {
 func key(c, name string) aggregate.Key { return aggregate.Key{Cluster: c, Namespace: "ns", Name: name} }
 
 // TestEnvelopeListRoundTrip: a list's head (position, continue, freshness of many clusters,
-// warnings) and items (keys, positions, objects as encoded) arrive as the replica answered; a
+// warnings, count) and items (keys, positions, sort values with spaces and newlines, objects as
+// encoded) arrive as the replica answered; a
 // part narrowed to no cluster stays narrowed to none (not "every cluster"), and an
 // unnarrowed selection stays unnarrowed.
 func TestEnvelopeListRoundTrip(t *testing.T) {
@@ -103,8 +104,8 @@ func TestEnvelopeListRoundTrip(t *testing.T) {
 		fresh = append(fresh, api.ClusterFreshness{Name: fmt.Sprintf("cluster-%04d", i), Synced: true, Error: strings.Repeat("x", 40)})
 	}
 	fr := &fakeReader{list: func(storage.ListOptions) (*storage.List, error) {
-		return &storage.List{ResourceVersion: "rv1", Epoch: "e1", Continue: "c1", Freshness: fresh, Warnings: []string{"careful"},
-			Items: []storage.Item{{Key: key("a", "x"), Object: "X", Seq: 7}, {Key: key("b", "y"), Object: "Y", Seq: 9}}}, nil
+		return &storage.List{ResourceVersion: "rv1", Epoch: "e1", Continue: "c1", Freshness: fresh, Warnings: []string{"careful"}, Count: &storage.Count{Total: 12, Before: 3},
+			Items: []storage.Item{{Key: key("a", "x"), Object: "X", Seq: 7}, {Key: key("b", "y"), Object: "Y", Seq: 9, Sort: "2a b\n\x00c"}}}, nil
 	}}
 	c := serveReader(t, fr)
 	for _, part := range [][]string{nil, {}, {"a", "b"}} {
@@ -120,6 +121,9 @@ func TestEnvelopeListRoundTrip(t *testing.T) {
 		}
 		if len(l.Items) != 2 || l.Items[0].Key != key("a", "x") || l.Items[1].Key != key("b", "y") {
 			t.Fatalf("items: %+v", l.Items)
+		}
+		if l.Items[0].Sort != "" || l.Items[1].Sort != "2a b\n\x00c" || l.Count == nil || *l.Count != (storage.Count{Total: 12, Before: 3}) {
+			t.Errorf("sort values %q, %q and count %+v: not as answered", l.Items[0].Sort, l.Items[1].Sort, l.Count)
 		}
 		var obj map[string]string
 		if err := json.Unmarshal(l.Items[1].Raw, &obj); err != nil || obj["obj"] != "Y" || obj["key"] != key("b", "y").String() {
@@ -313,7 +317,7 @@ func TestOtherProtocolVersionsRefuse(t *testing.T) {
 	}
 
 	h := &Handler{}
-	for _, v := range []string{"", "2", "4"} {
+	for _, v := range []string{"", "2", "3", "5"} {
 		req := httptest.NewRequest(http.MethodPost, ListPath, strings.NewReader("{}"))
 		if v != "" {
 			req.Header.Set(ProtocolHeader, v)

@@ -114,7 +114,7 @@ func (h *Handler) writeList(ctx context.Context, w http.ResponseWriter, e storag
 	}
 	w.Header().Set("Content-Type", "application/x-multicache-peer")
 	fw := &writer{w: w}
-	fw.head(head{ResourceVersion: l.ResourceVersion, Epoch: l.Epoch, Continue: l.Continue, RemainingItemCount: l.RemainingItemCount, Freshness: l.Freshness, Warnings: l.Warnings})
+	fw.head(head{ResourceVersion: l.ResourceVersion, Epoch: l.Epoch, Continue: l.Continue, Count: l.Count, Freshness: l.Freshness, Warnings: l.Warnings})
 	var raw []byte
 	scratch := storage.GetBuffer()
 	defer storage.PutBuffer(scratch)

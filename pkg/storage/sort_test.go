@@ -1,0 +1,60 @@
+package storage
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+)
+
+// TestSortValueOrders: encodings compare as the values do: none first, numbers by value
+// (negative, fractions, exponents, 9 before 10), then text bytewise (timestamps in time).
+func TestSortValueOrders(t *testing.T) {
+	ordered := [][]string{
+		nil,
+		{"-1e3"}, {"-2.5"}, {"-0.5"}, {"0"}, {"0.25"}, {"9"}, {"10"}, {"1e3"}, {"12345678901"},
+		{"-"}, {"1.2.3"}, {"10abc"}, {"2026-01-02T00:00:00Z"}, {"2026-11-27T04:00:00Z"}, {"Inf"}, {"a"}, {"b", "0"},
+	}
+	for i := 1; i < len(ordered); i++ {
+		a, b := SortValue(ordered[i-1]), SortValue(ordered[i])
+		if a >= b {
+			t.Errorf("%v (%q) does not sort before %v (%q)", ordered[i-1], a, ordered[i], b)
+		}
+	}
+	if SortValue([]string{"7", "1"}) != SortValue([]string{"7"}) {
+		t.Error("the first value does not decide")
+	}
+}
+
+// TestCompareSorted: the sort value decides, reversed when descending; ties go by key,
+// ascending in both orders.
+func TestCompareSorted(t *testing.T) {
+	k := func(c, n string) aggregate.Key { return aggregate.Key{Cluster: c, Namespace: "ns", Name: n} }
+	items := []Item{
+		{Key: k("b", "x"), Sort: SortValue([]string{"2"})},
+		{Key: k("a", "y"), Sort: SortValue([]string{"10"})},
+		{Key: k("a", "x"), Sort: SortValue([]string{"2"})},
+		{Key: k("c", "z")},
+	}
+	names := func(desc bool) []string {
+		s := slices.Clone(items)
+		slices.SortFunc(s, func(a, b Item) int { return CompareSorted(a, b, desc) })
+		var out []string
+		for _, it := range s {
+			out = append(out, it.Key.Cluster+"/"+it.Key.Name)
+		}
+		return out
+	}
+	if got, want := names(false), []string{"c/z", "a/x", "b/x", "a/y"}; !slices.Equal(got, want) {
+		t.Errorf("ascending: %v, want %v", got, want)
+	}
+	if got, want := names(true), []string{"a/y", "a/x", "b/x", "c/z"}; !slices.Equal(got, want) {
+		t.Errorf("descending: %v, want %v", got, want)
+	}
+	if r := (Count{Total: 10, Before: 4}).Remaining(3); r != 3 {
+		t.Errorf("remaining: %d, want 3", r)
+	}
+	if r := (Count{Total: 5, Before: 4}).Remaining(3); r != 0 {
+		t.Errorf("remaining after a shrink: %d, want 0", r)
+	}
+}
