@@ -24,7 +24,7 @@ type row struct {
 func newGet() *cobra.Command {
 	var cf clientFlags
 	var allNS bool
-	var ns, labelSel, fieldSel, where, sortBy, output string
+	var ns, labelSel, fieldSel, where, owner, sortBy, output string
 	var desc bool
 	var clusters []string
 	cmd := &cobra.Command{
@@ -44,7 +44,7 @@ func newGet() *cobra.Command {
 				}
 				q.Namespace = ns
 			}
-			q.FieldSelector, q.Where, q.SortBy, q.Desc = fieldSel, where, sortBy, desc
+			q.FieldSelector, q.Where, q.Owner, q.SortBy, q.Desc = fieldSel, where, owner, sortBy, desc
 			if desc && sortBy == "" {
 				return fmt.Errorf("--desc: needs --sort-by")
 			}
@@ -78,6 +78,7 @@ func newGet() *cobra.Command {
 	fl.StringVar(&where, "where", "", "a CEL expression over object that each object must make true, evaluated on the daemon (e.g. \"object.spec.containers.exists(c, c.image.startsWith('nginx:'))\")")
 	fl.StringVar(&sortBy, "sort-by", "", "a JSONPath whose first value orders the objects, sorted on the daemon across every cluster (e.g. metadata.creationTimestamp, status.containerStatuses[0].restartCount); default: by cluster, namespace, name")
 	fl.BoolVar(&desc, "desc", false, "with --sort-by: descending")
+	fl.StringVar(&owner, "owner", "", "only what is under this owner, group/Kind/namespace/name (core for the core group), followed through ownerReferences on the daemon (e.g. apps/Deployment/shop/web)")
 	fl.StringArrayVar(&clusters, "cluster", nil, "only this cluster (repeatable)")
 	fl.StringVarP(&output, "output", "o", "table", "table, wide, json, yaml or name")
 	addClientFlags(cmd, &cf)

@@ -17,7 +17,7 @@ func newSummary() *cobra.Command {
 	var cf clientFlags
 	var by, clusters []string
 	var allNS, byKey bool
-	var ns, labelSel, fieldSel, where, output string
+	var ns, labelSel, fieldSel, where, owner, output string
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "summary RESOURCE --by KEY[,KEY]",
@@ -43,7 +43,7 @@ Examples:
 			if limit < 0 {
 				return fmt.Errorf("--limit %d: want 0 (all) or more", limit)
 			}
-			q := client.Query{LabelSelector: labelSel, FieldSelector: fieldSel, Where: where, Clusters: clusters}
+			q := client.Query{LabelSelector: labelSel, FieldSelector: fieldSel, Where: where, Owner: owner, Clusters: clusters}
 			if !allNS && ns != "" {
 				q.Namespace = ns
 			}
@@ -64,7 +64,7 @@ Examples:
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringSliceVar(&by, "by", nil, "keys to group by, comma-separated: cluster, namespace, label:<key>, field:<path>, index:<name>")
+	fl.StringSliceVar(&by, "by", nil, "keys to group by, comma-separated: cluster, namespace, label:<key>, field:<path>, index:<name>, owner (the top-level owner)")
 	fl.BoolVar(&byKey, "sort-by-key", false, "order groups by key instead of by count (most first)")
 	fl.IntVar(&limit, "limit", 0, "keep only the first groups (0: all)")
 	fl.BoolVarP(&allNS, "all-namespaces", "A", false, "every namespace (the default unless -n is given)")
@@ -72,6 +72,7 @@ Examples:
 	fl.StringVarP(&labelSel, "selector", "l", "", "label selector")
 	fl.StringVar(&fieldSel, "field-selector", "", "field selector (metadata.name, metadata.namespace, spec.nodeName, status.phase, or an index name)")
 	fl.StringVar(&where, "where", "", "a CEL expression over object that each object must make true, evaluated on the daemon (e.g. \"object.spec.containers.exists(c, c.image.startsWith('nginx:'))\")")
+	fl.StringVar(&owner, "owner", "", "only what is under this owner, group/Kind/namespace/name (core for the core group), followed through ownerReferences on the daemon (e.g. apps/Deployment/shop/web)")
 	fl.StringArrayVar(&clusters, "cluster", nil, "only this cluster (repeatable)")
 	fl.StringVarP(&output, "output", "o", "table", "table or json")
 	addClientFlags(cmd, &cf)

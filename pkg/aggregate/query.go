@@ -45,6 +45,9 @@ type FieldTerm struct {
 	Field, Value string
 	Not          bool
 	Values       func(obj any) []string
+	// ClusterValues, when set, reads the values instead of Values, for a field that needs the
+	// object's cluster too (its owners, which live in the same cluster).
+	ClusterValues func(cluster string, obj any) []string
 }
 
 // Attributes is what Matches reads of an object, kept apart from the object: namespace,
@@ -277,10 +280,12 @@ func (a *Aggregate) matchObject(q Query, cluster string, obj any) bool {
 	for _, ft := range q.Fields {
 		var vals []string
 		switch {
-		case isAttrs && ft.Values != nil:
+		case isAttrs && (ft.Values != nil || ft.ClusterValues != nil):
 			vals = at.Fields[ft.Field]
 		case isAttrs:
 			vals = at.Indexes[ft.Field]
+		case ft.ClusterValues != nil:
+			vals = ft.ClusterValues(cluster, obj)
 		case ft.Values != nil:
 			vals = ft.Values(obj)
 		default:

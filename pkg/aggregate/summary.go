@@ -34,6 +34,15 @@ type GroupKey struct {
 	field cache.IndexFunc
 	// view, when set, is what the key reads of an object instead of the object.
 	view func(any) any
+	// values reads a FuncKey's values.
+	values func(cluster string, obj any) []string
+}
+
+// FuncKey is a key named text whose values values gives for an object of a cluster: a
+// grouping the caller defines, such as the object's top-level owner, which another resource's
+// objects decide.
+func FuncKey(text string, values func(cluster string, obj any) []string) GroupKey {
+	return GroupKey{text: text, kind: byFunc, values: values}
 }
 
 // WithView returns k reading view(obj) of each object instead of obj: what a caller may read of
@@ -52,6 +61,7 @@ const (
 	byLabel
 	byField
 	byIndex
+	byFunc
 )
 
 // String is the key as written.
@@ -378,6 +388,8 @@ func (c *counter) add(a *Aggregate, cluster string, obj any) {
 			vs = appendDistinct(vs, fv)
 		case byIndex:
 			vs = appendDistinct(vs, a.indexValues(k.arg, cluster, obj))
+		case byFunc:
+			vs = appendDistinct(vs, k.values(cluster, obj))
 		}
 		if len(vs) == 0 {
 			vs = append(vs, nil)

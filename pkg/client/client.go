@@ -96,6 +96,9 @@ type Query struct {
 	// Where is a CEL expression over `object` that each object must make true, such as
 	// object.spec.containers.exists(c, c.image.startsWith('nginx:')).
 	Where string
+	// Owner keeps what is under one owner, group/Kind/namespace/name ("core" for the core
+	// group), such as apps/Deployment/shop/web: the Pods of its ReplicaSets too.
+	Owner string
 	// SortBy orders a List by a JSONPath's first value (metadata.creationTimestamp,
 	// status.containerStatuses[0].restartCount), on the daemon, descending with Desc; pages
 	// continue in that order. Without it, a List is in key order (cluster, namespace, name).
@@ -119,6 +122,7 @@ func (q Query) values() url.Values {
 	set("labelSelector", q.LabelSelector)
 	set("fieldSelector", q.FieldSelector)
 	set("where", q.Where)
+	set("owner", q.Owner)
 	set("sortBy", q.SortBy)
 	if q.Desc {
 		v.Set("order", "desc")

@@ -83,7 +83,8 @@ func (a *API) limited(w http.ResponseWriter, r *http.Request, f func(ctx context
 }
 
 // selection decodes the query of GET /multicache/v1/resources/{resource}: the resource, and
-// cluster (repeatable), namespace, labelSelector, fieldSelector, index and value, where (CEL); with the
+// cluster (repeatable), namespace, labelSelector, fieldSelector, index and value, where (CEL),
+// owner (group/Kind/namespace/name); with the
 // list options the Kubernetes API's codec decodes (limit, continue, watch, resourceVersion).
 func (a *API) selection(r *http.Request) (storage.Selection, metav1.ListOptions, error) {
 	var opts metav1.ListOptions
@@ -97,7 +98,7 @@ func (a *API) selection(r *http.Request) (storage.Selection, metav1.ListOptions,
 		return storage.Selection{}, opts, err
 	}
 	sel := storage.Selection{Resource: res, Clusters: q["cluster"], LabelSelector: q.Get("labelSelector"), FieldSelector: q.Get("fieldSelector"),
-		Namespace: q.Get("namespace"), Index: q.Get("index"), Value: q.Get("value"), Where: q.Get("where")}
+		Namespace: q.Get("namespace"), Index: q.Get("index"), Value: q.Get("value"), Where: q.Get("where"), Owner: q.Get("owner")}
 	switch {
 	case sel.Index != "" && !q.Has("value"):
 		return sel, opts, storage.Errorf(http.StatusBadRequest, "index %q: value is required", sel.Index)

@@ -91,6 +91,10 @@ type Selection struct {
 	// Where is a CEL expression over `object` that an object must make true
 	// (index.CompileFilter).
 	Where string `json:"where,omitempty"`
+	// Owner keeps the objects under one owner, group/Kind/namespace/name ("core" for the core
+	// group): those whose chain of owners, followed within their cluster through the objects
+	// cached, holds it.
+	Owner string `json:"owner,omitempty"`
 	// Part, when not nil, makes the read one replica's share of a plan: it spans these clusters
 	// of the fleet's and no other, started here yet or not. One not complete here is never
 	// left out: a list, a get that finds nothing, or a watch that starts with the current

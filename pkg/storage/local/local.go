@@ -151,6 +151,7 @@ func (s *Storage) NotCached(name string) error {
 type view struct {
 	statuses []clusterset.ClusterStatus
 	byRes    map[string]resourceInfo
+	own      *owners // built when a read asks for owners
 }
 
 // resourceInfo is, per cluster, how it serves a resource (kind, group, version, scope, state).

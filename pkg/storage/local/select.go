@@ -80,6 +80,12 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 	if !objects.Empty() {
 		q.Labels = objects
 	}
+	if sel.Owner != "" {
+		if err := validOwner(sel.Owner); err != nil {
+			return nil, err
+		}
+		q.Fields = append(q.Fields, ownerTerm(v.owners(s.reg), sel.Owner))
+	}
 	// A namespace on a cluster-scoped resource is ignored, as kubectl ignores -n.
 	if q.Namespace != "" && q.Index != aggregate.IndexNamespace && !info.namespaced() {
 		q.Namespace = ""

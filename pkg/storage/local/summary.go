@@ -20,6 +20,11 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 	}
 	keys := make([]aggregate.GroupKey, 0, len(opts.By))
 	for _, text := range opts.By {
+		if text == OwnerKey {
+			own, res := v.owners(s.reg), sel.resource
+			keys = append(keys, aggregate.FuncKey(OwnerKey, func(cluster string, obj any) []string { return own.top(res, cluster, obj) }))
+			continue
+		}
 		k, err := aggregate.ParseGroupKey(text)
 		if err != nil {
 			return nil, storage.Errorf(http.StatusBadRequest, "by: %v", err)
@@ -30,7 +35,7 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return nil, storage.Error(http.StatusBadRequest, "by: at least one key is required (cluster, namespace, label:<key>, field:<path> or index:<name>)")
+		return nil, storage.Error(http.StatusBadRequest, "by: at least one key is required (cluster, namespace, label:<key>, field:<path>, index:<name> or owner)")
 	}
 	if err := s.awaitPlanned(ctx, sel); err != nil {
 		return nil, err
