@@ -66,6 +66,9 @@ const (
 	Bookmark = "BOOKMARK"
 	// Error events end a watch; Object is an Error. Code 410 (Expired) means: list again.
 	ErrorEvent = "ERROR"
+	// SummaryEvent is a streamed summary's (summary?watch=true): Object is a whole Summary,
+	// which replaces the one before; Cluster is empty.
+	SummaryEvent = "SUMMARY"
 )
 
 // WatchEvent is one line of a watch stream (NDJSON).

@@ -67,13 +67,14 @@ func TestWireShapes(t *testing.T) {
 		Items:           []Item{{Cluster: "east", Object: json.RawMessage(`{"metadata":{"name":"a"}}`)}},
 		Continue:        "c1",
 		ResourceVersion: "rv1",
+		Total:           7,
 		Clusters:        []ClusterFreshness{{Name: "east", Synced: true}, {Name: "west", NotServed: true, Forbidden: true, Error: "boom"}},
 	}
 	b, err := json.Marshal(list)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"items":[{"cluster":"east","object":{"metadata":{"name":"a"}}}],"continue":"c1","resourceVersion":"rv1",` +
+	want := `{"items":[{"cluster":"east","object":{"metadata":{"name":"a"}}}],"continue":"c1","resourceVersion":"rv1","total":7,` +
 		`"clusters":[{"name":"east","synced":true},{"name":"west","synced":false,"notServed":true,"forbidden":true,"error":"boom"}]}`
 	if string(b) != want {
 		t.Errorf("List encodes as\n%s\nwant\n%s", b, want)

@@ -155,7 +155,8 @@ func (a *API) List(w http.ResponseWriter, r *http.Request) {
 }
 
 // Summary answers GET /multicache/v1/resources/{resource}/summary: the list filters, by (keys,
-// comma-separated or repeated), sort (count or key) and limit (on groups): an api.Summary.
+// comma-separated or repeated), sort (count or key) and limit (on groups): an api.Summary; with
+// watch=true, a stream of them as counts change (interval, timeoutSeconds).
 func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
 	sel, opts, err := a.selection(r)
 	if err != nil {
@@ -180,10 +181,23 @@ func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
 		writeError(w, storage.Errorf(http.StatusBadRequest, "sort %q: want count or key", sort))
 		return
 	}
+	interval := time.Second
+	if v := q.Get("interval"); v != "" {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			writeError(w, storage.Errorf(http.StatusBadRequest, "interval %q: want a duration such as 1s or 500ms", v))
+			return
+		case d < MinSummaryInterval:
+			writeError(w, storage.Errorf(http.StatusBadRequest, "interval %q: want at least %s", v, MinSummaryInterval))
+			return
+		case !opts.Watch:
+			writeError(w, storage.Error(http.StatusBadRequest, "interval: given without watch=true"))
+			return
+		}
+		interval = d
+	}
 	switch {
-	case opts.Watch:
-		writeError(w, storage.Error(http.StatusBadRequest, "watch: summaries do not stream yet"))
-		return
 	case opts.Continue != "":
 		writeError(w, storage.Error(http.StatusBadRequest, "continue: a summary is one answer; use limit"))
 		return
@@ -193,31 +207,93 @@ func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
 		writeError(w, storage.Error(http.StatusNotImplemented, "summaries are not answered here"))
 		return
 	}
+	so := storage.SummaryOptions{Selection: sel, By: by}
+	if opts.Watch {
+		var timeout time.Duration
+		if opts.TimeoutSeconds != nil {
+			timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+		}
+		a.opts.Limits.Watch(w, func() { a.watchSummary(w, r, sm, storage.SummaryWatchOptions{SummaryOptions: so, Interval: interval, Timeout: timeout}, byKey, int(opts.Limit)) })
+		return
+	}
 	a.limited(w, r, func(ctx context.Context) {
-		sum, err := sm.Summarize(ctx, storage.SummaryOptions{Selection: sel, By: by})
+		sum, err := sm.Summarize(ctx, so)
 		if err != nil {
 			writeError(w, err)
 			return
-		}
-		sum.Sort(byKey)
-		sum.Limit(int(opts.Limit))
-		out := api.Summary{Kind: "Summary", By: sum.By, Groups: make([]api.SummaryGroup, len(sum.Groups)), Total: sum.Total, Clusters: sum.Freshness}
-		for i, g := range sum.Groups {
-			key := make(map[string]*string, len(sum.By))
-			for j, name := range sum.By {
-				key[name] = g.Key[j]
-			}
-			out.Groups[i] = api.SummaryGroup{Key: key, Count: g.Count}
-		}
-		if out.Clusters == nil {
-			out.Clusters = []api.ClusterFreshness{}
 		}
 		for _, warning := range sum.Warnings {
 			filters.AddWarning(w.Header(), warning)
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
+		_ = json.NewEncoder(w).Encode(summaryOf(sum, byKey, int(opts.Limit)))
 	})
+}
+
+// MinSummaryInterval is the shortest interval a streamed summary may ask for.
+const MinSummaryInterval = 100 * time.Millisecond
+
+// summaryOf is sum sorted and limited, in the API's form.
+func summaryOf(sum *storage.Summary, byKey bool, limit int) api.Summary {
+	sum.Sort(byKey)
+	sum.Limit(limit)
+	out := api.Summary{Kind: "Summary", By: sum.By, Groups: make([]api.SummaryGroup, len(sum.Groups)), Total: sum.Total, Clusters: sum.Freshness}
+	for i, g := range sum.Groups {
+		key := make(map[string]*string, len(sum.By))
+		for j, name := range sum.By {
+			key[name] = g.Key[j]
+		}
+		out.Groups[i] = api.SummaryGroup{Key: key, Count: g.Count}
+	}
+	if out.Clusters == nil {
+		out.Clusters = []api.ClusterFreshness{}
+	}
+	return out
+}
+
+// watchSummary streams summaries as NDJSON api.WatchEvents: SUMMARY with an api.Summary, first
+// at once and then whenever the counts change (at most once per interval); an ERROR with a
+// Status when the stream cannot go on. A refusal before the first summary is the answer's
+// status.
+func (a *API) watchSummary(w http.ResponseWriter, r *http.Request, sm storage.Summarizer, opts storage.SummaryWatchOptions, byKey bool, limit int) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, storage.Error(http.StatusInternalServerError, "streaming unsupported"))
+		return
+	}
+	a.opts.Watches.Inc()
+	defer a.opts.Watches.Dec()
+	started := false
+	enc := json.NewEncoder(w)
+	err := storage.WatchSummary(r.Context(), a.opts.Reader, sm, opts, func(sum *storage.Summary) error {
+		if !started {
+			started = true
+			for _, warning := range sum.Warnings {
+				filters.AddWarning(w.Header(), warning)
+			}
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+		}
+		b, err := json.Marshal(summaryOf(sum, byKey, limit))
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(api.WatchEvent{Type: api.SummaryEvent, Object: b}); err != nil {
+			return err
+		}
+		fl.Flush()
+		return nil
+	})
+	switch {
+	case err == nil || r.Context().Err() != nil:
+	case !started:
+		writeError(w, err)
+	default:
+		st := storage.StatusOf(err).ErrStatus
+		b, _ := json.Marshal(api.Error{Kind: "Status", Code: int(st.Code), Reason: string(st.Reason), Message: st.Message})
+		_ = enc.Encode(api.WatchEvent{Type: api.ErrorEvent, Object: b})
+		fl.Flush()
+	}
 }
 
 // writeList writes l as an api.List: the same bytes json.Marshal of an api.List gives

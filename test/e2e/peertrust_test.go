@@ -125,6 +125,7 @@ func TestPeerTrust(t *testing.T) {
 	e.summaryRefusals(rs[0])
 	e.whereFilters(rs, holders)
 	e.sortedLists(rs, time.Minute)
+	e.summaryStreams(rs)
 	// The clusters r2 took moved from r1, their caches handed over under the replicas' peer
 	// certificates: each member was listed once, when it first started.
 	if n := e.logMemberReads("from the start until r2 took its share", map[string]fleet.Reads{}, e.memberReads()); n > len(e.members) {

@@ -183,7 +183,8 @@ func (e *scaleEnv) summaryRefusals(r replica) {
 		"by=field:spec.containers[":       `field:spec.containers[`,
 		"by=index:nope":                   `index \"nope\"`,
 		"":                                "by: at least one key",
-		"by=cluster&watch=true":           "watch",
+		"by=cluster&interval=1s":          "interval",
+		"by=cluster&watch=1&interval=5ms": "interval",
 		"by=cluster&labelSelector=a%20b!": "labelSelector",
 	} {
 		err := e.get(r, api.ResourcesPath+"/"+scaleResource+"/summary?"+q, &api.Summary{})
@@ -331,8 +332,13 @@ func (w *nativeWatch) until(t *testing.T, stop func(api.WatchEvent) bool, within
 }
 
 func (e *scaleEnv) openNativeWatch(r replica, q url.Values) (*nativeWatch, error) {
+	return e.openNativeStream(r, "", q)
+}
+
+// openNativeStream opens a watch of the scale resource's path with sub appended (/summary).
+func (e *scaleEnv) openNativeStream(r replica, sub string, q url.Values) (*nativeWatch, error) {
 	q.Set("watch", "true")
-	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, r.d.URL+api.ResourcesPath+"/"+scaleResource+"?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, r.d.URL+api.ResourcesPath+"/"+scaleResource+sub+"?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -347,4 +353,60 @@ func (e *scaleEnv) openNativeWatch(r replica, q url.Values) (*nativeWatch, error
 		return nil, fmt.Errorf("watch from %s: %d %s", r.id, resp.StatusCode, b)
 	}
 	return &nativeWatch{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
+}
+
+// summaryStreams: a summary with watch=true, through each replica (a fan-out where it owns only
+// some clusters), sends the counts at once, then new counts once a ConfigMap is created in each
+// member, and again once they are deleted: each time what the API servers list, counted by
+// hand.
+func (e *scaleEnv) summaryStreams(rs []replica) {
+	e.t.Helper()
+	counts := func(ev api.WatchEvent) (map[string]int, bool) {
+		if ev.Type != api.SummaryEvent {
+			e.t.Fatalf("summary stream: a %s event: %s", ev.Type, ev.Object)
+		}
+		var s api.Summary
+		if err := json.Unmarshal(ev.Object, &s); err != nil {
+			e.t.Fatalf("summary stream: %v", err)
+		}
+		got := map[string]int{}
+		for _, g := range s.Groups {
+			got[show(g.Key["cluster"])] = g.Count
+		}
+		return got, true
+	}
+	for _, r := range rs {
+		w, err := e.openNativeStream(r, "/summary", url.Values{"by": {"cluster"}, "interval": {"200ms"}})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		want, _ := e.summaryTruth([]string{"cluster"}, nil)
+		first, _ := counts(w.until(e.t, func(api.WatchEvent) bool { return true }, 30*time.Second)[0])
+		if d := diffCounts(want, first); len(d) > 0 {
+			e.t.Errorf("%s: the stream's first summary: %v", r.id, d)
+		}
+		name := "stream-" + r.id
+		for _, c := range e.members {
+			cs, _ := e.f.Clientset(c)
+			if _, err := cs.CoreV1().ConfigMaps(scaleNS).Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		for _, phase := range []string{"created", "deleted"} {
+			want, _ = e.summaryTruth([]string{"cluster"}, nil)
+			w.until(e.t, func(ev api.WatchEvent) bool {
+				got, _ := counts(ev)
+				return len(diffCounts(want, got)) == 0
+			}, 30*time.Second)
+			if phase == "created" {
+				for _, c := range e.members {
+					cs, _ := e.f.Clientset(c)
+					if err := cs.CoreV1().ConfigMaps(scaleNS).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+						e.t.Fatal(err)
+					}
+				}
+			}
+		}
+		w.close()
+	}
 }

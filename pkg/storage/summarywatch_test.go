@@ -1,0 +1,123 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/api"
+)
+
+// fakeFleet is a Reader whose watches deliver what the test sends, and a Summarizer that counts
+// n objects in one group.
+type fakeFleet struct {
+	Reader
+	n        atomic.Int64
+	scans    atomic.Int64
+	opened   atomic.Int64
+	events   chan struct{}
+	endWatch chan struct{}
+}
+
+type fakeWatch struct{ f *fakeFleet }
+
+func (w fakeWatch) Freshness() []api.ClusterFreshness { return nil }
+func (w fakeWatch) Warnings() []string                { return nil }
+func (w fakeWatch) Run(ctx context.Context, sink Sink) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.f.endWatch:
+			return errors.New("gone")
+		case <-w.f.events:
+			if err := sink.Event("MODIFIED", Item{}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (f *fakeFleet) Watch(context.Context, WatchOptions) (Watch, error) {
+	f.opened.Add(1)
+	return fakeWatch{f}, nil
+}
+
+func (f *fakeFleet) Summarize(context.Context, SummaryOptions) (*Summary, error) {
+	f.scans.Add(1)
+	k := "g"
+	n := int(f.n.Load())
+	return &Summary{Summary: aggregate.Summary{By: []string{"k"}, Groups: []aggregate.Group{{Key: []*string{&k}, Count: n}}, Total: n}}, nil
+}
+
+// TestWatchSummary: the first summary comes at once; a fleet without events is not summarized
+// again; an event whose counts do not change sends nothing; one that changes them sends the
+// new counts; a watch that ends is opened again and the fleet counted again, so a change in
+// between is not lost.
+func TestWatchSummary(t *testing.T) {
+	f := &fakeFleet{events: make(chan struct{}), endWatch: make(chan struct{})}
+	f.n.Store(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sent := make(chan int, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := WatchSummary(ctx, f, f, SummaryWatchOptions{Interval: 5 * time.Millisecond}, func(s *Summary) error { sent <- s.Total; return nil })
+		if err != nil {
+			t.Errorf("WatchSummary: %v", err)
+		}
+	}()
+	next := func(what string) int {
+		t.Helper()
+		select {
+		case n := <-sent:
+			return n
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no summary", what)
+			return 0
+		}
+	}
+	if n := next("the first"); n != 3 {
+		t.Fatalf("first summary: %d, want 3", n)
+	}
+	time.Sleep(50 * time.Millisecond) // ten intervals without an event
+	if s := f.scans.Load(); s != 1 {
+		t.Errorf("%d summaries taken without an event, want 1", s)
+	}
+	f.events <- struct{}{} // counts unchanged
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case n := <-sent:
+		t.Errorf("a summary of unchanged counts was sent: %d", n)
+	default:
+	}
+	if s := f.scans.Load(); s != 2 {
+		t.Errorf("%d summaries after one event, want 2", s)
+	}
+	f.n.Store(4)
+	for range 20 { // a burst: one summary for it, or a few, never one per event
+		f.events <- struct{}{}
+	}
+	if n := next("after a change"); n != 4 {
+		t.Errorf("after a change: %d, want 4", n)
+	}
+	f.n.Store(5)
+	f.endWatch <- struct{}{} // the watch ends; the change in between comes with the reopening
+	if n := next("after the watch ended"); n != 5 {
+		t.Errorf("after the watch ended: %d, want 5", n)
+	}
+	if o := f.opened.Load(); o != 2 {
+		t.Errorf("watch opened %d times, want 2", o)
+	}
+	cancel()
+	wg.Wait()
+	if s := f.scans.Load(); s > 2+20 {
+		t.Errorf("%d summaries for 22 events", s)
+	}
+}
