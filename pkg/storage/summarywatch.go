@@ -73,7 +73,10 @@ func WatchSummary(ctx context.Context, r Reader, sm Summarizer, opts SummaryWatc
 			return nil
 		case <-timedOut:
 			return nil
-		case <-watchDone:
+		case werr := <-watchDone:
+			// However it ended (410 when its clusters moved), it is opened again; a refusal
+			// to open it ends the stream.
+			_ = werr
 			ended = true
 		case <-tick.C:
 			if !ended {
