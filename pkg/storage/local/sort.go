@@ -54,8 +54,8 @@ func sortingOf(opts storage.ListOptions, sel *selected) (*sorting, error) {
 	return srt, nil
 }
 
-// metaSort reads the metadata paths lists sort by most through the object's accessor, not by
-// reflection: the same values the JSONPath gives.
+// metaSort reads the paths lists sort by most through the object's accessor or a typed Pod's
+// fields (PathFields), not by reflection: the same values the JSONPath gives.
 func metaSort(path string) (cache.IndexFunc, bool) {
 	var get func(m metav1.Object) string
 	switch strings.TrimPrefix(strings.TrimPrefix(strings.Trim(path, "{}"), "$"), ".") {
@@ -72,6 +72,16 @@ func metaSort(path string) (cache.IndexFunc, bool) {
 			return t.UTC().Format(time.RFC3339)
 		}
 	default:
+		if read, ok := PathFields[strings.TrimPrefix(strings.TrimPrefix(strings.Trim(path, "{}"), "$"), ".")]; ok {
+			// spec.nodeName, status.phase: read without reflection ("" is no value).
+			return func(obj any) ([]string, error) {
+				vals := read(obj)
+				if len(vals) == 0 || vals[0] == "" {
+					return nil, nil
+				}
+				return vals, nil
+			}, true
+		}
 		return nil, false
 	}
 	return func(obj any) ([]string, error) {
