@@ -98,6 +98,19 @@ bench-queries: ## P3: in-process queries (5 runs each) and hot paths, written to
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_AGGREGATE="$$(grep -hE '^Benchmark' $(BIN_DIR)/bench-aggregate.txt $(BIN_DIR)/bench-index.txt)" \
 	  $(GO) test -run '^$$' -bench RecordQueries -benchtime 1x -v ./test/bench/
 
+INVENTORY_CLUSTERS ?= 100
+INVENTORY_PODS ?= 2000
+INVENTORY_RUNS ?= 7
+
+.PHONY: bench-inventory
+bench-inventory: ## Issue 35's I1-I4: summaries, sorted pages and owners in process over 2M Pods; multicache vs PostgreSQL (jsonb) and SQLite (Steve's layout) on the same Pods
+	MULTICACHE_BENCH_SUMMARY_CLUSTERS=100 MULTICACHE_BENCH_SUMMARY_PODS=20000 \
+	  $(GO) test -run '^$$' -bench SummarizeFleet -benchtime 5x -timeout 60m ./pkg/aggregate/
+	MULTICACHE_BENCH_SUMMARY_CLUSTERS=100 MULTICACHE_BENCH_SUMMARY_PODS=20000 \
+	  $(GO) test -run '^$$' -bench SortedPage -benchtime 5x -timeout 60m ./pkg/storage/local/
+	cd test/inventorybench && MULTICACHE_BENCH_INVENTORY_CLUSTERS=$(INVENTORY_CLUSTERS) MULTICACHE_BENCH_INVENTORY_PODS=$(INVENTORY_PODS) \
+	  MULTICACHE_BENCH_INVENTORY_RUNS=$(INVENTORY_RUNS) $(GO) test -run '^$$' -bench Inventory -benchtime 1x -timeout 120m -v .
+
 .PHONY: bench-ready
 bench-ready: tools ## The daemon's start to /readyz vs B and L (3 x 20k and 3 x 50k Pods), and sync progress checked on 3 x 100k
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_READY_RUNS=$(BENCH_RUNS) \

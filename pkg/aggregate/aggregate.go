@@ -70,6 +70,11 @@ type Options struct {
 	Logger *zap.Logger
 	// SyncPollInterval is how often a joining member's sync is checked. Default 50ms.
 	SyncPollInterval time.Duration
+	// LearnedIndexes bounds how many summary keys asked again become count indexes
+	// (learned.go); LearnedIndexBytes bounds their memory. Defaults DefaultLearnedIndexes and
+	// DefaultLearnedIndexBytes; LearnedIndexes < 0 learns none.
+	LearnedIndexes    int
+	LearnedIndexBytes int64
 }
 
 // Aggregate is the fleet-wide, cluster-qualified cache of one resource type. Its read side has
@@ -88,6 +93,7 @@ type Aggregate struct {
 	sorted    atomic.Pointer[[]*member] // members by cluster name; replaced whole under mu
 	indexes   map[string]IndexSpec
 	regs      []*Registration
+	learn     *learner // nil: learns no index
 }
 
 // New returns an empty Aggregate, and the Membership through which its owner (whoever runs the
@@ -110,6 +116,16 @@ func New(opts Options) (*Aggregate, *Membership, error) {
 		members:   map[string]*member{},
 		indexes:   map[string]IndexSpec{},
 		lifecycle: map[string]*sync.Mutex{},
+	}
+	if opts.LearnedIndexes >= 0 {
+		n, b := opts.LearnedIndexes, opts.LearnedIndexBytes
+		if n == 0 {
+			n = DefaultLearnedIndexes
+		}
+		if b <= 0 {
+			b = DefaultLearnedIndexBytes
+		}
+		a.learn = newLearner(n, b)
 	}
 	return a, &Membership{a: a}, nil
 }

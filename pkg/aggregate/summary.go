@@ -187,6 +187,12 @@ func (a *Aggregate) SummarizeKeysContext(ctx context.Context, q Query, keys []Gr
 			sum.Unsynced = append(sum.Unsynced, m.cluster)
 		}
 	}
+	if k, ok := learnable(keys); ok && p.plain() {
+		if idx := a.askLearned(k, p.members); idx != nil {
+			idx.summary(keys, p.members, &sum)
+			return sum, nil
+		}
+	}
 	fromIndex, onlyCluster := p.plain(), p.plain()
 	for _, k := range keys {
 		fromIndex = fromIndex && (k.kind == byCluster || k.kind == byNamespace)
@@ -355,48 +361,48 @@ func newCounter(keys []GroupKey) *counter {
 // add counts obj of cluster once in each combination of its keys' distinct values.
 func (c *counter) add(a *Aggregate, cluster string, obj any) {
 	c.objects++
-	var m interface {
-		GetNamespace() string
-		GetLabels() map[string]string
-	}
-	if acc, err := meta.Accessor(obj); err == nil {
-		m = acc
-	}
 	for i, k := range c.keys {
-		vs := c.values[i][:0]
-		switch k.kind {
-		case byCluster:
-			vs = append(vs, &cluster)
-		case byNamespace:
-			if m != nil {
-				if ns := m.GetNamespace(); ns != "" {
-					vs = append(vs, &ns)
-				}
-			}
-		case byLabel:
-			if m != nil {
-				if v, ok := m.GetLabels()[k.arg]; ok {
-					vs = append(vs, &v)
-				}
-			}
-		case byField:
-			o := obj
-			if k.view != nil {
-				o = k.view(obj)
-			}
-			fv, _ := k.field(o)
-			vs = appendDistinct(vs, fv)
-		case byIndex:
-			vs = appendDistinct(vs, a.indexValues(k.arg, cluster, obj))
-		case byFunc:
-			vs = appendDistinct(vs, k.values(cluster, obj))
-		}
+		vs := k.appendValues(a, cluster, obj, c.values[i][:0])
 		if len(vs) == 0 {
 			vs = append(vs, nil)
 		}
 		c.values[i] = vs
 	}
 	c.count(0, 1)
+}
+
+// appendValues appends obj's distinct values for k in cluster to vs (none: the object groups
+// under null).
+func (k GroupKey) appendValues(a *Aggregate, cluster string, obj any, vs []*string) []*string {
+	switch k.kind {
+	case byCluster:
+		return append(vs, &cluster)
+	case byNamespace, byLabel:
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return vs
+		}
+		if k.kind == byNamespace {
+			if ns := m.GetNamespace(); ns != "" {
+				vs = append(vs, &ns)
+			}
+		} else if v, ok := m.GetLabels()[k.arg]; ok {
+			vs = append(vs, &v)
+		}
+		return vs
+	case byField:
+		o := obj
+		if k.view != nil {
+			o = k.view(obj)
+		}
+		fv, _ := k.field(o)
+		return appendDistinct(vs, fv)
+	case byIndex:
+		return appendDistinct(vs, a.indexValues(k.arg, cluster, obj))
+	case byFunc:
+		return appendDistinct(vs, k.values(cluster, obj))
+	}
+	return vs
 }
 
 // count adds n to every combination of c.values from key i on.

@@ -30,10 +30,11 @@ type statusCollector struct {
 	syncSeconds, hubResets             *prometheus.Desc
 	listLoaded, listExpected, listing  *prometheus.Desc
 	ringEvents, ringBytes              *prometheus.Desc
+	learnedBytes, learnedAnswers       *prometheus.Desc
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds, c.hubResets, c.ringEvents, c.ringBytes, c.listLoaded, c.listExpected, c.listing} {
+	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds, c.hubResets, c.ringEvents, c.ringBytes, c.listLoaded, c.listExpected, c.listing, c.learnedBytes, c.learnedAnswers} {
 		ch <- d
 	}
 }
@@ -83,6 +84,12 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		r := c.s.local.Registration(res)
 		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(r.Pending()), res, "watch-hub")
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, r.Lag().Seconds(), res, "watch-hub")
+		if agg, ok := c.s.reg.Aggregate(res); ok {
+			for _, li := range agg.LearnedIndexes() {
+				ch <- prometheus.MustNewConstMetric(c.learnedBytes, prometheus.GaugeValue, float64(li.Bytes), res, li.Key)
+				ch <- prometheus.MustNewConstMetric(c.learnedAnswers, prometheus.CounterValue, float64(li.Answers), res, li.Key)
+			}
+		}
 	}
 }
 
@@ -110,6 +117,8 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		listExpected:   prometheus.NewDesc("multicache_list_objects_expected", "The latest list's total as the API server reported it (absent when it did not say).", []string{"cluster", "resource"}, nil),
 		listing:        prometheus.NewDesc("multicache_list_in_progress", "1 while an initial list or relist is under way.", []string{"cluster", "resource"}, nil),
 		syncSeconds:    prometheus.NewDesc("multicache_initial_sync_seconds", "How long the initial list (sync) took per cluster × resource.", []string{"cluster", "resource"}, nil),
+		learnedBytes:   prometheus.NewDesc("multicache_learned_index_bytes", "Estimated memory of a learned index: a summary key asked again, counted per cluster and value.", []string{"resource", "key"}, nil),
+		learnedAnswers: prometheus.NewDesc("multicache_learned_index_answers_total", "Summaries a learned index answered without a scan.", []string{"resource", "key"}, nil),
 		lag:            prometheus.NewDesc("multicache_handler_lag_seconds", "How long the last delivered event waited in the handler's queue.", []string{"resource", "handler"}, nil),
 		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches ended with 410 because events they had not read were evicted from the watch ring.", []string{"resource"}, nil),
 		hubResets:      prometheus.NewDesc("multicache_watch_hub_resets_total", "Times the watch hub's backlog passed its bound: events were dropped, every watch ended with 410.", []string{"resource"}, nil),

@@ -123,9 +123,12 @@ func TestPeerTrust(t *testing.T) {
 	e.labelSome()
 	e.summaryEqualsTruth(rs, time.Minute)
 	e.summaryRefusals(rs[0])
+	e.learnedIndexes(rs)
 	e.whereFilters(rs, holders)
 	e.sortedLists(rs, time.Minute)
 	e.summaryStreams(rs)
+	// The learned indexes followed the relabelling and the creates and deletes since.
+	e.summaryEqualsTruth(rs, time.Minute)
 	// The clusters r2 took moved from r1, their caches handed over under the replicas' peer
 	// certificates: each member was listed once, when it first started.
 	if n := e.logMemberReads("from the start until r2 took its share", map[string]fleet.Reads{}, e.memberReads()); n > len(e.members) {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/test/harness"
 )
 
 // labelSome labels every third ConfigMap of the scale namespace tier=web, and every third
@@ -409,4 +410,49 @@ func (e *scaleEnv) summaryStreams(rs []replica) {
 		}
 		w.close()
 	}
+}
+
+// learnedIndexes: a summary key asked again becomes a learned index on every replica that owns
+// clusters (each part is summarized where it lives); /metrics shows its memory and the summaries
+// it answered, and the summaries it answers still equal the counts by hand.
+func (e *scaleEnv) learnedIndexes(rs []replica) {
+	e.t.Helper()
+	for range 3 {
+		for _, r := range rs {
+			if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"/summary?by=cluster,label:tier", &api.Summary{}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+	for _, r := range rs {
+		harness.WaitFor(e.t, r.id+" shows a learned index that answered", 30*time.Second, func() bool {
+			if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"/summary?by=label:tier", &api.Summary{}); err != nil {
+				return false
+			}
+			body, err := e.raw(r, "/metrics")
+			if err != nil {
+				return false
+			}
+			return strings.Contains(body, `multicache_learned_index_bytes{key="label:tier",resource="`+scaleResource+`"}`) &&
+				strings.Contains(body, `multicache_learned_index_answers_total{key="label:tier",resource="`+scaleResource+`"}`) &&
+				!strings.Contains(body, `multicache_learned_index_answers_total{key="label:tier",resource="`+scaleResource+`"} 0`)
+		})
+	}
+	e.summaryEqualsTruth(rs, time.Minute)
+}
+
+// raw is the body of a GET of path from r.
+func (e *scaleEnv) raw(r replica, path string) (string, error) {
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, r.d.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+scaleToken)
+	resp, err := e.httpClient().Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %d", path, resp.StatusCode)
+	}
+	return string(b), err
 }
