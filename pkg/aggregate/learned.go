@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/multicache/multicache/pkg/index"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 	"k8s.io/client-go/tools/cache"
 )
@@ -68,9 +70,9 @@ func newLearner(max int, maxBytes int64) *learner {
 	return l
 }
 
-// learnable is the key a count index would keep for a summary by keys, and whether there is
-// one: one key that reads the object (not a view of it, not another resource's objects),
-// alone or with cluster.
+// learnable is the key a count index would keep for a summary by keys of a plan that reads
+// every object of its clusters, and whether there is one: one key that reads the object (not a
+// view of it, not another resource's objects), alone or with cluster.
 func learnable(keys []GroupKey) (GroupKey, bool) {
 	var k GroupKey
 	n := 0
@@ -85,6 +87,32 @@ func learnable(keys []GroupKey) (GroupKey, bool) {
 		}
 	}
 	return k, n == 1 && len(keys) <= 2
+}
+
+// learnableWhere is the key a count index of a where filter would keep for a summary by
+// cluster of the plan: the filter is its only condition (FieldTerm.Where), and every key is
+// cluster. Its value is "true" for the objects that pass; an evaluation past the cost limit
+// does not pass, as on a watch.
+func learnableWhere(p selectPlan, keys []GroupKey) (GroupKey, bool) {
+	r := p.rest
+	if p.q.Index != "" || r.Namespace != "" || (r.Labels != nil && !r.Labels.Empty()) || len(r.Fields) != 1 {
+		return GroupKey{}, false
+	}
+	ft := r.Fields[0]
+	if ft.Where == "" || ft.Not || ft.Value != "true" {
+		return GroupKey{}, false
+	}
+	for _, k := range keys {
+		if k.kind != byCluster {
+			return GroupKey{}, false
+		}
+	}
+	f, err := index.CompileFilter(ft.Where)
+	if err != nil {
+		return GroupKey{}, false
+	}
+	b := f.BindWatch()
+	return FuncKey("where:"+ft.Where, func(_ string, obj any) []string { return b.Values(obj) }), true
 }
 
 // ask records a summary by k and returns its index when it answers for every cluster of
@@ -129,6 +157,7 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 	if idx == nil || !idx.covers(members) {
 		return nil
 	}
+	idx.answers.Add(1)
 	return idx
 }
 
@@ -315,9 +344,27 @@ func (ci *countIndex) bytes() int64 {
 	return n
 }
 
+// passing answers a summary by cluster of the objects a where index's filter passes.
+func (ci *countIndex) passing(members []*member, sum *Summary) {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	for _, m := range members {
+		cc := ci.counts[m.cluster]
+		if cc == nil || cc.values["true"] == 0 {
+			continue
+		}
+		cluster, n := m.cluster, cc.values["true"]
+		sum.Total += n
+		key := make([]*string, len(sum.By))
+		for i := range key {
+			key[i] = &cluster
+		}
+		sum.Groups = append(sum.Groups, Group{Key: key, Count: n})
+	}
+}
+
 // summary answers a summary by keys (k, and cluster if asked) of the members' clusters.
 func (ci *countIndex) summary(keys []GroupKey, members []*member, sum *Summary) {
-	ci.answers.Add(1)
 	ci.mu.Lock()
 	defer ci.mu.Unlock()
 	merged := map[string]*Group{}

@@ -4,18 +4,22 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/multicache/multicache/pkg/index"
 )
 
 // TestLearnedIndexes: a key asked twice becomes a count index. Once it has had every cluster's
 // list, summaries by it (alone and with cluster) read it, and equal counts by hand through adds,
 // a change of value, deletes and a cluster that leaves. A summary with a filter never reads it.
-// Beyond LearnedIndexes the least recently asked index is evicted, and its handler removed.
+// A where filter asked again by cluster is learned the same way. Beyond LearnedIndexes the
+// least recently asked index is evicted, and its handler removed.
 func TestLearnedIndexes(t *testing.T) {
-	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, LearnedIndexes: 1})
+	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, LearnedIndexes: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,19 +107,53 @@ func TestLearnedIndexes(t *testing.T) {
 	objects["c1"]["new"], objects["c1"]["o1"] = "cache", "db"
 	delete(objects["c1"], "o2")
 	agree("after an add, a change of value and a delete")
+	// A where filter asked again by cluster is learned too.
+	const expr = "has(object.metadata.labels) && has(object.metadata.labels.tier) && object.metadata.labels.tier == 'db'"
+	f, err := index.CompileFilter(expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whereDB := func() Query {
+		return Query{Fields: []FieldTerm{{Field: "where", Value: "true", Values: f.Bind().Values, Where: expr}}}
+	}
+	dbByHand := func() map[string]int {
+		out := map[string]int{}
+		for c, objs := range objects {
+			for _, tier := range objs {
+				if tier == "db" {
+					out[c]++
+				}
+			}
+		}
+		return out
+	}
+	summary(whereDB(), "cluster")
+	summary(whereDB(), "cluster")
+	waitTrue(t, "the where index answers, and equals counts by hand", func() bool {
+		before := answers()
+		return maps.Equal(summary(whereDB(), "cluster"), dbByHand()) && answers() == before+1
+	})
+	s1.w.Modify(cm("ns", "new", "5", map[string]string{"tier": "db"}))
+	objects["c1"]["new"] = "db"
+	waitTrue(t, "the where index follows a change", func() bool { return maps.Equal(summary(whereDB(), "cluster"), dbByHand()) })
 	ms.Leave("c2")
 	delete(objects, "c2")
 	agree("after c2 left")
 
-	// One index at most: the next key learned evicts this one, and removes its handler.
+	// Two indexes at most: the next key learned evicts the least recently asked (the where
+	// index), and removes its handler.
 	old := a.learn
 	old.mu.Lock()
-	e, _ := old.asked.Peek("label:tier")
+	e, _ := old.asked.Peek("where:" + expr)
 	old.mu.Unlock()
 	summary(Query{}, "namespace")
 	summary(Query{}, "namespace")
-	if li := a.LearnedIndexes(); len(li) != 1 || li[0].Key != "namespace" {
-		t.Errorf("learned after a second key: %+v, want namespace alone", li)
+	var keys []string
+	for _, li := range a.LearnedIndexes() {
+		keys = append(keys, li.Key)
+	}
+	if !slices.Equal(keys, []string{"label:tier", "namespace"}) {
+		t.Errorf("learned after a third key: %v, want label:tier and namespace", keys)
 	}
 	select {
 	case <-e.idx.reg.Done():

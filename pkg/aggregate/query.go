@@ -48,6 +48,10 @@ type FieldTerm struct {
 	// ClusterValues, when set, reads the values instead of Values, for a field that needs the
 	// object's cluster too (its owners, which live in the same cluster).
 	ClusterValues func(cluster string, obj any) []string
+	// Where, when set, is the CEL expression (index.CompileFilter) whose Values the term reads,
+	// with Value "true": a summary by cluster filtered by it alone may then learn a count
+	// index of it (learned.go). Leave it empty when Values reads anything but the object.
+	Where string
 }
 
 // Attributes is what Matches reads of an object, kept apart from the object: namespace,

@@ -122,6 +122,9 @@ func (b *Bound) failWith(err error) {
 	}
 }
 
+// Expr is the filter's expression.
+func (b *Bound) Expr() string { return b.f.expr }
+
 // Values is Matches as the values of a field term: "true" when obj passes.
 func (b *Bound) Values(obj any) []string {
 	if b.Matches(obj) {

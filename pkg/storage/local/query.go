@@ -106,7 +106,11 @@ func query(agg *aggregate.Aggregate, sel storage.Selection, where *index.Bound, 
 		if view != nil {
 			values = func(obj any) []string { return where.Values(view(obj)) }
 		}
-		out.Fields = append(out.Fields, aggregate.FieldTerm{Field: "where", Value: "true", Values: values})
+		term := aggregate.FieldTerm{Field: "where", Value: "true", Values: values}
+		if view == nil {
+			term.Where = where.Expr() // what the object itself makes true: learnable
+		}
+		out.Fields = append(out.Fields, term)
 	}
 	fs := sel.FieldSelector
 	if fs == "" {
