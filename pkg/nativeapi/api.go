@@ -213,7 +213,9 @@ func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
 		if opts.TimeoutSeconds != nil {
 			timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 		}
-		a.opts.Limits.Watch(w, func() { a.watchSummary(w, r, sm, storage.SummaryWatchOptions{SummaryOptions: so, Interval: interval, Timeout: timeout}, byKey, int(opts.Limit)) })
+		a.opts.Limits.Watch(w, func() {
+			a.watchSummary(w, r, sm, storage.SummaryWatchOptions{SummaryOptions: so, Interval: interval, Timeout: timeout}, byKey, int(opts.Limit))
+		})
 		return
 	}
 	a.limited(w, r, func(ctx context.Context) {
