@@ -18,7 +18,8 @@ import (
 // every object of their clusters (no namespace, label, field or index filter); others scan, as
 // before. Learned indexes are few and small (their size is per value, not per object) and
 // evicted least recently used beyond LearnedIndexes or LearnedIndexBytes; an evicted index's
-// handler is removed.
+// handler is removed. The bounds are per Aggregate (per resource); memory is checked each time
+// a learned index answers or starts.
 //
 // A count index answers what its handler has been told, which trails the stores by the
 // handler's lag (milliseconds, unless the handler is behind a burst): a summary may then count
@@ -129,6 +130,9 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 		l.asked.Add(k.text, e)
 	}
 	e.asks++
+	if e.idx != nil && e.idx.isRemoved() {
+		e.idx = nil // it overflowed: learned again from this ask on
+	}
 	start := e.idx == nil && e.asks >= learnAfterAsks
 	if start {
 		l.makeRoomLocked(e)
@@ -137,7 +141,19 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 	idx := e.idx
 	l.mu.Unlock()
 	if start {
-		reg, err := a.AddEventHandler(idx)
+		// Every event, in order: a count moves from the value it was told to the new one,
+		// which merged events (an update then a delete, told as one delete of the newest
+		// state) would not say. A backlog past MaxPending loses events: the index removes
+		// itself and is learned again.
+		// Its backlog starts with every object held (the initial adds), so it may hold that
+		// many and DefaultMaxPending more.
+		held := 0
+		for _, c := range a.Clusters() {
+			if n, ok := a.Len(c); ok {
+				held += n
+			}
+		}
+		reg, err := a.AddEventHandlerWithOptions(idx, HandlerOptions{EveryEvent: true, MaxPending: held + DefaultMaxPending, OnOverflow: idx.remove})
 		if err != nil {
 			l.mu.Lock()
 			e.idx = nil
@@ -157,6 +173,7 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 	if idx == nil || !idx.covers(members) {
 		return nil
 	}
+	l.bound() // the index grew since it started, maybe
 	idx.answers.Add(1)
 	return idx
 }
@@ -190,7 +207,7 @@ func (l *learner) bound() {
 		var total int64
 		for _, e := range l.asked.Values() {
 			if e.idx != nil {
-				total += e.idx.bytes()
+				total += e.idx.size.Load()
 			}
 		}
 		if total <= l.maxBytes {
@@ -225,7 +242,7 @@ func (a *Aggregate) LearnedIndexes() []LearnedIndex {
 			}
 		}
 		idx.mu.Unlock()
-		out = append(out, LearnedIndex{Key: idx.key.text, Bytes: idx.bytes(), Clusters: n, Answers: idx.answers.Load()})
+		out = append(out, LearnedIndex{Key: idx.key.text, Bytes: idx.size.Load(), Clusters: n, Answers: idx.answers.Load()})
 	}
 	return out
 }
@@ -241,6 +258,13 @@ type countIndex struct {
 	counts  map[string]*clusterCounts
 	vals    []*string // scratch
 	answers atomic.Int64
+	size    atomic.Int64 // estimated bytes, kept as values come and go
+}
+
+func (ci *countIndex) isRemoved() bool {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	return ci.removed
 }
 
 // remove removes the index's handler.
@@ -282,7 +306,14 @@ func (ci *countIndex) OnListed(cluster string) {
 }
 func (ci *countIndex) OnLeft(cluster string) {
 	ci.mu.Lock()
-	delete(ci.counts, cluster)
+	if cc := ci.counts[cluster]; cc != nil {
+		n := countClusterOverheadBytes + int64(len(cluster))
+		for v := range cc.values {
+			n += countEntryBytes + int64(len(v))
+		}
+		ci.size.Add(-n)
+		delete(ci.counts, cluster)
+	}
 	ci.mu.Unlock()
 }
 
@@ -291,6 +322,7 @@ func (ci *countIndex) cluster(c string) *clusterCounts {
 	if cc == nil {
 		cc = &clusterCounts{values: map[string]int{}}
 		ci.counts[c] = cc
+		ci.size.Add(countClusterOverheadBytes + int64(len(c)))
 	}
 	return cc
 }
@@ -310,9 +342,15 @@ func (ci *countIndex) change(cluster string, obj any, d int) {
 		if v != nil {
 			k = *v
 		}
-		if n := cc.values[k] + d; n > 0 {
+		old := cc.values[k]
+		switch n := old + d; {
+		case n > 0:
+			if old == 0 {
+				ci.size.Add(countEntryBytes + int64(len(k)))
+			}
 			cc.values[k] = n
-		} else {
+		case old > 0:
+			ci.size.Add(-countEntryBytes - int64(len(k)))
 			delete(cc.values, k)
 		}
 	}
@@ -328,20 +366,6 @@ func (ci *countIndex) covers(members []*member) bool {
 		}
 	}
 	return true
-}
-
-// bytes estimates the index's memory.
-func (ci *countIndex) bytes() int64 {
-	ci.mu.Lock()
-	defer ci.mu.Unlock()
-	var n int64
-	for c, cc := range ci.counts {
-		n += countClusterOverheadBytes + int64(len(c))
-		for v := range cc.values {
-			n += countEntryBytes + int64(len(v))
-		}
-	}
-	return n
 }
 
 // passing answers a summary by cluster of the objects a where index's filter passes.

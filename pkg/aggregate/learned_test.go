@@ -88,11 +88,16 @@ func TestLearnedIndexes(t *testing.T) {
 	})
 	agree := func(what string) {
 		t.Helper()
-		waitTrue(t, what, func() bool {
-			before := answers()
-			got, gotC := summary(Query{}, "label:tier"), summary(Query{}, "cluster", "label:tier")
-			return maps.Equal(got, byHand(false)) && maps.Equal(gotC, byHand(true)) && answers() == before+2
-		})
+		var got, gotC map[string]int
+		var before, after int64
+		if !waitUntil(func() bool {
+			before = answers()
+			got, gotC = summary(Query{}, "label:tier"), summary(Query{}, "cluster", "label:tier")
+			after = answers()
+			return maps.Equal(got, byHand(false)) && maps.Equal(gotC, byHand(true)) && after == before+2
+		}) {
+			t.Fatalf("%s: %v and %v, want %v and %v; index answers %d → %d, learned %+v", what, got, gotC, byHand(false), byHand(true), before, after, a.LearnedIndexes())
+		}
 	}
 	agree("summaries read the index, and equal counts by hand")
 	tierWeb, _ := labels.Parse("tier=web")
@@ -107,6 +112,14 @@ func TestLearnedIndexes(t *testing.T) {
 	objects["c1"]["new"], objects["c1"]["o1"] = "cache", "db"
 	delete(objects["c1"], "o2")
 	agree("after an add, a change of value and a delete")
+	// A burst: one object changes value 200 times, then goes. Each count moves from the
+	// value it was told, so none drifts.
+	s1.w.Add(cm("ns", "busy", "10", map[string]string{"tier": "web"}))
+	for i := range 200 {
+		s1.w.Modify(cm("ns", "busy", fmt.Sprint(11+i), map[string]string{"tier": []string{"db", "cache", "web"}[i%3]}))
+	}
+	s1.w.Delete(cm("ns", "busy", "211", map[string]string{"tier": "cache"})) // its final state, as an API server's DELETED
+	agree("after a burst of changes and a delete")
 	// A where filter asked again by cluster is learned too.
 	const expr = "has(object.metadata.labels) && has(object.metadata.labels.tier) && object.metadata.labels.tier == 'db'"
 	f, err := index.CompileFilter(expr)
@@ -171,4 +184,16 @@ func TestLearnedIndexesOff(t *testing.T) {
 	if li := a.LearnedIndexes(); len(li) != 0 {
 		t.Errorf("learned %+v with learning off", li)
 	}
+}
+
+// waitUntil polls f for up to 10 seconds.
+func waitUntil(f func() bool) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }

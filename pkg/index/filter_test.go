@@ -196,7 +196,8 @@ func TestJSONPathRecoversAfterAFailedRun(t *testing.T) {
 
 // TestJSONPathReadsTimesAndQuantitiesAsJSON: a path to a Time or a Quantity of a typed object
 // gives what the object's JSON holds (RFC 3339, "250m"), the same as of the unstructured
-// object, so that a sort, a summary or an index by creationTimestamp or a limit works on both.
+// object, so that a sort, a summary or an index by creationTimestamp or a limit reads the same
+// values of both (a Quantity as its text: "250m", which sorts as text, not as a number).
 func TestJSONPathReadsTimesAndQuantitiesAsJSON(t *testing.T) {
 	p := filterPod("q", "nginx")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}

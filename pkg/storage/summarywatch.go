@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -17,11 +18,16 @@ type SummaryWatchOptions struct {
 	Interval time.Duration
 	// Timeout ends the stream cleanly; 0: none.
 	Timeout time.Duration
+	// Refresh is how often a summary is taken without an object event, for what no event of
+	// the selection tells (clusters that sync, fail or leave; owners that change). Default ten
+	// intervals.
+	Refresh time.Duration
 }
 
 // WatchSummary sends a summary of opts, then a new one whenever its counts (its groups, its
 // total, or which clusters are synced) change, at most once per interval, until ctx ends or
-// the timeout passes (nil), or send, a summary or the watch fails (its error).
+// the timeout passes (nil), or send, a summary or the watch fails (its error). It summarizes
+// again after an object event, and every Refresh without one.
 //
 // It watches the selection (r.Watch, from now) to learn when objects change, and summarizes
 // again only after a change: a fleet that does not change costs no scan, however short the
@@ -38,7 +44,11 @@ func WatchSummary(ctx context.Context, r Reader, sm Summarizer, opts SummaryWatc
 		timedOut = tctx.Done()
 	}
 	var dirty atomic.Bool
-	w, err := r.Watch(ctx, WatchOptions{Selection: opts.Selection, Bookmarks: true, Encoding: Encoding{API: NativeAPI}})
+	// Any change of the selection's objects; owner= is judged by the summary (a watch cannot
+	// follow owners), so every object event of the resource counts as a change.
+	watchSel := opts.Selection
+	watchSel.Owner = ""
+	w, err := r.Watch(ctx, WatchOptions{Selection: watchSel, Bookmarks: true, Encoding: Encoding{API: NativeAPI}})
 	if err != nil {
 		return err
 	}
@@ -51,6 +61,10 @@ func WatchSummary(ctx context.Context, r Reader, sm Summarizer, opts SummaryWatc
 	tick := time.NewTicker(opts.Interval)
 	defer tick.Stop()
 	ended := false    // the watch ended; it is opened again at the next tick
+	ticks, refreshTicks := 0, 10
+	if opts.Refresh > 0 {
+		refreshTicks = max(1, int(opts.Refresh/opts.Interval))
+	}
 	dirty.Store(true) // the first summary
 	for {
 		if dirty.Swap(false) {
@@ -74,17 +88,24 @@ func WatchSummary(ctx context.Context, r Reader, sm Summarizer, opts SummaryWatc
 		case <-timedOut:
 			return nil
 		case werr := <-watchDone:
-			// However it ended (410 when its clusters moved), it is opened again; a refusal
-			// to open it ends the stream.
-			_ = werr
+			// A watch that ended with 410 (its clusters moved, its position gone) or at its
+			// server's timeout is opened again; any other end (403, 400) ends the stream.
+			if werr != nil && Code(werr) != http.StatusGone {
+				return werr
+			}
 			ended = true
 		case <-tick.C:
+			if ticks++; ticks%refreshTicks == 0 {
+				// What no object event tells: a cluster that synced, failed or left, an
+				// owner that changed (by=owner, owner=).
+				dirty.Store(true)
+			}
 			if !ended {
 				continue
 			}
 			// Open it again, then count again, so that what changed between the two
 			// watches is counted.
-			if w, err = r.Watch(ctx, WatchOptions{Selection: opts.Selection, Bookmarks: true, Encoding: Encoding{API: NativeAPI}}); err != nil {
+			if w, err = r.Watch(ctx, WatchOptions{Selection: watchSel, Bookmarks: true, Encoding: Encoding{API: NativeAPI}}); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}

@@ -2,7 +2,7 @@ package storage
 
 import (
 	"context"
-	"errors"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +21,7 @@ type fakeFleet struct {
 	opened   atomic.Int64
 	events   chan struct{}
 	endWatch chan struct{}
+	forbid   atomic.Bool // the watch ends with 403 instead of 410
 }
 
 type fakeWatch struct{ f *fakeFleet }
@@ -33,7 +34,10 @@ func (w fakeWatch) Run(ctx context.Context, sink Sink) error {
 		case <-ctx.Done():
 			return nil
 		case <-w.f.endWatch:
-			return errors.New("gone")
+			if w.f.forbid.Load() {
+				return Error(http.StatusForbidden, "no longer allowed")
+			}
+			return Error(http.StatusGone, "gone")
 		case <-w.f.events:
 			if err := sink.Event("MODIFIED", Item{}); err != nil {
 				return err
@@ -68,7 +72,7 @@ func TestWatchSummary(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := WatchSummary(ctx, f, f, SummaryWatchOptions{Interval: 5 * time.Millisecond}, func(s *Summary) error { sent <- s.Total; return nil })
+		err := WatchSummary(ctx, f, f, SummaryWatchOptions{Interval: 5 * time.Millisecond, Refresh: time.Hour}, func(s *Summary) error { sent <- s.Total; return nil })
 		if err != nil {
 			t.Errorf("WatchSummary: %v", err)
 		}
@@ -119,5 +123,38 @@ func TestWatchSummary(t *testing.T) {
 	wg.Wait()
 	if s := f.scans.Load(); s > 2+20 {
 		t.Errorf("%d summaries for 22 events", s)
+	}
+}
+
+// TestWatchSummaryRefreshes: without any object event, a summary is taken again every Refresh
+// (a cluster that synced or failed shows); a watch that ends with an error other than 410 ends
+// the stream with it.
+func TestWatchSummaryRefreshes(t *testing.T) {
+	f := &fakeFleet{events: make(chan struct{}), endWatch: make(chan struct{})}
+	f.n.Store(1)
+	sent := make(chan int, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- WatchSummary(context.Background(), f, f, SummaryWatchOptions{Interval: 5 * time.Millisecond, Refresh: 20 * time.Millisecond}, func(s *Summary) error { sent <- s.Total; return nil })
+	}()
+	<-sent
+	f.n.Store(2) // no event tells it
+	select {
+	case n := <-sent:
+		if n != 2 {
+			t.Errorf("refreshed summary: %d, want 2", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no summary refreshed without an event")
+	}
+	f.forbid.Store(true)
+	f.endWatch <- struct{}{}
+	select {
+	case err := <-done:
+		if Code(err) != http.StatusForbidden {
+			t.Errorf("the stream ended with %v, want the watch's 403", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a watch that ended with 403 did not end the stream")
 	}
 }

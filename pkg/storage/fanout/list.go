@@ -117,8 +117,18 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 			closeAll(answers)
 			return nil, err
 		}
-		if limit == 0 {
+		if limit == 0 && opts.SortBy == "" {
 			return merged(answers), nil
+		}
+		if limit == 0 {
+			// A sorted list without a limit: every part's items, merged in the list's
+			// order (the stream merges in key order).
+			for _, a := range answers {
+				if err := storage.Drain(a.val); err != nil {
+					closeAll(answers)
+					return nil, err
+				}
+			}
 		}
 		mp = mergePages(answers, int(limit), opts.Desc)
 	}

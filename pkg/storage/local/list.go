@@ -217,7 +217,10 @@ func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit 
 	h := &keyHeap{}
 	var unread []string
 	for _, c := range sel.candidates() {
-		if (after != nil && c < after.Cluster) || len(*h) > limit {
+		// A count alone (limit 0) reads only the cursor's cluster, whose items are split
+		// around it; the others are counted whole.
+		countOnly := limit == 0 && (after == nil || c != after.Cluster)
+		if (after != nil && c < after.Cluster) || len(*h) > limit || countOnly {
 			unread = append(unread, c)
 			continue
 		}

@@ -84,6 +84,11 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 		if err := validOwner(sel.Owner); err != nil {
 			return nil, err
 		}
+		if watch {
+			// A chain changes above an object without an event of its own (an owner
+			// deleted first, an adoption): a watch would miss its dependents' DELETED.
+			return nil, storage.Error(http.StatusBadRequest, "owner: lists and summaries only, not watches (an owner's change or deletion sends no event for its dependents)")
+		}
 		q.Fields = append(q.Fields, ownerTerm(v.owners(s.reg), sel.Owner))
 	}
 	// A namespace on a cluster-scoped resource is ignored, as kubectl ignores -n.

@@ -31,6 +31,9 @@ type sorting struct {
 // names sortBy.
 func sortingOf(opts storage.ListOptions, sel *selected) (*sorting, error) {
 	by := strings.TrimSpace(opts.SortBy)
+	if by == "" && opts.SortBy != "" {
+		return nil, storage.Error(http.StatusBadRequest, "sortBy: empty path")
+	}
 	if by == "" {
 		if opts.Desc {
 			return nil, storage.Error(http.StatusBadRequest, "order: desc needs sortBy")
