@@ -60,7 +60,7 @@ func WatchSummary(ctx context.Context, r Reader, sm Summarizer, opts SummaryWatc
 	var last *Summary
 	tick := time.NewTicker(opts.Interval)
 	defer tick.Stop()
-	ended := false    // the watch ended; it is opened again at the next tick
+	ended := false // the watch ended; it is opened again at the next tick
 	ticks, refreshTicks := 0, 10
 	if opts.Refresh > 0 {
 		refreshTicks = max(1, int(opts.Refresh/opts.Interval))
