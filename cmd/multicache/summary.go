@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,8 @@ func newSummary() *cobra.Command {
 	var allNS, byKey bool
 	var ns, labelSel, fieldSel, where, owner, output string
 	var limit int
+	var watch bool
+	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "summary RESOURCE --by KEY[,KEY]",
 		Short: "Count objects across the fleet in groups, on the daemon",
@@ -28,10 +31,14 @@ func newSummary() *cobra.Command {
   field:<path>            a JSONPath's values, e.g. spec.nodeName or spec.containers[*].image;
                           an object with several values counts once in each
   index:<name>            a configured index's values
+  owner                   the top-level owner (Pod -> ReplicaSet -> Deployment, as cached)
+
+With --watch, a new summary is printed whenever the counts change, at most once per --interval.
 
 Examples:
   multicache summary pods --by cluster,field:status.phase -A
-  multicache summary pods --by field:spec.containers[*].image -A --limit 20`,
+  multicache summary pods --by field:spec.containers[*].image -A --limit 20
+  multicache summary pods --by owner --where "object.status.phase == 'Pending'" --watch`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "table" && output != "json" {
@@ -51,16 +58,33 @@ Examples:
 			if err != nil {
 				return err
 			}
-			s, err := c.Summarize(cmd.Context(), args[0], q, client.SummaryOptions{By: by, ByKey: byKey, Limit: limit})
+			so := client.SummaryOptions{By: by, ByKey: byKey, Limit: limit}
+			show := func(s *api.Summary) error {
+				for _, fr := range s.Clusters {
+					if !fr.Synced && !fr.NotServed && !fr.Forbidden {
+						fmt.Fprintf(cmd.ErrOrStderr(), "warning: cluster %s is not synced (%s): its counts may be stale or missing\n", fr.Name, fr.Error)
+					}
+				}
+				return printSummary(cmd.OutOrStdout(), s, output)
+			}
+			if watch {
+				first := true
+				return c.WatchSummary(cmd.Context(), args[0], q, so, interval, func(s *api.Summary) error {
+					if !first && output == "table" {
+						fmt.Fprintln(cmd.OutOrStdout())
+					}
+					first = false
+					return show(s)
+				})
+			}
+			if interval != 0 {
+				return fmt.Errorf("--interval: given without --watch")
+			}
+			s, err := c.Summarize(cmd.Context(), args[0], q, so)
 			if err != nil {
 				return err
 			}
-			for _, fr := range s.Clusters {
-				if !fr.Synced && !fr.NotServed && !fr.Forbidden {
-					fmt.Fprintf(cmd.ErrOrStderr(), "warning: cluster %s is not synced (%s): its counts may be stale or missing\n", fr.Name, fr.Error)
-				}
-			}
-			return printSummary(cmd.OutOrStdout(), s, output)
+			return show(s)
 		},
 	}
 	fl := cmd.Flags()
@@ -74,6 +98,8 @@ Examples:
 	fl.StringVar(&where, "where", "", "a CEL expression over object that each object must make true, evaluated on the daemon (e.g. \"object.spec.containers.exists(c, c.image.startsWith('nginx:'))\")")
 	fl.StringVar(&owner, "owner", "", "only what is under this owner, group/Kind/namespace/name (core for the core group), followed through ownerReferences on the daemon (e.g. apps/Deployment/shop/web)")
 	fl.StringArrayVar(&clusters, "cluster", nil, "only this cluster (repeatable)")
+	fl.BoolVarP(&watch, "watch", "w", false, "print a new summary whenever the counts change")
+	fl.DurationVar(&interval, "interval", 0, "with --watch: at most one summary per interval (default 1s on the daemon; at least 100ms)")
 	fl.StringVarP(&output, "output", "o", "table", "table or json")
 	addClientFlags(cmd, &cf)
 	return cmd

@@ -264,9 +264,7 @@ type SummaryOptions struct {
 	Limit int
 }
 
-// Summarize counts the objects of resource that q selects, in groups by opts.By, on the
-// daemon: nothing but the counts travels. q.Limit is not used.
-func (c *Client) Summarize(ctx context.Context, resource string, q Query, opts SummaryOptions) (*api.Summary, error) {
+func (opts SummaryOptions) values(q Query) url.Values {
 	q.Limit = 0
 	v := q.values()
 	v.Set("by", strings.Join(opts.By, ","))
@@ -276,6 +274,55 @@ func (c *Client) Summarize(ctx context.Context, resource string, q Query, opts S
 	if opts.Limit > 0 {
 		v.Set("limit", fmt.Sprint(opts.Limit))
 	}
+	return v
+}
+
+// WatchSummary streams summaries of resource: f gets the summary at once, then a new one
+// whenever the counts change, at most once per interval (0: the daemon's default, 1s), until
+// ctx ends (nil), f fails (its error) or the daemon ends the stream (an *api.Error, or io.EOF).
+func (c *Client) WatchSummary(ctx context.Context, resource string, q Query, opts SummaryOptions, interval time.Duration, f func(*api.Summary) error) error {
+	v := opts.values(q)
+	v.Set("watch", "true")
+	if interval > 0 {
+		v.Set("interval", interval.String())
+	}
+	resp, err := c.do(ctx, c.wc, api.ResourcesPath+"/"+url.PathEscape(resource)+"/summary", v)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.WatchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		switch ev.Type {
+		case api.SummaryEvent:
+			var s api.Summary
+			if err := json.Unmarshal(ev.Object, &s); err != nil {
+				return fmt.Errorf("summary event: %w", err)
+			}
+			if err := f(&s); err != nil {
+				return err
+			}
+		case api.ErrorEvent:
+			e := &api.Error{}
+			if err := json.Unmarshal(ev.Object, e); err != nil {
+				return fmt.Errorf("error event %s: %w", ev.Object, err)
+			}
+			return e
+		}
+	}
+}
+
+// Summarize counts the objects of resource that q selects, in groups by opts.By, on the
+// daemon: nothing but the counts travels. q.Limit is not used.
+func (c *Client) Summarize(ctx context.Context, resource string, q Query, opts SummaryOptions) (*api.Summary, error) {
+	v := opts.values(q)
 	var s api.Summary
 	if err := c.getJSON(ctx, api.ResourcesPath+"/"+url.PathEscape(resource)+"/summary", v, &s); err != nil {
 		return nil, err

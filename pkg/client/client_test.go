@@ -184,3 +184,33 @@ func TestErrorsAndOptions(t *testing.T) {
 		t.Errorf("ListAll: %+v %v (two pages, the first page's resourceVersion)", l, err)
 	}
 }
+
+// TestWatchSummary: the summaries a stream sends reach f in order, with the query the stream
+// was asked with; an ERROR event ends it with its *api.Error.
+func TestWatchSummary(t *testing.T) {
+	var got url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.URL.Query()
+		enc := json.NewEncoder(w)
+		for _, n := range []int{3, 4} {
+			b, _ := json.Marshal(api.Summary{Kind: "Summary", Total: n})
+			_ = enc.Encode(api.WatchEvent{Type: api.SummaryEvent, Object: b})
+		}
+		b, _ := json.Marshal(api.Error{Kind: "Status", Code: 410, Reason: "Expired", Message: "moved"})
+		_ = enc.Encode(api.WatchEvent{Type: api.ErrorEvent, Object: b})
+	}))
+	defer srv.Close()
+	c, _ := New(Options{Server: srv.URL})
+	var totals []int
+	err := c.WatchSummary(context.Background(), "pods", Query{Owner: "apps/Deployment/ns/web"}, SummaryOptions{By: []string{"cluster"}}, 250*time.Millisecond, func(s *api.Summary) error {
+		totals = append(totals, s.Total)
+		return nil
+	})
+	var e *api.Error
+	if !errors.As(err, &e) || e.Code != 410 || len(totals) != 2 || totals[0] != 3 || totals[1] != 4 {
+		t.Errorf("stream: totals %v, end %v; want [3 4] then the 410", totals, err)
+	}
+	if got.Get("watch") != "true" || got.Get("interval") != "250ms" || got.Get("by") != "cluster" || got.Get("owner") != "apps/Deployment/ns/web" {
+		t.Errorf("the stream's query: %v", got)
+	}
+}

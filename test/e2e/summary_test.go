@@ -227,8 +227,30 @@ func (e *scaleEnv) whereFilters(rs []replica, holders map[string]string) {
 		if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"?"+url.Values{"where": {where}}.Encode(), &l); err != nil {
 			e.t.Fatalf("%s: list where: %v", r.id, err)
 		}
-		if len(l.Items) != wantTotal {
-			e.t.Errorf("%s: list where %s: %d items, want %d", r.id, where, len(l.Items), wantTotal)
+		if len(l.Items) != wantTotal || l.Total != int64(wantTotal) {
+			e.t.Errorf("%s: list where %s: %d items, total %d, want %d", r.id, where, len(l.Items), l.Total, wantTotal)
+		}
+		// Pages of 2 say the whole list's total, each one, through a fan-out too.
+		cont, seen := "", 0
+		for {
+			q := url.Values{"where": {where}, "limit": {"2"}}
+			if cont != "" {
+				q.Set("continue", cont)
+			}
+			var page api.List
+			if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"?"+q.Encode(), &page); err != nil {
+				e.t.Fatalf("%s: paged list where: %v", r.id, err)
+			}
+			seen += len(page.Items)
+			if page.Total != int64(wantTotal) {
+				e.t.Errorf("%s: a page of a list where %s: total %d, want %d", r.id, where, page.Total, wantTotal)
+			}
+			if cont = page.Continue; cont == "" {
+				break
+			}
+		}
+		if seen != wantTotal {
+			e.t.Errorf("%s: pages of a list where %s: %d items, want %d", r.id, where, seen, wantTotal)
 		}
 	}
 	for q, want := range map[string]string{
