@@ -74,6 +74,24 @@ func compileJSONPath(expr string) (cache.IndexFunc, error) {
 	if !strings.HasPrefix(tmpl, "{") {
 		tmpl = "{" + tmpl + "}"
 	}
+	slow, err := jsonPathFunc(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	plain, isPlain := parsePlainPath(tmpl)
+	if !isPlain {
+		return slow, nil
+	}
+	return func(obj any) ([]string, error) {
+		if out, ok := plainValues(plain, obj, nil); ok {
+			return out, nil
+		}
+		return slow(obj)
+	}, nil
+}
+
+// jsonPathFunc evaluates tmpl with client-go's JSONPath.
+func jsonPathFunc(tmpl string) (cache.IndexFunc, error) {
 	parse := func() (*jsonpath.JSONPath, error) {
 		jp := jsonpath.New("index").AllowMissingKeys(true)
 		return jp, jp.Parse(tmpl)

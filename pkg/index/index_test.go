@@ -27,7 +27,7 @@ func pod() *corev1.Pod {
 	}
 }
 
-func unstr(t *testing.T, o runtime.Object) *unstructured.Unstructured {
+func unstr(t testing.TB, o runtime.Object) *unstructured.Unstructured {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 	if err != nil {
 		t.Fatal(err)

@@ -588,6 +588,32 @@ func checkIdentity(t *testing.T, e *mgmtEnv, id identity, fleetClusters []string
 			t.Errorf("%s: native list of %s: clusters marked forbidden %v, want %v", id.name, res, forbidden, wantForbidden)
 		}
 
+		// A summary counts what the caller may read, per cluster, as the list does: the
+		// same counts as the list's items, the same clusters left out; its total is the
+		// list's.
+		code, b, _ = e.get(id, "/multicache/v1/resources/"+res+"/summary?by=cluster&namespace=e2e-data")
+		var sum api.Summary
+		_ = json.Unmarshal(b, &sum)
+		wantCounts, gotCounts := map[string]int{}, map[string]int{}
+		for k := range want {
+			c, _, _ := strings.Cut(k, "|")
+			wantCounts[c]++
+		}
+		for _, g := range sum.Groups {
+			gotCounts[show(g.Key["cluster"])] = g.Count
+		}
+		var sumForbidden []string
+		for _, c := range sum.Clusters {
+			if c.Forbidden {
+				sumForbidden = append(sumForbidden, c.Name)
+			}
+		}
+		if code != 200 || fmt.Sprint(gotCounts) != fmt.Sprint(wantCounts) || sum.Total != len(want) || l.Total != int64(len(want)) ||
+			strings.Join(sumForbidden, ",") != strings.Join(wantForbidden, ",") {
+			t.Errorf("%s: summary of %s by cluster: %d %v (total %d, list total %d, forbidden %v), want %v (total %d, forbidden %v)",
+				id.name, res, code, gotCounts, sum.Total, l.Total, sumForbidden, wantCounts, len(want), wantForbidden)
+		}
+
 		code, b, warnings := e.get(id, "/api/v1/namespaces/e2e-data/"+res)
 		got = map[string]bool{}
 		if code == 200 {
