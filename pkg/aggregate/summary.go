@@ -117,6 +117,11 @@ func ParseGroupKey(text string) (GroupKey, error) {
 // combination of its keys' values.
 const MaxGroupKeys = 8
 
+// MaxCombinations bounds the groups one object counts in: the product of its keys' numbers of
+// distinct values (images × ports, say). A summary in which an object has more is refused,
+// naming the object, rather than spending memory and time per object without bound.
+const MaxCombinations = 1024
+
 // Group is one group of a Summary: the values of its keys, in the order of Summary.By (nil
 // where the objects have none), and how many objects it holds.
 type Group struct {
@@ -258,6 +263,9 @@ func (a *Aggregate) SummarizeKeysContext(ctx context.Context, q Query, keys []Gr
 	}
 	total := newCounter(keys)
 	for _, c := range counters {
+		if c.err != nil {
+			return sum, c.err
+		}
 		total.merge(c)
 	}
 	sum.Total = total.objects
@@ -346,6 +354,7 @@ func encodeKey(buf []byte, values []*string) []byte {
 // counter counts objects into groups. Its map is looked up with a reused buffer, so an object
 // whose groups exist allocates nothing for the lookup.
 type counter struct {
+	err     error // the first object refused (MaxCombinations)
 	keys    []GroupKey
 	groups  map[string]*groupCount
 	objects int
@@ -363,17 +372,35 @@ func newCounter(keys []GroupKey) *counter {
 	return &counter{keys: keys, groups: map[string]*groupCount{}, values: make([][]*string, len(keys)), combo: make([]*string, len(keys))}
 }
 
-// add counts obj of cluster once in each combination of its keys' distinct values.
+// add counts obj of cluster once in each combination of its keys' distinct values; an object
+// with more than MaxCombinations of them is not counted, and makes err the summary's refusal.
 func (c *counter) add(a *Aggregate, cluster string, obj any) {
 	c.objects++
+	combos := 1
 	for i, k := range c.keys {
 		vs := k.appendValues(a, cluster, obj, c.values[i][:0])
 		if len(vs) == 0 {
 			vs = append(vs, nil)
 		}
 		c.values[i] = vs
+		combos *= len(vs)
+		if combos > MaxCombinations {
+			if c.err == nil {
+				key, _ := KeyOf(cluster, obj)
+				c.err = fmt.Errorf("by: %s has more than %d combinations of values of the keys %s; group by fewer keys, or by keys with fewer values", key, MaxCombinations, keyTexts(c.keys))
+			}
+			return
+		}
 	}
 	c.count(0, 1)
+}
+
+func keyTexts(keys []GroupKey) string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.text
+	}
+	return strings.Join(out, ",")
 }
 
 // appendValues appends obj's distinct values for k in cluster to vs (none: the object groups

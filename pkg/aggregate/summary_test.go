@@ -239,6 +239,35 @@ func TestSummarizeRefusesBadKeys(t *testing.T) {
 	}
 }
 
+// TestSummarizeRefusesTooManyCombinations: an object whose keys' values combine in more than
+// MaxCombinations groups refuses the summary with an error that names it; under the bound it
+// counts once in each.
+func TestSummarizeRefusesTooManyCombinations(t *testing.T) {
+	a := newAgg(t)
+	s := &source{}
+	big := cm("ns", "big", "1", nil)
+	big.Data = map[string]string{}
+	for i := range 40 {
+		big.Data[fmt.Sprint("k", i)] = fmt.Sprint("v", i)
+	}
+	s.items = append(s.items, *big, *cm("ns", "small", "1", nil))
+	inf, _ := startInformer(t, s)
+	if err := a.join("c1", inf); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitForSync(context.Background(), 5*time.Second)
+	// 40 × 40 = 1,600 combinations of the big ConfigMap's values.
+	_, err := a.Summarize(Query{}, "field:data.*", "field:data.*")
+	if err == nil || !strings.Contains(err.Error(), "c1|ns/big") || !strings.Contains(err.Error(), "1024") {
+		t.Errorf("1,600 combinations: %v, want a refusal naming c1|ns/big and the bound", err)
+	}
+	// 40 × 1: counted, once per value.
+	sum, err := a.Summarize(Query{}, "field:data.*", "namespace")
+	if err != nil || sum.Total != 2 || len(sum.Groups) != 41 {
+		t.Errorf("40 combinations: %d groups, total %d, %v; want 41 groups (40 values and null) and 2 objects", len(sum.Groups), sum.Total, err)
+	}
+}
+
 // BenchmarkSummarize counts 20,000 ConfigMaps over 4 clusters by each kind of key.
 func BenchmarkSummarize(b *testing.B) {
 	a, _, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond})
