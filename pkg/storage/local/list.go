@@ -1,12 +1,10 @@
 package local
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"math"
 	"net/http"
-	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -214,13 +212,13 @@ type page struct {
 // clusters it did not read are counted (countClusters: O(1) each without a filter).
 func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit int, count bool) (page, error) {
 	pg := page{fresh: map[string]bool{}}
-	h := &keyHeap{}
+	h := &sortHeap{} // no sort value: key order
 	var unread []string
 	for _, c := range sel.candidates() {
 		// A count alone (limit 0) reads only the cursor's cluster, whose items are split
 		// around it; the others are counted whole.
 		countOnly := limit == 0 && (after == nil || c != after.Cluster)
-		if (after != nil && c < after.Cluster) || len(*h) > limit || countOnly {
+		if (after != nil && c < after.Cluster) || h.Len() > limit || countOnly {
 			unread = append(unread, c)
 			continue
 		}
@@ -237,12 +235,7 @@ func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit 
 				pg.before++
 				continue
 			}
-			if len(*h) <= limit {
-				heap.Push(h, it)
-			} else if less(it.Key, (*h)[0].Key) {
-				(*h)[0] = it
-				heap.Fix(h, 0)
-			}
+			h.offer(sortedItem{Item: it}, limit)
 		}
 	}
 	if count {
@@ -250,12 +243,8 @@ func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit 
 			return page{}, err
 		}
 	}
-	items := []watchcache.Item(*h)
-	sort.Slice(items, func(i, j int) bool { return less(items[i].Key, items[j].Key) })
-	if len(items) > limit {
-		pg.more, items = true, items[:limit]
-	}
-	pg.items = items
+	pg.setSorted(h.items, false, limit)
+	pg.sorts = nil
 	return pg, nil
 }
 
@@ -289,20 +278,6 @@ func pageOf(items []watchcache.Item, keep func(watchcache.Item) bool, srt *sorti
 
 // less orders keys as every answer does: cluster, namespace, name.
 func less(a, b aggregate.Key) bool { return watchcache.CompareKeys(a, b) < 0 }
-
-// keyHeap is a max-heap of items by key: the root is the largest key kept.
-type keyHeap []watchcache.Item
-
-func (h keyHeap) Len() int           { return len(h) }
-func (h keyHeap) Less(i, j int) bool { return less(h[j].Key, h[i].Key) }
-func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *keyHeap) Push(x any)        { *h = append(*h, x.(watchcache.Item)) }
-func (h *keyHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
 
 // Get reads the objects of a name in the clusters the selection spans. In a plan, a cluster
 // of it not complete here is 429, before and after the read.

@@ -61,7 +61,8 @@ func sortingOf(opts storage.ListOptions, sel *selected) (*sorting, error) {
 // fields (PathFields), not by reflection: the same values the JSONPath gives.
 func metaSort(path string) (cache.IndexFunc, bool) {
 	var get func(m metav1.Object) string
-	switch strings.TrimPrefix(strings.TrimPrefix(strings.Trim(path, "{}"), "$"), ".") {
+	bare := strings.TrimPrefix(strings.TrimPrefix(strings.Trim(path, "{}"), "$"), ".")
+	switch bare {
 	case "metadata.name":
 		get = metav1.Object.GetName
 	case "metadata.namespace":
@@ -75,7 +76,7 @@ func metaSort(path string) (cache.IndexFunc, bool) {
 			return t.UTC().Format(time.RFC3339)
 		}
 	default:
-		if read, ok := PathFields[strings.TrimPrefix(strings.TrimPrefix(strings.Trim(path, "{}"), "$"), ".")]; ok {
+		if read, ok := PathFields[bare]; ok {
 			// spec.nodeName, status.phase: read without reflection ("" is no value).
 			return func(obj any) ([]string, error) {
 				vals := read(obj)
@@ -163,8 +164,8 @@ func (pg *page) setSorted(items []sortedItem, desc bool, limit int) {
 	}
 }
 
-// sortHeap keeps the first items of a sorted list: a max-heap in the list's order, whose root
-// is the last item kept.
+// sortHeap keeps the first items of a list in its order (key order when no item has a sort
+// value): a max-heap in that order, whose root is the last item kept.
 type sortHeap struct {
 	desc  bool
 	items []sortedItem
