@@ -241,6 +241,7 @@ func (r *Registry) reload(ctx context.Context) {
 	for _, c := range cfgs {
 		old := r.clusters[c.Name]
 		if old != nil && old.cfg.Fingerprint == c.Fingerprint {
+			old.setHealth(c.Health)
 			continue
 		}
 		prev := old

@@ -38,6 +38,7 @@ type runner struct {
 	stacks []*stack // in Options.Resources order
 	err    string   // cluster-level error (discovery)
 	state  State
+	health string // the source's word that the cluster is unhealthy (ClusterConfig.Health)
 
 	restarts int // set before run, read-only after
 }
@@ -47,7 +48,7 @@ type runner struct {
 func newRunner(parent context.Context, reg *Registry, cfg ClusterConfig, prev *runner) *runner {
 	ctx, cancel := context.WithCancel(parent)
 	r := &runner{reg: reg, cfg: cfg, log: reg.log.With(zap.String("cluster", cfg.Name)), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), retired: make(chan struct{}), state: Pending}
+		done: make(chan struct{}), retired: make(chan struct{}), state: Pending, health: cfg.Health}
 	if prev != nil {
 		r.after = prev.retired
 	}
@@ -384,9 +385,31 @@ func (r *runner) setState(st State, errText string) {
 	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from, To: st, Error: errText})
 }
 
+// setHealth records the source's word on the cluster's health and tells subscribers when it
+// changes: the cluster turns Degraded with it (or back), its stacks untouched.
+func (r *runner) setHealth(health string) {
+	r.mu.Lock()
+	same := r.health == health
+	r.mu.Unlock()
+	if same {
+		return
+	}
+	from := r.status().State
+	r.mu.Lock()
+	r.health = health
+	r.mu.Unlock()
+	if health == "" {
+		r.log.Info("cluster healthy again, as its source reports")
+	} else {
+		r.log.Warn("cluster unhealthy, as its source reports; its cache is kept", zap.String("health", health))
+	}
+	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from, To: r.status().State, Error: health})
+}
+
 func (r *runner) status() ClusterStatus {
 	r.mu.Lock()
 	cs := ClusterStatus{Name: r.cfg.Name, Origin: r.cfg.Origin, Error: r.err, Restarts: r.restarts}
+	health := r.health
 	stacks := r.stacks
 	r.mu.Unlock()
 	worst := Synced
@@ -407,6 +430,9 @@ func (r *runner) status() ClusterStatus {
 	cs.State = worst
 	if cs.Error == "" && len(errs) > 0 {
 		cs.Error = strings.Join(errs, "; ")
+	}
+	if health != "" {
+		cs.Error = strings.TrimSuffix(health+"; "+cs.Error, "; ")
 	}
 	if cs.Error != "" && worst == Synced {
 		cs.State = Degraded

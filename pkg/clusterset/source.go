@@ -37,6 +37,11 @@ type ClusterConfig struct {
 	// Fingerprint changes exactly when the server or the credentials change; the Registry then
 	// restarts the cluster's stacks.
 	Fingerprint string
+	// Health, when set, is the source's word that the cluster is unhealthy (a ClusterProfile
+	// whose ControlPlaneHealthy condition turned False). The cluster keeps running and its
+	// cached objects stay; its status is Degraded with Health as its error until the source
+	// clears it. A change of Health alone restarts nothing.
+	Health string
 }
 
 // Source is where clusters come from.

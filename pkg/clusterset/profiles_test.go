@@ -1,0 +1,270 @@
+package clusterset
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+const testProviders = `{"providers": [
+  {"name": "tokens", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/tokens", "args": ["--a"],
+    "env": [{"name": "KEEP", "value": "provider"}], "provideClusterInfo": true},
+   "profileSourcedCLIArgsPolicy": "Append", "profileSourcedEnvVarsPolicy": "AppendIfNotExists"},
+  {"name": "other", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "/bin/other"}}
+]}`
+
+// profile is a ClusterProfile as a cluster manager writes it: health, then access providers.
+func profile(name, uid, health string, access ...map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+		"metadata": map[string]any{"name": name, "namespace": "inventory", "uid": uid},
+		"spec":     map[string]any{"clusterManager": map[string]any{"name": "test"}},
+	}}
+	status := map[string]any{}
+	if health != "" {
+		status["conditions"] = []any{map[string]any{"type": ControlPlaneHealthy, "status": health, "reason": "Probe",
+			"message": "probed", "lastTransitionTime": "2026-01-01T00:00:00Z"}}
+	}
+	var ap []any
+	for _, a := range access {
+		ap = append(ap, a)
+	}
+	status["accessProviders"] = ap
+	u.Object["status"] = status
+	return u
+}
+
+func access(provider, server string, extensions ...any) map[string]any {
+	c := map[string]any{"server": server, "certificate-authority-data": "Q0E="} // "CA"
+	if len(extensions) > 0 {
+		c["extensions"] = extensions
+	}
+	return map[string]any{"name": provider, "cluster": c}
+}
+
+func ext(name string, v any) map[string]any { return map[string]any{"name": name, "extension": v} }
+
+func TestClusterProfilesSource(t *testing.T) {
+	dir := t.TempDir()
+	pfPath := filepath.Join(dir, "providers.json")
+	if err := os.WriteFile(pfPath, []byte(testProviders), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{ClusterProfileGVR: "ClusterProfileList"},
+		profile("alpha", "u1", "True", access("other", "https://other:6443"),
+			access("tokens", "https://alpha:6443",
+				ext(ExecExtension, map[string]any{"cluster": "alpha"}),
+				ext(ArgsExtension, []any{"--b"}),
+				ext(EnvExtension, map[string]any{"KEEP": "profile", "ADD": "profile"}))),
+		profile("beta", "u2", "False"),
+		profile("gamma", "u3", "True", access("unknown", "https://gamma:6443")),
+		profile("delta", "u4", "True", access("tokens", "https://delta:6443")),
+	)
+	src, err := NewClusterProfiles(ClusterProfilesOptions{Client: client, Namespace: "inventory", ProviderFile: pfPath, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := src.Start(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	changes := src.Changes(ctx)
+	load := func() map[string]ClusterConfig {
+		t.Helper()
+		cfgs, err := src.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]ClusterConfig{}
+		for _, c := range cfgs {
+			out[c.Name] = c
+		}
+		return out
+	}
+	got := load()
+	if _, ok := got["beta"]; ok || len(got) != 3 {
+		t.Fatalf("clusters %v: want alpha, delta and gamma (beta has never been healthy)", keysOf(got))
+	}
+
+	// alpha: the provider file's first provider the profile offers, with the profile's
+	// server and CA, its exec extension as the plugin's config, arguments and variables
+	// added as the provider's policies say, never interactive.
+	a := got["alpha"]
+	if a.Err != nil || a.Config == nil {
+		t.Fatalf("alpha: %v", a.Err)
+	}
+	if a.Config.Host != "https://alpha:6443" || string(a.Config.CAData) != "CA" {
+		t.Fatalf("alpha reached at %q with CA %q", a.Config.Host, a.Config.CAData)
+	}
+	ex := a.Config.ExecProvider
+	if ex.Command != "/bin/tokens" || !reflect.DeepEqual(ex.Args, []string{"--a", "--b"}) || ex.InteractiveMode != clientcmdapi.NeverExecInteractiveMode || !ex.ProvideClusterInfo {
+		t.Fatalf("alpha's plugin: %+v", ex)
+	}
+	wantEnv := []clientcmdapi.ExecEnvVar{{Name: "ADD", Value: "profile"}, {Name: "KEEP", Value: "provider"}}
+	if !reflect.DeepEqual(ex.Env, wantEnv) {
+		t.Fatalf("alpha's plugin environment %v, want %v (the provider's KEEP wins under AppendIfNotExists)", ex.Env, wantEnv)
+	}
+	if ex.Config == nil {
+		t.Fatal("alpha's plugin has no cluster config: the exec extension was lost")
+	}
+	if b, _ := json.Marshal(ex.Config); !strings.Contains(string(b), `"cluster":"alpha"`) {
+		t.Fatalf("alpha's plugin config %s", b)
+	}
+	if !strings.Contains(a.Origin, `ClusterProfile inventory/alpha`) || !strings.Contains(a.Origin, `"tokens"`) {
+		t.Fatalf("alpha's origin %q", a.Origin)
+	}
+	// gamma: a provider the file does not name is gamma's error, with the name in it.
+	if g := got["gamma"]; g.Err == nil || g.Config != nil || !strings.Contains(g.Err.Error(), `"unknown"`) {
+		t.Fatalf("gamma: config %v, error %v", g.Config, g.Err)
+	}
+
+	update := func(u *unstructured.Unstructured) {
+		t.Helper()
+		if _, err := client.Resource(ClusterProfileGVR).Namespace("inventory").Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changes:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no change signalled")
+		}
+	}
+	waitLoad := func(cond func(map[string]ClusterConfig) bool) map[string]ClusterConfig {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := load()
+			if cond(got) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not reached; last load: %v", keysOf(got))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// beta turns healthy: it joins.
+	update(profile("beta", "u2", "True", access("tokens", "https://beta:6443")))
+	got = waitLoad(func(m map[string]ClusterConfig) bool { _, ok := m["beta"]; return ok })
+	betaFP := got["beta"].Fingerprint
+	// beta turns unhealthy: it stays, with the condition as its health, and its fingerprint
+	// (so its stacks) unchanged.
+	update(profile("beta", "u2", "False", access("tokens", "https://beta:6443")))
+	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Health != "" })
+	if b := got["beta"]; b.Fingerprint != betaFP || !strings.Contains(b.Health, "ControlPlaneHealthy is False (Probe: probed)") {
+		t.Fatalf("beta unhealthy: fingerprint %s (was %s), health %q", b.Fingerprint, betaFP, b.Health)
+	}
+	// A changed server changes the fingerprint of that cluster only.
+	deltaFP := got["delta"].Fingerprint
+	update(profile("beta", "u2", "True", access("tokens", "https://beta-moved:6443")))
+	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Fingerprint != betaFP })
+	if got["beta"].Health != "" || got["delta"].Fingerprint != deltaFP || got["beta"].Config.Host != "https://beta-moved:6443" {
+		t.Fatalf("after beta's server moved: beta %+v, delta's fingerprint %s (was %s)", got["beta"], got["delta"].Fingerprint, deltaFP)
+	}
+
+	// beta deleted, then created again unhealthy (a new uid): it is a new profile and waits.
+	if err := client.Resource(ClusterProfileGVR).Namespace("inventory").Delete(ctx, "beta", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitLoad(func(m map[string]ClusterConfig) bool { _, ok := m["beta"]; return !ok })
+	if _, err := client.Resource(ClusterProfileGVR).Namespace("inventory").Create(ctx, profile("beta", "u5", "False", access("tokens", "https://beta:6443")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, ok := load()["beta"]; ok {
+		t.Fatal("beta, created again unhealthy, joined")
+	}
+
+	// The provider file changes: a change is signalled, and delta, whose provider's plugin
+	// changed, gets a new fingerprint.
+	if err := os.WriteFile(pfPath, []byte(strings.Replace(testProviders, "/bin/tokens", "/bin/tokens2", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("provider file change not signalled")
+	}
+	if d := load()["delta"]; d.Fingerprint == deltaFP || d.Config.ExecProvider.Command != "/bin/tokens2" {
+		t.Fatalf("delta after the provider changed: fingerprint %s, command %q", d.Fingerprint, d.Config.ExecProvider.Command)
+	}
+	// A provider file broken mid-edit fails the load, so that the Registry keeps what runs.
+	if err := os.WriteFile(pfPath, []byte(`{"providers": [`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfgs, err := src.Load(); err == nil || cfgs != nil {
+		t.Fatalf("load with a broken provider file: %d clusters, error %v", len(cfgs), err)
+	}
+}
+
+func keysOf(m map[string]ClusterConfig) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestProviderFileErrorsNameTheField(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"providers": []}`: "providers: none listed",
+		`{"providers": [{"execConfig": {"command": "x", "apiVersion": "client.authentication.k8s.io/v1"}}]}`: "providers[0].name: required",
+		`{"providers": [{"name": "a"}]}`: "providers[0].execConfig: required",
+		`{"providers": [{"name": "a", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1"}}]}`: "providers[0].execConfig.command: required",
+		`{"providers": [{"name": "a", "execConfig": {"command": "x"}}]}`:                                  "providers[0].execConfig.apiVersion",
+		`{"providers": [{"name": "a", "execConfig": {"command": "x", "apiVersion": "client.authentication.k8s.io/v1"}},
+		  {"name": "a", "execConfig": {"command": "x", "apiVersion": "client.authentication.k8s.io/v1"}}]}`: `providers[1].name: "a" already named by providers[0]`,
+		`{"providers": [{"name": "a", "execConfig": {"command": "x", "apiVersion": "client.authentication.k8s.io/v1"}, "profileSourcedCLIArgsPolicy": "Prepend"}]}`: "providers[0].profileSourcedCLIArgsPolicy",
+		`[1, 2]`: "not the provider file's JSON",
+	} {
+		_, err := ParseProviderFile([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want it to say %q", in, err, want)
+		}
+	}
+}
+
+func TestProfileAccessRefusesWhatReachesOutside(t *testing.T) {
+	pf, err := ParseProviderFile([]byte(testProviders))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]map[string]any{
+		"certificate-authority":    {"server": "https://x:6443", "certificate-authority": "/etc/passwd"},
+		"insecure-skip-tls-verify": {"server": "https://x:6443", "insecure-skip-tls-verify": true},
+		"server":                   {"server": "ftp://x"},
+		"proxy-url":                {"server": "https://x:6443", "proxy-url": "::"},
+	} {
+		var p clusterProfile
+		b, _ := json.Marshal(map[string]any{"status": map[string]any{"accessProviders": []any{map[string]any{"name": "tokens", "cluster": c}}}})
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		prov, a, err := pf.access(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := restConfig(prov, a); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: error %v, want one naming the field", name, err)
+		}
+	}
+	// A profile's health without the condition: it waits.
+	if h := profileHealth(&clusterProfile{}); !strings.Contains(h, "not reported") {
+		t.Errorf("health without the condition: %q", h)
+	}
+}
