@@ -17,6 +17,7 @@ type serveFlags struct {
 	kubeconfigs, contexts, excludes, resources     []string
 	allowInsecure                                  bool
 	mgmtKubeconfig, mgmtContext, secretsNamespace  string
+	profilesNamespace, profileProviderFile         string
 	authMode, memoryLimit                          string
 	profiling                                      bool
 	sharding                                       bool
@@ -55,9 +56,11 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.listen, "listen", "", "listen address (default 127.0.0.1:8080)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "require a bearer token from this file (one per line)")
 	fl.BoolVar(&f.allowInsecure, "allow-insecure", false, "allow listening beyond loopback without auth")
-	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster (cluster Secrets, delegated auth); default: in-cluster config")
+	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster (cluster Secrets, ClusterProfiles, Leases, delegated auth); default: in-cluster config")
 	fl.StringVar(&f.mgmtContext, "management-context", "", "context of --management-kubeconfig (default: its current context)")
 	fl.StringVar(&f.secretsNamespace, "cluster-secrets-namespace", "", "also read clusters from kubeconfig Secrets in this namespace of the management cluster")
+	fl.StringVar(&f.profilesNamespace, "cluster-profiles", "", "read the fleet from the ClusterProfiles (Cluster Inventory API) in this namespace of the management cluster")
+	fl.StringVar(&f.profileProviderFile, "cluster-profile-provider-file", "", "with --cluster-profiles: JSON file mapping each access provider to its exec credential plugin")
 	fl.IntVar(&f.syncGCPercent, "sync-gc-percent", 0, "Go GC percent while the initial sync runs, within a quarter of the memory limit: -1 collects only at that budget, 0 leaves GOGC alone (default -1)")
 	fl.IntVar(&f.unpagedListMax, "unpaged-list-max", 0, fmt.Sprintf("a cluster's first list of a resource with at most this many objects is one unpaged LIST from its API server's watch cache; a larger one streams (watch-list); -1: every first list streams (default %d)", clusterset.DefaultUnpagedListMax))
 	fl.IntVar(&f.unpagedListBudget, "unpaged-list-budget", 0, "objects of first lists listed (not streamed) at once, across the fleet; a list that does not fit streams (default: an eighth of the memory limit, or of the machine's memory, at 10 KiB an object)")
@@ -147,6 +150,17 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 			cfg.Sources.Secrets = &config.SecretsSource{}
 		}
 		cfg.Sources.Secrets.Namespace = f.secretsNamespace
+	}
+	if f.profilesNamespace != "" || f.profileProviderFile != "" {
+		if cfg.Clusters.ClusterProfiles == nil {
+			cfg.Clusters.ClusterProfiles = &config.ClusterProfilesSource{}
+		}
+		if f.profilesNamespace != "" {
+			cfg.Clusters.ClusterProfiles.Namespace = f.profilesNamespace
+		}
+		if f.profileProviderFile != "" {
+			cfg.Clusters.ClusterProfiles.ProviderFile = f.profileProviderFile
+		}
 	}
 	if f.allowInsecure {
 		cfg.Server.AllowInsecure = true

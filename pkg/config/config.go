@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -25,14 +26,16 @@ type Config struct {
 	Kubeconfig Kubeconfig `json:"kubeconfig"`
 	// Management is the cluster the daemon runs in or is managed from: cluster Secrets and
 	// delegated auth live there.
-	Management Management    `json:"management"`
-	Sources    Sources       `json:"sources"`
-	Resources  []Resource    `json:"resources"`
-	Indexes    []Index       `json:"indexes,omitempty"`
-	Server     Server        `json:"server"`
-	Logging    Logging       `json:"logging"`
-	Readiness  Readiness     `json:"readiness"`
-	Secrets    SecretsPolicy `json:"secrets"`
+	Management Management `json:"management"`
+	Sources    Sources    `json:"sources"`
+	// Clusters are fleets named by an inventory: ClusterProfiles.
+	Clusters  Clusters      `json:"clusters"`
+	Resources []Resource    `json:"resources"`
+	Indexes   []Index       `json:"indexes,omitempty"`
+	Server    Server        `json:"server"`
+	Logging   Logging       `json:"logging"`
+	Readiness Readiness     `json:"readiness"`
+	Secrets   SecretsPolicy `json:"secrets"`
 	// Sharding spreads the fleet's clusters over replicas through Leases in the management
 	// cluster; any replica answers for the whole fleet. Off when nil or not enabled.
 	Sharding *Sharding `json:"sharding,omitempty"`
@@ -80,6 +83,37 @@ type Management struct {
 // Sources are cluster sources besides the kubeconfig.
 type Sources struct {
 	Secrets *SecretsSource `json:"secrets,omitempty"`
+}
+
+// Clusters are fleet sources that an inventory names.
+type Clusters struct {
+	// ClusterProfiles reads the fleet from the Cluster Inventory API (see
+	// clusterset.ClusterProfiles).
+	ClusterProfiles *ClusterProfilesSource `json:"clusterProfiles,omitempty"`
+}
+
+// ClusterProfilesSource is an inventory of ClusterProfiles: one namespace of a cluster.
+type ClusterProfilesSource struct {
+	// Namespace is the inventory (--cluster-profiles).
+	Namespace string `json:"namespace"`
+	// LabelSelector narrows the inventory.
+	LabelSelector string `json:"labelSelector,omitempty"`
+	// ProviderFile maps access provider names to exec credential plugins, in the JSON the
+	// Cluster Inventory API's reference consumers read (--cluster-profile-provider-file).
+	ProviderFile string `json:"providerFile"`
+	// Kubeconfig and Context reach the cluster holding the inventory. Empty: the management
+	// cluster (management.kubeconfig and management.context; in cluster when they are empty too).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+}
+
+// InventoryConfig is where the ClusterProfiles live: their own kubeconfig, else the management
+// cluster's.
+func (p *ClusterProfilesSource) InventoryConfig(m Management) Management {
+	if p.Kubeconfig != "" {
+		return Management{Kubeconfig: p.Kubeconfig, Context: p.Context}
+	}
+	return m
 }
 
 // SecretsSource reads clusters from kubeconfig Secrets in one namespace of the management
@@ -395,6 +429,20 @@ func (c *Config) Validate() error {
 			errs = append(errs, prefixed("sources.secrets.", err))
 		}
 	}
+	if p := c.Clusters.ClusterProfiles; p != nil {
+		if p.Namespace == "" {
+			bad("clusters.clusterProfiles.namespace", "required (--cluster-profiles)")
+		}
+		if p.ProviderFile == "" {
+			bad("clusters.clusterProfiles.providerFile", "required (--cluster-profile-provider-file): it names the exec plugin of each access provider")
+		}
+		if _, err := labels.Parse(p.LabelSelector); err != nil {
+			bad("clusters.clusterProfiles.labelSelector", "%v", err)
+		}
+		if p.Context != "" && p.Kubeconfig == "" {
+			bad("clusters.clusterProfiles.context", "needs clusters.clusterProfiles.kubeconfig")
+		}
+	}
 	if p := c.SyncGCPercent; p != nil && (*p < -1 || *p > 10000) {
 		bad("syncGCPercent", "%d: want -1 (off until the budget), 0 (leave the collector alone) or up to 10000", *p)
 	}
@@ -478,7 +526,8 @@ func (c *Config) Delegated() bool { return c.Server.Auth != nil && c.Server.Auth
 
 // NeedsManagement reports whether anything configured lives in the management cluster.
 func (c *Config) NeedsManagement() bool {
-	return c.Delegated() || c.Sources.Secrets != nil || c.ShardingEnabled()
+	return c.Delegated() || c.Sources.Secrets != nil || c.ShardingEnabled() ||
+		c.Clusters.ClusterProfiles != nil && c.Clusters.ClusterProfiles.Kubeconfig == ""
 }
 
 // IsLoopback reports whether a listen address binds only to loopback.

@@ -91,7 +91,7 @@ func Build(cfg *config.Config, opts Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	src, err := clusterSource(runCtx, cfg, mgmt, log)
+	src, err := clusterSource(runCtx, cfg, mgmt, opts.Version, log)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -70,21 +71,10 @@ func peerTrust(cfg *config.Config) (*peer.Trust, error) {
 // managementClient reaches the management cluster: from its kubeconfig and context, or, when
 // none is given, from the Pod the daemon runs in.
 func managementClient(m config.Management, version string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if m.Kubeconfig == "" {
-		if rc, err = rest.InClusterConfig(); err != nil {
-			return nil, fmt.Errorf("management cluster: not running in a Pod (%v): set management.kubeconfig (--management-kubeconfig)", err)
-		}
-	} else {
-		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: m.Kubeconfig}
-		if rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: m.Context}).ClientConfig(); err != nil {
-			return nil, fmt.Errorf("management.kubeconfig %s: %w", m.Kubeconfig, err)
-		}
+	rc, err := managementConfig(m, "management", version)
+	if err != nil {
+		return nil, err
 	}
-	rc = rest.CopyConfig(rc)
-	rc.UserAgent = "multicache/" + version
-	rc.QPS, rc.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("management cluster: %w", err)
@@ -92,12 +82,62 @@ func managementClient(m config.Management, version string) (kubernetes.Interface
 	return cs, nil
 }
 
-// clusterSource is the kubeconfig source, the Secret source, or both. With Secrets on, the
-// kubeconfig source is used only when its files are named (kubeconfig.paths, --kubeconfig):
-// the default kubeconfig of whoever runs the daemon is not taken for fleet members.
-func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Interface, log *zap.Logger) (clusterset.Source, error) {
+// managementConfig is the client config of a cluster the daemon reads its own settings from
+// (the management cluster, an inventory): m's kubeconfig and context, else in cluster. field
+// names m in the config file, for errors.
+func managementConfig(m config.Management, field, version string) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if m.Kubeconfig == "" {
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("%s cluster: not running in a Pod (%v): set %s.kubeconfig (--management-kubeconfig)", field, err, field)
+		}
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: m.Kubeconfig}
+		if rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: m.Context}).ClientConfig(); err != nil {
+			return nil, fmt.Errorf("%s.kubeconfig %s: %w", field, m.Kubeconfig, err)
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = "multicache/" + version
+	rc.QPS, rc.Burst = 50, 100
+	return rc, nil
+}
+
+// clusterProfiles is the ClusterProfiles source, started and listed.
+func clusterProfiles(ctx context.Context, cfg *config.Config, version string, log *zap.Logger) (*clusterset.ClusterProfiles, error) {
+	p := cfg.Clusters.ClusterProfiles
+	field := "management"
+	if p.Kubeconfig != "" {
+		field = "clusters.clusterProfiles"
+	}
+	rc, err := managementConfig(p.InventoryConfig(cfg.Management), field, version)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("clusters.clusterProfiles: %w", err)
+	}
+	src, err := clusterset.NewClusterProfiles(clusterset.ClusterProfilesOptions{Client: dc, Namespace: p.Namespace, LabelSelector: p.LabelSelector,
+		ProviderFile: p.ProviderFile, Logger: log.Named("clusterprofiles")})
+	if err != nil {
+		return nil, err
+	}
+	if err := src.Start(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+// clusterSource is the kubeconfig source, the Secret source, the ClusterProfiles source, or
+// several. With Secrets or ClusterProfiles on, the kubeconfig source is used only when its
+// files are named (kubeconfig.paths, --kubeconfig): the default kubeconfig of whoever runs the
+// daemon is not taken for fleet members.
+func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Interface, version string, log *zap.Logger) (clusterset.Source, error) {
 	var srcs []clusterset.Source
-	if cfg.Sources.Secrets == nil || len(cfg.Kubeconfig.Paths) > 0 {
+	inventory := cfg.Sources.Secrets != nil || cfg.Clusters.ClusterProfiles != nil
+	if !inventory || len(cfg.Kubeconfig.Paths) > 0 {
 		kc, err := clusterset.NewKubeconfig(cfg.KubeconfigOptions())
 		if err != nil {
 			return nil, err
@@ -105,7 +145,7 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 		// Fail fast when the kubeconfig yields nothing usable and nothing else can; later
 		// reload errors only get logged.
 		if clusters, err := kc.Load(); err != nil {
-			if len(clusters) == 0 && cfg.Sources.Secrets == nil {
+			if len(clusters) == 0 && !inventory {
 				return nil, err
 			}
 			log.Warn("some kubeconfig contexts are unusable", zap.Error(err))
@@ -121,6 +161,13 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 			return nil, err
 		}
 		srcs = append(srcs, sec)
+	}
+	if cfg.Clusters.ClusterProfiles != nil {
+		src, err := clusterProfiles(ctx, cfg, version, log)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, src)
 	}
 	if len(srcs) == 1 {
 		return srcs[0], nil
