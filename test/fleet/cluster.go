@@ -101,6 +101,9 @@ func (c *Cluster) start(ctx context.Context, timeout time.Duration) error {
 	if _, err := newPKI(c.Dir); err != nil {
 		return fmt.Errorf("cluster %q: certificates: %w", c.Name, err)
 	}
+	if err := c.ensureExecToken(); err != nil {
+		return err
+	}
 	// A port chosen free can still be taken before the server binds it (another test's choice
 	// of the same port). On a fresh start nothing depends on the port yet, so such a failure
 	// picks new ports and tries again.
@@ -222,6 +225,8 @@ func (c *Cluster) apiserverArgs() []string {
 		"--tls-cert-file=" + p.ServingCert,
 		"--tls-private-key-file=" + p.ServingKey,
 		"--client-ca-file=" + p.CACert,
+		// The exec token (ExecTokenFile): what the test exec credential plugin hands out.
+		"--token-auth-file=" + c.execTokenCSVFile(),
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + p.SAPub,
 		"--service-account-signing-key-file=" + p.SAKey,
@@ -251,6 +256,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, timeout time.Duration) err
 		if err := os.WriteFile(filepath.Join(c.Dir, "audit-policy.yaml"), []byte(auditPolicy), 0o600); err != nil {
 			return fmt.Errorf("cluster %q: audit policy: %w", c.Name, err)
 		}
+	}
+	// Already there after start; a cluster recorded before it had an exec token gets one here.
+	// The token itself never changes once written.
+	if err := c.ensureExecToken(); err != nil {
+		return err
 	}
 	p, err := startProc(filepath.Join(c.BinDir, "kube-apiserver"), c.apiserverArgs(), filepath.Join(c.Dir, "kube-apiserver.log"), c.detach())
 	if err != nil {

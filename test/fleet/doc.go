@@ -14,6 +14,10 @@
 //     ground-truth listings use it; it is never revoked.
 //   - DIR/limited.kubeconfig: a client certificate for user "fleet-limited", whom RBAC lets read
 //     everything except ConfigMaps and Secrets (the 403 cases).
+//   - DIR/<name>/exec-token: a static bearer token for user "fleet-exec" in system:masters,
+//     accepted through kube-apiserver's --token-auth-file. It is what the exec credential plugin
+//     test/fleet/cmd/execplugin hands out, for clusters reached through exec plugins
+//     (ClusterProfiles of the Cluster Inventory API). It is in no kubeconfig.
 //
 // Invariants: every server listens on 127.0.0.1 only; Stop signals only PIDs this package
 // recorded and whose command line still names the binary it started; Stop removes the

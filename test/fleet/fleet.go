@@ -96,12 +96,21 @@ func DefaultBinDir() string {
 	if err != nil {
 		return "bin"
 	}
-	for d := wd; ; d = filepath.Dir(d) {
+	if root, ok := checkoutRoot(wd); ok {
+		return filepath.Join(root, "bin")
+	}
+	return filepath.Join(wd, "bin")
+}
+
+// checkoutRoot is the root of the checkout of this module enclosing dir (the directory holding
+// hack/build-tools.sh), found by walking up from dir. It serves both modules of the checkout.
+func checkoutRoot(dir string) (string, bool) {
+	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "hack", "build-tools.sh")); err == nil {
-			return filepath.Join(d, "bin")
+			return d, true
 		}
 		if filepath.Dir(d) == d {
-			return filepath.Join(wd, "bin")
+			return "", false
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -31,6 +33,28 @@ func StartT(t testing.TB, opts Options) *Fleet {
 		}
 	})
 	return f
+}
+
+// BuildExecPluginT builds the exec credential plugin test/fleet/cmd/execplugin into a temporary
+// directory of the test and returns its path. The test must run inside this module's checkout:
+// the plugin is built from its root, found by walking up from the working directory.
+func BuildExecPluginT(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("build exec plugin: %v", err)
+	}
+	root, ok := checkoutRoot(wd)
+	if !ok {
+		t.Fatalf("build exec plugin: no checkout of github.com/multicache/multicache (hack/build-tools.sh) above %s", wd)
+	}
+	bin := filepath.Join(t.TempDir(), "execplugin")
+	cmd := exec.Command("go", "build", "-o", bin, "./test/fleet/cmd/execplugin")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build exec plugin in %s: %v\n%s", root, err, out)
+	}
+	return bin
 }
 
 // CPUSeconds returns the CPU time (user+system) each of the fleet's live processes has used,
