@@ -3,11 +3,13 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -20,6 +22,9 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -535,4 +540,278 @@ func TestDeployShardedOverlay(t *testing.T) {
 	if out, errs, ok := k.run("apply", "--dry-run=server", "-k", dir); !ok || strings.Contains(errs, "PodSecurity") {
 		t.Errorf("kubectl apply --dry-run=server -k deploy/sharded/: %s\n%s", out, errs)
 	}
+}
+
+// TestDeployProfilesOverlay renders deploy/profiles/, the fleet from ClusterProfiles, and checks
+// it without a cluster: the config names the inventory namespace and the provider file, and
+// reads no Secrets; the rest of the config is the base's; the ServiceAccount may get, list and
+// watch ClusterProfiles in the inventory namespace and nothing else there, and no longer reads
+// Secrets; the provider file is a ConfigMap mounted at the directory providerFile names. Then
+// deploy/crds/clusterprofiles.yaml: the ClusterProfile CRD (multicluster.x-k8s.io/v1alpha1,
+// namespaced, with a status subresource and access providers' connection details) as the API
+// server's own validation of CRDs accepts it.
+func TestDeployProfilesOverlay(t *testing.T) {
+	deployDir, err := filepath.Abs(filepath.Join("..", "..", "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := renderedManifests(t, newKubectl(t).ok("kustomize", filepath.Join(deployDir, "profiles")))
+
+	cm := named[corev1.ConfigMap](t, docs, "ConfigMap", deployNamespace, "multicache-config")
+	// Read generically: the config package's schema is not what is tested here.
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+		t.Fatalf("ConfigMap %s, config.yaml: %v", cm.Name, err)
+	}
+	profiles, _ := lookup(cfg, "clusters", "clusterProfiles").(map[string]any)
+	inventory, _ := profiles["namespace"].(string)
+	providerFile, _ := profiles["providerFile"].(string)
+	if inventory == "" || providerFile == "" || !path.IsAbs(providerFile) {
+		t.Fatalf("config.yaml: clusters.clusterProfiles %v: want a namespace and an absolute providerFile", profiles)
+	}
+	if inventory == deployNamespace {
+		t.Fatalf("config.yaml: clusters.clusterProfiles.namespace is the daemon's own namespace, %s; the overlay's RBAC is for an inventory of its own", inventory)
+	}
+
+	t.Run("the rendered objects", func(t *testing.T) {
+		want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "ConfigMap": 2, "Deployment": 1, "Service": 1}
+		got := map[string]int{}
+		for _, d := range docs {
+			got[d.Kind]++
+			switch {
+			case d.Kind == "Namespace" || d.Kind == "ClusterRole" || d.Kind == "ClusterRoleBinding":
+			case d.Namespace == inventory && (d.Kind == "Role" || d.Kind == "RoleBinding"):
+			case d.Namespace != deployNamespace:
+				t.Errorf("rendered %s: namespace %q, want %s (or the inventory, %s, for a Role and its RoleBinding)", d, d.Namespace, deployNamespace, inventory)
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("rendered deploy/profiles/: objects by kind %v, want %v", got, want)
+		}
+	})
+
+	t.Run("config.yaml reads ClusterProfiles instead of Secrets, and is otherwise the base's", func(t *testing.T) {
+		if s, ok := lookup(cfg, "sources").(map[string]any); ok && s["secrets"] != nil {
+			t.Errorf("config.yaml: sources.secrets %v is still set", s["secrets"])
+		}
+		baseCM := &corev1.ConfigMap{}
+		if b, err := os.ReadFile(filepath.Join(deployDir, "base", "configmap.yaml")); err != nil {
+			t.Fatal(err)
+		} else if err := yaml.UnmarshalStrict(b, baseCM); err != nil {
+			t.Fatalf("deploy/base/configmap.yaml: %v", err)
+		}
+		var base map[string]any
+		if err := yaml.Unmarshal([]byte(baseCM.Data["config.yaml"]), &base); err != nil {
+			t.Fatalf("deploy/base/configmap.yaml, config.yaml: %v", err)
+		}
+		rest := maps.Clone(cfg)
+		delete(rest, "clusters")
+		delete(rest, "sources")
+		delete(base, "sources")
+		if !reflect.DeepEqual(rest, base) {
+			t.Errorf("config.yaml without clusters and sources:\n%v\nthe base's without sources:\n%v", rest, base)
+		}
+	})
+
+	t.Run("RBAC reads ClusterProfiles in the inventory, and nothing more", func(t *testing.T) {
+		sa, _ := only[corev1.ServiceAccount](t, docs, "ServiceAccount")
+		wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: deployNamespace}}
+		var roles, bindings []manifest
+		for _, d := range docs {
+			if d.Namespace == inventory && d.Kind == "Role" {
+				roles = append(roles, d)
+			}
+			if d.Namespace == inventory && d.Kind == "RoleBinding" {
+				bindings = append(bindings, d)
+			}
+		}
+		if len(roles) != 1 || len(bindings) != 1 {
+			t.Fatalf("in the inventory namespace %s: Roles %v, RoleBindings %v, want one of each", inventory, roles, bindings)
+		}
+		role := named[rbacv1.Role](t, docs, "Role", inventory, roles[0].Name)
+		binding := named[rbacv1.RoleBinding](t, docs, "RoleBinding", inventory, bindings[0].Name)
+		wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"clusterprofiles"}, Verbs: []string{"get", "list", "watch"}}}
+		if !reflect.DeepEqual(role.Rules, wantRules) {
+			t.Errorf("Role %s/%s: rules %+v, want exactly %+v", inventory, role.Name, role.Rules, wantRules)
+		}
+		wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}
+		if binding.RoleRef != wantRef || !reflect.DeepEqual(binding.Subjects, wantSubjects) {
+			t.Errorf("RoleBinding %s/%s: roleRef %+v, subjects %+v: want %+v bound to %+v", inventory, binding.Name, binding.RoleRef, binding.Subjects, wantRef, wantSubjects)
+		}
+
+		// In its own namespace the daemon keeps the Leases it shards with and reads no Secrets.
+		own := named[rbacv1.Role](t, docs, "Role", deployNamespace, "multicache")
+		wantOwn := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}
+		if !reflect.DeepEqual(own.Rules, wantOwn) {
+			t.Errorf("Role %s/%s: rules %+v, want exactly %+v", deployNamespace, own.Name, own.Rules, wantOwn)
+		}
+		clusterRole, _ := only[rbacv1.ClusterRole](t, docs, "ClusterRole")
+		for _, r := range clusterRole.Rules {
+			if slices.Contains(r.APIGroups, "multicluster.x-k8s.io") || slices.Contains(r.APIGroups, "*") || slices.Contains(r.Resources, "*") {
+				t.Errorf("ClusterRole %s: rule %+v reaches beyond the inventory namespace", clusterRole.Name, r)
+			}
+		}
+	})
+
+	t.Run("the provider file is mounted where providerFile says", func(t *testing.T) {
+		dep, _ := only[appsv1.Deployment](t, docs, "Deployment")
+		spec := dep.Spec.Template.Spec
+		c := spec.Containers[0]
+		// The mount that holds the file: the deepest whose path is a directory above it.
+		var mount corev1.VolumeMount
+		for _, m := range c.VolumeMounts {
+			if strings.HasPrefix(providerFile, strings.TrimSuffix(m.MountPath, "/")+"/") && len(m.MountPath) > len(mount.MountPath) {
+				mount = m
+			}
+		}
+		if mount.MountPath != path.Dir(providerFile) {
+			t.Fatalf("Deployment %s: providerFile %s is under the mount %q, want a mount at %s", dep.Name, providerFile, mount.MountPath, path.Dir(providerFile))
+		}
+		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
+		if i < 0 || spec.Volumes[i].ConfigMap == nil || spec.Volumes[i].ConfigMap.Name != "multicache-cluster-profile-providers" {
+			t.Fatalf("Deployment %s: the volume %q mounted at %s is not the ConfigMap multicache-cluster-profile-providers", dep.Name, mount.Name, mount.MountPath)
+		}
+		key := path.Base(providerFile)
+		for _, it := range spec.Volumes[i].ConfigMap.Items {
+			if it.Path == key {
+				key = it.Key
+			}
+		}
+		providers := named[corev1.ConfigMap](t, docs, "ConfigMap", deployNamespace, "multicache-cluster-profile-providers")
+		raw, ok := providers.Data[key]
+		if !ok {
+			t.Fatalf("ConfigMap %s: no key %s for providerFile %s (keys %v)", providers.Name, key, providerFile, slices.Sorted(maps.Keys(providers.Data)))
+		}
+		// The reference consumers' format: {"providers": [{"name", "execConfig"}]}.
+		var file struct {
+			Providers []struct {
+				Name       string `json:"name"`
+				ExecConfig *struct {
+					APIVersion string `json:"apiVersion"`
+					Command    string `json:"command"`
+				} `json:"execConfig"`
+			} `json:"providers"`
+		}
+		if err := json.Unmarshal([]byte(raw), &file); err != nil {
+			t.Fatalf("ConfigMap %s, %s: %v", providers.Name, key, err)
+		}
+		if len(file.Providers) == 0 {
+			t.Errorf("ConfigMap %s, %s: no providers", providers.Name, key)
+		}
+		for j, p := range file.Providers {
+			if p.Name == "" || p.ExecConfig == nil || p.ExecConfig.Command == "" || p.ExecConfig.APIVersion != "client.authentication.k8s.io/v1" {
+				t.Errorf("ConfigMap %s, %s: providers[%d] %+v: want a name and an execConfig with a command, client.authentication.k8s.io/v1", providers.Name, key, j, p)
+			}
+		}
+	})
+
+	t.Run("the ClusterProfile CRD", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(deployDir, "crds", "clusterprofiles.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(b, crd); err != nil {
+			t.Fatalf("deploy/crds/clusterprofiles.yaml: not a CustomResourceDefinition: %v", err)
+		}
+		if crd.APIVersion != "apiextensions.k8s.io/v1" || crd.Kind != "CustomResourceDefinition" || crd.Name != "clusterprofiles.multicluster.x-k8s.io" {
+			t.Errorf("%s %s: want the apiextensions.k8s.io/v1 CustomResourceDefinition clusterprofiles.multicluster.x-k8s.io", crd.APIVersion+"/"+crd.Kind, crd.Name)
+		}
+		s := crd.Spec
+		if s.Group != "multicluster.x-k8s.io" || s.Scope != apiextensionsv1.NamespaceScoped || s.Names.Plural != "clusterprofiles" || s.Names.Kind != "ClusterProfile" {
+			t.Errorf("group %q, scope %q, names %+v: want multicluster.x-k8s.io, Namespaced, clusterprofiles of kind ClusterProfile", s.Group, s.Scope, s.Names)
+		}
+		if len(s.Versions) != 1 {
+			t.Fatalf("versions %d, want one (v1alpha1)", len(s.Versions))
+		}
+		v := s.Versions[0]
+		if v.Name != "v1alpha1" || !v.Served || !v.Storage {
+			t.Errorf("version %s: served %t, storage %t: want v1alpha1, served and stored", v.Name, v.Served, v.Storage)
+		}
+		if v.Subresources == nil || v.Subresources.Status == nil {
+			t.Errorf("version %s: no status subresource", v.Name)
+		}
+		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			t.Fatalf("version %s: no schema", v.Name)
+		}
+		root := v.Schema.OpenAPIV3Schema
+		for _, list := range []string{"accessProviders", "credentialProviders"} {
+			cluster := schemaAt(root, "status", list, "[]", "cluster")
+			if server := schemaAt(cluster, "server"); server == nil || server.Type != "string" {
+				t.Errorf("status.%s[].cluster.server: missing or not a string", list)
+			}
+			if ca := schemaAt(cluster, "certificate-authority-data"); ca == nil || ca.Type != "string" || ca.Format != "byte" {
+				t.Errorf("status.%s[].cluster.certificate-authority-data: missing or not a string of format byte", list)
+			}
+			if ext := schemaAt(cluster, "extensions", "[]", "extension"); ext == nil || ext.XPreserveUnknownFields == nil || !*ext.XPreserveUnknownFields {
+				t.Errorf("status.%s[].cluster.extensions[].extension: missing or does not keep unknown fields", list)
+			}
+		}
+		if m := schemaAt(root, "spec", "clusterManager"); m == nil || !slices.Contains(schemaAt(root, "spec").Required, "clusterManager") ||
+			!slices.ContainsFunc(m.XValidations, func(r apiextensionsv1.ValidationRule) bool { return r.Rule == "self == oldSelf" }) {
+			t.Errorf("spec.clusterManager: missing, optional or mutable; want it required and immutable (self == oldSelf)")
+		}
+
+		// What the API server checks when the CRD is created: a structural schema, CEL rules
+		// that compile, list-map keys that are required, printer columns that parse.
+		v1crd := crd.DeepCopy()
+		apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(v1crd)
+		var internal apiextensions.CustomResourceDefinition
+		if err := apiextensionsv1.Convert_v1_CustomResourceDefinition_To_apiextensions_CustomResourceDefinition(v1crd, &internal, nil); err != nil {
+			t.Fatalf("converting the CRD: %v", err)
+		}
+		for _, e := range apiextensionsvalidation.ValidateCustomResourceDefinition(context.Background(), &internal) {
+			t.Errorf("deploy/crds/clusterprofiles.yaml: %v", e)
+		}
+	})
+}
+
+// named returns the document of kind, namespace and name, strictly decoded into T.
+func named[T any](t *testing.T, docs []manifest, kind, namespace, name string) *T {
+	t.Helper()
+	i := slices.IndexFunc(docs, func(d manifest) bool { return d.Kind == kind && d.Namespace == namespace && d.Name == name })
+	if i < 0 {
+		t.Fatalf("rendered: no %s %s/%s", kind, namespace, name)
+	}
+	var obj T
+	if err := yaml.UnmarshalStrict(docs[i].Raw, &obj); err != nil {
+		t.Fatalf("rendered %s: not a valid %s: %v", docs[i], kind, err)
+	}
+	return &obj
+}
+
+// lookup walks nested maps by key; nil when a key is missing.
+func lookup(m map[string]any, keys ...string) any {
+	var v any = m
+	for _, k := range keys {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[k]
+	}
+	return v
+}
+
+// schemaAt walks a CRD schema by property names, "[]" standing for a list's items; nil when a
+// step is missing.
+func schemaAt(s *apiextensionsv1.JSONSchemaProps, steps ...string) *apiextensionsv1.JSONSchemaProps {
+	for _, step := range steps {
+		if s == nil {
+			return nil
+		}
+		if step == "[]" {
+			if s.Items == nil {
+				return nil
+			}
+			s = s.Items.Schema
+			continue
+		}
+		p, ok := s.Properties[step]
+		if !ok {
+			return nil
+		}
+		s = &p
+	}
+	return s
 }
