@@ -171,6 +171,8 @@ func TestDescribe(t *testing.T) {
 		{apierrors.NewNotFound(gr, ""), "not served (404)"},
 		{&url.Error{Op: "Get", URL: "https://127.0.0.1:1/api?token=secret", Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}, "unreachable: https://127.0.0.1:1: connection refused"},
 		{fmt.Errorf("wrapped: %w", apierrors.NewInternalError(errors.New("boom"))), "server error (500)"},
+		{&url.Error{Op: "Get", URL: "https://127.0.0.1:1/api", Err: errors.New("getting credentials: exec: executable /bin/p failed with exit code 1")},
+			"credentials: exec: executable /bin/p failed with exit code 1"},
 	} {
 		got := describe(tc.err)
 		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, "secret") {

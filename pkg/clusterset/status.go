@@ -102,6 +102,11 @@ func describe(err error) string {
 		return ""
 	}
 	var ue *url.Error
+	// client-go reports an exec credential plugin that failed as the request's error; the
+	// server was never asked. The plugin's own words go to the daemon's standard error.
+	if _, after, found := strings.Cut(err.Error(), "getting credentials: "); found {
+		return "credentials: " + after + " (its own error output is in the daemon's log)"
+	}
 	switch {
 	case apierrors.IsUnauthorized(err):
 		return "unauthorized (401): the credentials were rejected"
