@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,15 +14,11 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -32,118 +27,6 @@ import (
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
-
-// inventory is a ClusterProfile inventory in the management cluster, written as a cluster
-// manager writes it: the profile, then its status.
-type inventory struct {
-	t      *testing.T
-	ctx    context.Context
-	client dynamic.ResourceInterface
-}
-
-const inventoryNamespace = "fleet-inventory"
-
-// installClusterProfiles installs the shipped ClusterProfile CRD in the cluster cfg reaches and
-// creates the inventory namespace.
-func installClusterProfiles(ctx context.Context, t testing.TB, cfg *rest.Config) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crds", "clusterprofiles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
-		t.Fatalf("deploy/crds/clusterprofiles.yaml: %v", err)
-	}
-	ac := apiextensionsclient.NewForConfigOrDie(cfg)
-	if _, err := ac.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	harness.WaitFor(t, "the ClusterProfile CRD is established", time.Minute, func() bool {
-		got, err := ac.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return true
-			}
-		}
-		return false
-	})
-	cs := kubernetesFor(t, cfg)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: inventoryNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
-
-// profileAccess is one access provider of a profile: the provider's name, the member's server
-// and CA, and the plugin's cluster config naming the fleet cluster whose token it hands out.
-type profileAccess struct {
-	provider, server string
-	ca               []byte
-	member           string
-}
-
-func accessTo(t testing.TB, c *fleet.Cluster, provider string) profileAccess {
-	ca, err := os.ReadFile(c.CACertFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return profileAccess{provider: provider, server: c.URL(), ca: ca, member: c.Name}
-}
-
-// set creates or updates profile name with health ("True", "False") and access.
-func (inv *inventory) set(name, health string, access profileAccess) {
-	inv.t.Helper()
-	u, err := inv.client.Get(inv.ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		u = &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
-			"metadata": map[string]any{"name": name, "labels": map[string]any{"x-k8s.io/cluster-manager": "test"}},
-			"spec":     map[string]any{"displayName": name, "clusterManager": map[string]any{"name": "test"}},
-		}}
-		if u, err = inv.client.Create(inv.ctx, u, metav1.CreateOptions{}); err != nil {
-			inv.t.Fatalf("create ClusterProfile %s: %v", name, err)
-		}
-	} else if err != nil {
-		inv.t.Fatal(err)
-	}
-	cluster := map[string]any{"server": access.server, "certificate-authority-data": access.ca,
-		"extensions": []any{map[string]any{"name": clusterset.ExecExtension, "extension": map[string]any{"cluster": access.member}}}}
-	var status map[string]any
-	b, _ := json.Marshal(map[string]any{
-		"conditions": []any{map[string]any{"type": clusterset.ControlPlaneHealthy, "status": health, "reason": "Probed",
-			"message": "probed by the test", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
-		"accessProviders": []any{map[string]any{"name": access.provider, "cluster": cluster}},
-	})
-	if err := json.Unmarshal(b, &status); err != nil {
-		inv.t.Fatal(err)
-	}
-	u.Object["status"] = status
-	if _, err := inv.client.UpdateStatus(inv.ctx, u, metav1.UpdateOptions{}); err != nil {
-		inv.t.Fatalf("status of ClusterProfile %s: %v", name, err)
-	}
-}
-
-// writeProviderFile writes a provider file naming the test plugin twice: "fleet-tokens" hands
-// out each member's exec token, "broken" fails.
-func writeProviderFile(t testing.TB, plugin, fleetDir, log string) string {
-	b, err := json.Marshal(map[string]any{"providers": []any{
-		map[string]any{"name": "fleet-tokens", "execConfig": map[string]any{"apiVersion": "client.authentication.k8s.io/v1",
-			"command": plugin, "args": []string{"--fleet-dir", fleetDir, "--log", log}, "provideClusterInfo": true}},
-		map[string]any{"name": "broken", "execConfig": map[string]any{"apiVersion": "client.authentication.k8s.io/v1",
-			"command": plugin, "args": []string{"--fail", "token service unavailable"}, "provideClusterInfo": true}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "providers.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // deleteCounter counts the deletes handlers are told of, per key, on top of FinalStates.
 type deleteCounter struct {
@@ -171,13 +54,12 @@ func TestClusterProfiles(t *testing.T) {
 	mgmt, _ := f.Cluster("fleet-1")
 	c2, _ := f.Cluster("fleet-2")
 	c3, _ := f.Cluster("fleet-3")
-	installClusterProfiles(ctx, t, mgmt.AdminConfig())
+	inv := harness.InstallInventory(ctx, t, mgmt.AdminConfig())
 	dc := dynamic.NewForConfigOrDie(mgmt.AdminConfig())
-	inv := &inventory{t: t, ctx: ctx, client: dc.Resource(clusterset.ClusterProfileGVR).Namespace(inventoryNamespace)}
 
 	plugin := fleet.BuildExecPluginT(t)
 	pluginLog := filepath.Join(t.TempDir(), "plugin.log")
-	providers := writeProviderFile(t, plugin, f.Dir, pluginLog)
+	providers := harness.WriteProviderFile(t, plugin, f.Dir, pluginLog)
 
 	// Writes in both members from the start to the end: creates, then updates.
 	const ns = "profiles-load"
@@ -215,13 +97,13 @@ func TestClusterProfiles(t *testing.T) {
 
 	// m2 and m3 start unhealthy; m2b (fleet-2 again, under another name) is healthy; unknown
 	// offers a provider the file does not name; failing's plugin fails.
-	inv.set("m2", "False", accessTo(t, c2, "fleet-tokens"))
-	inv.set("m3", "False", accessTo(t, c3, "fleet-tokens"))
-	inv.set("m2b", "True", accessTo(t, c2, "fleet-tokens"))
-	inv.set("unknown", "True", accessTo(t, c3, "nobody"))
-	inv.set("failing", "True", accessTo(t, c3, "broken"))
+	inv.Set("m2", "False", harness.AccessTo(t, c2, "fleet-tokens"))
+	inv.Set("m3", "False", harness.AccessTo(t, c3, "fleet-tokens"))
+	inv.Set("m2b", "True", harness.AccessTo(t, c2, "fleet-tokens"))
+	inv.Set("unknown", "True", harness.AccessTo(t, c3, "nobody"))
+	inv.Set("failing", "True", harness.AccessTo(t, c3, "broken"))
 
-	src, err := clusterset.NewClusterProfiles(clusterset.ClusterProfilesOptions{Client: dc, Namespace: inventoryNamespace,
+	src, err := clusterset.NewClusterProfiles(clusterset.ClusterProfilesOptions{Client: dc, Namespace: harness.InventoryNamespace,
 		LabelSelector: "x-k8s.io/cluster-manager=test", ProviderFile: providers, Logger: zaptest.NewLogger(t).Named("profiles")})
 	if err != nil {
 		t.Fatal(err)
@@ -269,8 +151,8 @@ func TestClusterProfiles(t *testing.T) {
 	}
 
 	// Healthy: they join and sync, and the Provider engages them.
-	inv.set("m2", "True", accessTo(t, c2, "fleet-tokens"))
-	inv.set("m3", "True", accessTo(t, c3, "fleet-tokens"))
+	inv.Set("m2", "True", harness.AccessTo(t, c2, "fleet-tokens"))
+	inv.Set("m3", "True", harness.AccessTo(t, c3, "fleet-tokens"))
 	members := func(names ...string) map[string]*rest.Config {
 		out := map[string]*rest.Config{}
 		for _, n := range names {
@@ -295,23 +177,23 @@ func TestClusterProfiles(t *testing.T) {
 	// m3 unhealthy: Degraded with the condition in its error, its cache kept and not restarted.
 	count := func(cluster string) int { n, _ := agg.Len(cluster); return n }
 	before := count("m3")
-	inv.set("m3", "False", accessTo(t, c3, "fleet-tokens"))
+	inv.Set("m3", "False", harness.AccessTo(t, c3, "fleet-tokens"))
 	harness.WaitFor(t, "m3 Degraded", 30*time.Second, func() bool { return status("m3").State == clusterset.Degraded })
 	if s := status("m3"); !strings.Contains(s.Error, "ControlPlaneHealthy is False") || s.Restarts != 0 || count("m3") < before || !reg.Running("m3") {
 		t.Fatalf("m3 unhealthy: error %q, restarts %d, %d objects (had %d)", s.Error, s.Restarts, count("m3"), before)
 	}
 	harness.Converge(ctx, t, agg, harness.ConfigMaps, members("m3"), 30*time.Second)
-	inv.set("m3", "True", accessTo(t, c3, "fleet-tokens"))
+	inv.Set("m3", "True", harness.AccessTo(t, c3, "fleet-tokens"))
 	harness.WaitFor(t, "m3 Synced again", 30*time.Second, func() bool { return status("m3").State == clusterset.Synced })
 
 	// m2's CA and m2b's server change (the same API servers, reached another way): each
 	// restarts, alone.
-	a2 := accessTo(t, c2, "fleet-tokens")
-	a2.ca = append(append([]byte{}, a2.ca...), a2.ca...) // the CA twice: another bundle, the same trust
-	inv.set("m2", "True", a2)
-	a2b := accessTo(t, c2, "fleet-tokens")
-	a2b.server = strings.Replace(a2b.server, "127.0.0.1", "localhost", 1)
-	inv.set("m2b", "True", a2b)
+	a2 := harness.AccessTo(t, c2, "fleet-tokens")
+	a2.CA = append(append([]byte{}, a2.CA...), a2.CA...) // the CA twice: another bundle, the same trust
+	inv.Set("m2", "True", a2)
+	a2b := harness.AccessTo(t, c2, "fleet-tokens")
+	a2b.Server = strings.Replace(a2b.Server, "127.0.0.1", "localhost", 1)
+	inv.Set("m2b", "True", a2b)
 	harness.WaitFor(t, "m2 and m2b restarted and synced", time.Minute, func() bool {
 		return status("m2").Restarts == 1 && status("m2b").Restarts == 1 && status("m2").State == clusterset.Synced && status("m2b").State == clusterset.Synced
 	})
@@ -322,9 +204,7 @@ func TestClusterProfiles(t *testing.T) {
 
 	// m3 deleted: it leaves, handlers see its deletes, and the Provider disengages it.
 	m3Keys := harness.InClusters(handler.InClusters(), "m3")
-	if err := inv.client.Delete(ctx, "m3", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	inv.Delete("m3")
 	harness.WaitFor(t, "m3 left", 30*time.Second, func() bool { return !reg.Running("m3") && len(handler.InClusters("m3")) == 0 })
 	harness.WaitFor(t, "the Provider disengages m3", 30*time.Second, func() bool {
 		_, err := provider.Get(ctx, "m3")
