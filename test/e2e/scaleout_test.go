@@ -65,6 +65,8 @@ type scaleEnv struct {
 	// (sharding.peerCertFile), as a sharded replica with auth must; client trusts their CA.
 	tls    *peerPKI
 	client *http.Client
+	// source are the replicas' cluster source flags. Default: the cluster Secrets in secretsNS.
+	source []string
 }
 
 // httpClient is how the test reaches the replicas.
@@ -86,10 +88,14 @@ func (e *scaleEnv) startAt(id, addr string, extra ...string) replica {
 	e.t.Helper()
 	scheme, client := "https", e.httpClient()
 	extra = append(extra, e.tls.args(id)...)
-	args := append([]string{"--management-kubeconfig", e.f.Kubeconfig(), "--management-context", e.mgmtCtx,
-		"--cluster-secrets-namespace", secretsNS, "--token-file", e.token, "--resource", scaleResource,
-		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", scheme + "://" + addr, "--replica-id", id,
-		"--lease-duration", shardLease.String()}, extra...)
+	source := e.source
+	if source == nil {
+		source = []string{"--cluster-secrets-namespace", secretsNS}
+	}
+	args := append([]string{"--management-kubeconfig", e.f.Kubeconfig(), "--management-context", e.mgmtCtx}, source...)
+	args = append(append(args, "--token-file", e.token, "--resource", scaleResource,
+		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", scheme+"://"+addr, "--replica-id", id,
+		"--lease-duration", shardLease.String()), extra...)
 	d := harness.StartDaemonAt(e.t, scheme, client, addr, args...)
 	d.Token = scaleToken
 	// On failure (or with MULTICACHE_E2E_LOGS set), the replica's last log lines (its warnings
