@@ -158,7 +158,7 @@ bench-loader: tools ## Measure the fleet loader's create rate and where the CPU 
 	$(GO) test -run '^$$' -bench Seed -benchtime 1x -count 1 -timeout 20m ./test/fleet/
 
 .PHONY: demo
-demo: tools ## Start a 3-cluster fleet, seed it, run the daemon on configs/demo.yaml, show queries; Ctrl-C stops all
+demo: tools ## Start a 3-cluster fleet, seed it, run the daemon on configs/demo.yaml, show queries; Ctrl-C stops all (PROFILES=1: the fleet from ClusterProfiles in fleet-1)
 	@bash hack/demo.sh
 
 .PHONY: fleet-up

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +40,22 @@ func TestClusterProfileReplicas(t *testing.T) {
 
 	w := e.writeOps(10, true) // in every member, the late one too
 	e.members = all[:len(all)-1]
-	r1, r2 := e.start("r1"), e.start("r2")
+	// r1 takes the inventory from flags (the management cluster's kubeconfig); r2 from its config
+	// file, with a kubeconfig of the inventory's own. The file is the replicas' TLS config
+	// (peerPKI's) with the inventory added.
+	r1 := e.start("r1")
+	tlsCfg, err := os.ReadFile(e.tls.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "profiles.yaml")
+	cfgYAML := fmt.Sprintf("%s\nclusters:\n  clusterProfiles:\n    namespace: %s\n    providerFile: %s\n    kubeconfig: %s\n    context: %s\n",
+		tlsCfg, harness.InventoryNamespace, providers, env.Fleet.AdminKubeconfig(), e.mgmtCtx)
+	if err := os.WriteFile(cfgFile, []byte(cfgYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.source, e.tls.cfg = []string{}, cfgFile
+	r2 := e.start("r2")
 	rs := []replica{r1, r2}
 	fos := []*follower{e.follow(r1), e.follow(r2)}
 	owners := e.settled("two replicas over the inventory", rs, nil, 2*time.Minute)
