@@ -57,7 +57,7 @@ type ClusterProfilesOptions struct {
 	ProviderFile string
 	// PollInterval is how often the provider file is checked for changes. Default 2s.
 	PollInterval time.Duration
-	// Logger reports profiles that wait for health or name no usable cluster. Default: no-op.
+	// Logger reports profiles whose name cannot name a cluster. Default: no-op.
 	Logger *zap.Logger
 }
 
@@ -66,11 +66,16 @@ type ClusterProfilesOptions struct {
 // reached through the first access provider, in the provider file's order, that its status
 // offers, with that provider's exec plugin.
 //
-// A profile joins once its ControlPlaneHealthy condition is True. A profile that joined stays
-// while it exists: a later False or Unknown is reported as the cluster's Health (Degraded, its
-// cache kept), not as a removal. A changed server, CA, proxy, extension or provider entry
-// changes the cluster's Fingerprint, which restarts that cluster only. Start it before the
-// Registry loads it.
+// Every profile is in the fleet, so that replicas sharing the fleet agree on it whatever each
+// has seen. A profile that appears while the source runs starts once its ControlPlaneHealthy
+// condition is True; until then it is Waiting (it runs and lists nothing). Once started, a
+// later False or Unknown is reported as the cluster's Health (Degraded, its cache kept), not as
+// a removal. The profiles present at the first load are taken as started, whatever their
+// health: nothing in a profile tells whether it was ever healthy, and a restart, or a replica
+// taking a cluster over, must keep serving a cluster that is unhealthy at that moment (a
+// profile still being provisioned then starts at once). A changed server, CA, proxy, extension
+// or provider entry changes the cluster's Fingerprint, which restarts that cluster only. Start
+// it before the Registry loads it.
 type ClusterProfiles struct {
 	opts     ClusterProfilesOptions
 	informer cache.SharedIndexInformer
@@ -78,8 +83,8 @@ type ClusterProfiles struct {
 	changes  chan struct{}
 
 	mu     sync.Mutex
-	joined map[string]types.UID // profiles seen healthy, by name: they stay until deleted
-	told   map[string]bool      // profiles whose wait for health was logged
+	joined map[string]types.UID // profiles started: seen healthy, or present at the first load
+	loaded bool                 // the first load is done
 }
 
 // NewClusterProfiles validates opts, reads the provider file and prepares the informer;
@@ -112,7 +117,7 @@ func NewClusterProfiles(opts ClusterProfilesOptions) (*ClusterProfiles, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s := &ClusterProfiles{opts: opts, changes: make(chan struct{}, 1), joined: map[string]types.UID{}, told: map[string]bool{}}
+	s := &ClusterProfiles{opts: opts, changes: make(chan struct{}, 1), joined: map[string]types.UID{}}
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(opts.Client, 0, opts.Namespace, func(o *metav1.ListOptions) {
 		o.LabelSelector = opts.LabelSelector
 	})
@@ -156,7 +161,8 @@ func (s *ClusterProfiles) Start(ctx context.Context, timeout time.Duration) erro
 	return nil
 }
 
-// Load returns one cluster per profile that has been healthy, sorted by name. A profile whose
+// Load returns one cluster per profile, sorted by name: Waiting until it is started (see
+// ClusterProfiles). A profile whose
 // cluster cannot be reached as it says (no provider the file names, a bad server) yields its
 // cluster with Err set; the others are unaffected. A provider file that cannot be read makes
 // the load fail: the clusters running stay as they are.
@@ -191,19 +197,21 @@ func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
 			out = append(out, failed(name, origin, fmt.Errorf("%s: %w", origin, err)))
 			continue
 		}
-		health := profileHealth(&p)
-		if health != "" && s.joined[name] != p.UID {
-			if !s.told[name] {
-				s.told[name] = true
-				s.opts.Logger.Info("ClusterProfile waits for its control plane to be healthy before its cluster joins", zap.String("profile", origin), zap.String("health", health))
-			}
-			continue
-		}
-		s.joined[name] = p.UID
-		delete(s.told, name)
 		c := ClusterConfig{Name: name, Origin: origin}
-		if health != "" {
+		switch health := profileHealth(&p); {
+		case !s.loaded:
+			// The fleet as this process finds it: a restart, or a replica taking a cluster
+			// over, keeps serving a cluster that is unhealthy at that moment.
+			s.joined[name] = p.UID
+			if health != "" {
+				c.Health = origin + ": " + health
+			}
+		case health == "":
+			s.joined[name] = p.UID
+		case s.joined[name] == p.UID:
 			c.Health = origin + ": " + health
+		default:
+			c.Waiting = origin + ": waiting for its control plane to be healthy: " + health
 		}
 		prov, access, err := pf.access(&p)
 		if err == nil {
@@ -218,14 +226,10 @@ func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
 		}
 		out = append(out, c)
 	}
+	s.loaded = true
 	for name := range s.joined {
 		if !present[name] {
 			delete(s.joined, name)
-		}
-	}
-	for name := range s.told {
-		if !present[name] {
-			delete(s.told, name)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

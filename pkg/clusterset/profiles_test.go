@@ -96,8 +96,9 @@ func TestClusterProfilesSource(t *testing.T) {
 		return out
 	}
 	got := load()
-	if _, ok := got["beta"]; ok || len(got) != 3 {
-		t.Fatalf("clusters %v: want alpha, delta and gamma (beta has never been healthy)", keysOf(got))
+	// beta, unhealthy, was there at the first load: it is taken as started, Degraded.
+	if len(got) != 4 || got["beta"].Waiting != "" || !strings.Contains(got["beta"].Health, "ControlPlaneHealthy is False (Probe: probed)") {
+		t.Fatalf("clusters %v, beta %+v: want alpha, beta, delta and gamma, beta started and unhealthy", keysOf(got), got["beta"])
 	}
 
 	// alpha: the provider file's first provider the profile offers, with the profile's
@@ -158,26 +159,8 @@ func TestClusterProfilesSource(t *testing.T) {
 		}
 	}
 
-	// beta turns healthy: it joins.
-	update(profile("beta", "u2", "True", access("tokens", "https://beta:6443")))
-	got = waitLoad(func(m map[string]ClusterConfig) bool { _, ok := m["beta"]; return ok })
-	betaFP := got["beta"].Fingerprint
-	// beta turns unhealthy: it stays, with the condition as its health, and its fingerprint
-	// (so its stacks) unchanged.
-	update(profile("beta", "u2", "False", access("tokens", "https://beta:6443")))
-	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Health != "" })
-	if b := got["beta"]; b.Fingerprint != betaFP || !strings.Contains(b.Health, "ControlPlaneHealthy is False (Probe: probed)") {
-		t.Fatalf("beta unhealthy: fingerprint %s (was %s), health %q", b.Fingerprint, betaFP, b.Health)
-	}
-	// A changed server changes the fingerprint of that cluster only.
-	deltaFP := got["delta"].Fingerprint
-	update(profile("beta", "u2", "True", access("tokens", "https://beta-moved:6443")))
-	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Fingerprint != betaFP })
-	if got["beta"].Health != "" || got["delta"].Fingerprint != deltaFP || got["beta"].Config.Host != "https://beta-moved:6443" {
-		t.Fatalf("after beta's server moved: beta %+v, delta's fingerprint %s (was %s)", got["beta"], got["delta"].Fingerprint, deltaFP)
-	}
-
-	// beta deleted, then created again unhealthy (a new uid): it is a new profile and waits.
+	// beta is deleted and created again, unhealthy (a new uid): a profile that appears while
+	// the source runs waits for its control plane to be healthy.
 	if err := client.Resource(ClusterProfileGVR).Namespace("inventory").Delete(ctx, "beta", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -185,9 +168,27 @@ func TestClusterProfilesSource(t *testing.T) {
 	if _, err := client.Resource(ClusterProfileGVR).Namespace("inventory").Create(ctx, profile("beta", "u5", "False", access("tokens", "https://beta:6443")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if _, ok := load()["beta"]; ok {
-		t.Fatal("beta, created again unhealthy, joined")
+	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Waiting != "" })
+	if w := got["beta"].Waiting; !strings.Contains(w, "ClusterProfile inventory/beta") || !strings.Contains(w, "ControlPlaneHealthy is False (Probe: probed)") || got["beta"].Health != "" {
+		t.Fatalf("beta, created again unhealthy: waiting %q, health %q", w, got["beta"].Health)
+	}
+	// beta turns healthy: it starts.
+	update(profile("beta", "u5", "True", access("tokens", "https://beta:6443")))
+	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Waiting == "" })
+	betaFP := got["beta"].Fingerprint
+	// beta turns unhealthy: it stays, with the condition as its health, and its fingerprint
+	// (so its stacks) unchanged.
+	update(profile("beta", "u5", "False", access("tokens", "https://beta:6443")))
+	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Health != "" })
+	if b := got["beta"]; b.Fingerprint != betaFP || b.Waiting != "" || !strings.Contains(b.Health, "ControlPlaneHealthy is False (Probe: probed)") {
+		t.Fatalf("beta unhealthy: fingerprint %s (was %s), health %q, waiting %q", b.Fingerprint, betaFP, b.Health, b.Waiting)
+	}
+	// A changed server changes the fingerprint of that cluster only.
+	deltaFP := got["delta"].Fingerprint
+	update(profile("beta", "u5", "True", access("tokens", "https://beta-moved:6443")))
+	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Fingerprint != betaFP })
+	if got["beta"].Health != "" || got["delta"].Fingerprint != deltaFP || got["beta"].Config.Host != "https://beta-moved:6443" {
+		t.Fatalf("after beta's server moved: beta %+v, delta's fingerprint %s (was %s)", got["beta"], got["delta"].Fingerprint, deltaFP)
 	}
 
 	// The provider file changes: a change is signalled, and delta, whose provider's plugin

@@ -240,13 +240,18 @@ func (r *Registry) reload(ctx context.Context) {
 	}
 	for _, c := range cfgs {
 		old := r.clusters[c.Name]
-		if old != nil && old.cfg.Fingerprint == c.Fingerprint {
+		if old != nil && old.cfg.Fingerprint == c.Fingerprint && old.cfg.Waiting == c.Waiting {
 			old.setHealth(c.Health)
 			continue
 		}
 		prev := old
-		if old != nil {
+		switch {
+		case old != nil && old.cfg.Waiting != "" && c.Waiting == "":
+			r.log.Info("starting cluster: its source no longer holds it back", zap.String("cluster", c.Name))
+		case old != nil:
 			r.log.Info("restarting cluster: server or credentials changed", zap.String("cluster", c.Name))
+		}
+		if old != nil {
 			r.retiring[c.Name] = old
 			go r.retire(old, restart)
 		} else {
@@ -258,7 +263,10 @@ func (r *Registry) reload(ctx context.Context) {
 		// answering queries, marked unsynced.
 		run := newRunner(ctx, r, c, prev)
 		if old != nil {
-			run.restarts = old.restarts + 1
+			run.restarts = old.restarts
+			if old.cfg.Waiting == "" {
+				run.restarts++ // a cluster that only waited had no stacks to rebuild
+			}
 		}
 		r.clusters[c.Name] = run
 		go run.run()

@@ -135,6 +135,15 @@ func (r *runner) run() {
 			return
 		}
 	}
+	if r.cfg.Waiting != "" {
+		// Held back by the source: nothing runs, and nothing of an earlier run of the cluster
+		// (a profile deleted and created again) stays.
+		for _, s := range r.stacks {
+			r.leaveStale(s)
+			s.set(NotServed, r.cfg.Waiting)
+		}
+		return
+	}
 	if r.cfg.Err != nil {
 		// The source could not build a configuration (a Secret with a broken kubeconfig): the
 		// cluster stays Failed until the source changes it.
@@ -428,6 +437,10 @@ func (r *runner) status() ClusterStatus {
 		}
 	}
 	cs.State = worst
+	if r.cfg.Waiting != "" {
+		cs.State, cs.Error, cs.Waiting = Pending, r.cfg.Waiting, true
+		return cs
+	}
 	if cs.Error == "" && len(errs) > 0 {
 		cs.Error = strings.Join(errs, "; ")
 	}

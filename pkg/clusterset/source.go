@@ -42,6 +42,12 @@ type ClusterConfig struct {
 	// cached objects stay; its status is Degraded with Health as its error until the source
 	// clears it. A change of Health alone restarts nothing.
 	Health string
+	// Waiting, when set, is the source's word that the cluster is in the fleet but held back
+	// (a ClusterProfile whose control plane has not been healthy yet). The Registry engages it
+	// with no stacks: it is Pending, with Waiting as its error, and each resource NotServed, so
+	// that it lists nothing and holds back no read or readiness. When Waiting is cleared, the
+	// cluster starts. Waiting wins over Err.
+	Waiting string
 }
 
 // Source is where clusters come from.

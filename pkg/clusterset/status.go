@@ -83,7 +83,10 @@ type ClusterStatus struct {
 	LastSync time.Time // the oldest LastSync of its synced resources
 	// Restarts counts how often the cluster's stacks were rebuilt because its server or
 	// credentials changed in the source.
-	Restarts  int
+	Restarts int
+	// Waiting: the source holds the cluster back (ClusterConfig.Waiting, in Error); it runs
+	// nothing.
+	Waiting   bool
 	Resources []ResourceStatus
 }
 

@@ -99,8 +99,9 @@ func (p *Provider) IndexField(ctx context.Context, obj client.Object, field stri
 	return p.f.IndexField(ctx, obj, field, extract)
 }
 
-// Start engages every cluster of the Registry, and those that join, with aware, and
-// disengages those that leave (their context ends), until ctx ends. It blocks.
+// Start engages every cluster of the Registry, and those that join, with aware, and disengages
+// those that leave (their context ends), until ctx ends. A cluster its source holds back
+// (ClusterStatus.Waiting) is engaged once it starts. It blocks.
 func (p *Provider) Start(ctx context.Context, aware Aware) error {
 	changes, unsubscribe := p.f.reg.Subscribe(64)
 	defer unsubscribe()
@@ -123,7 +124,12 @@ func (p *Provider) Start(ctx context.Context, aware Aware) error {
 
 // sync engages the Registry's clusters that are not engaged, and disengages those that left.
 func (p *Provider) sync(ctx context.Context, aware Aware) error {
-	want := p.f.reg.Clusters()
+	// A cluster its source holds back (a ClusterProfile not healthy yet) runs nothing: it is
+	// engaged once it starts.
+	want := slices.DeleteFunc(p.f.reg.Clusters(), func(name string) bool {
+		cs, _ := p.f.reg.ClusterStatus(name)
+		return cs.Waiting
+	})
 	p.mu.Lock()
 	var gone []*engagement
 	for name, e := range p.engaged {

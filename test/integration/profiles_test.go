@@ -95,11 +95,9 @@ func TestClusterProfiles(t *testing.T) {
 	}
 	defer func() { stopWrites(); writers.Wait() }()
 
-	// m2 and m3 start unhealthy; m2b (fleet-2 again, under another name) is healthy; unknown
-	// offers a provider the file does not name; failing's plugin fails.
-	inv.Set("m2", "False", harness.AccessTo(t, c2, "fleet-tokens"))
-	inv.Set("m3", "False", harness.AccessTo(t, c3, "fleet-tokens"))
-	inv.Set("m2b", "True", harness.AccessTo(t, c2, "fleet-tokens"))
+	// Before the source starts: m2b (fleet-2, under another name) is unhealthy; unknown offers a
+	// provider the file does not name; failing's plugin fails.
+	inv.Set("m2b", "False", harness.AccessTo(t, c2, "fleet-tokens"))
 	inv.Set("unknown", "True", harness.AccessTo(t, c3, "nobody"))
 	inv.Set("failing", "True", harness.AccessTo(t, c3, "broken"))
 
@@ -137,11 +135,44 @@ func TestClusterProfiles(t *testing.T) {
 		cs, _ := reg.ClusterStatus(name)
 		return cs
 	}
-	harness.WaitFor(t, "m2b synced, unknown and failing failed", time.Minute, func() bool {
-		return status("m2b").State == clusterset.Synced && status("unknown").State == clusterset.Failed && status("failing").State == clusterset.Failed
+	// m2b was in the inventory when the source started: it is taken as joined, and served
+	// though unhealthy (a restart keeps serving such a cluster), Degraded until it is healthy.
+	harness.WaitFor(t, "m2b synced but Degraded, unknown and failing failed", time.Minute, func() bool {
+		m := status("m2b")
+		return m.State == clusterset.Degraded && len(m.Resources) == 1 && m.Resources[0].State == clusterset.Synced &&
+			status("unknown").State == clusterset.Failed && status("failing").State == clusterset.Failed
 	})
-	if got := reg.Clusters(); !slices.Equal(got, []string{"failing", "m2b", "unknown"}) {
-		t.Fatalf("clusters %v: m2 and m3 are unhealthy and must wait", got)
+	if e := status("m2b").Error; !strings.Contains(e, "ControlPlaneHealthy is False") {
+		t.Errorf("m2b's error %q: want its condition", e)
+	}
+	inv.Set("m2b", "True", harness.AccessTo(t, c2, "fleet-tokens"))
+	harness.WaitFor(t, "m2b Synced once healthy", 30*time.Second, func() bool { return status("m2b").State == clusterset.Synced })
+	if r := status("m2b").Restarts; r != 0 {
+		t.Errorf("m2b restarted %d times when its health changed", r)
+	}
+
+	// m2 and m3 appear unhealthy while the source runs: they are in the fleet, and wait.
+	inv.Set("m2", "False", harness.AccessTo(t, c2, "fleet-tokens"))
+	inv.Set("m3", "False", harness.AccessTo(t, c3, "fleet-tokens"))
+	harness.WaitFor(t, "m2 and m3 in the fleet", 30*time.Second, func() bool {
+		return slices.Equal(reg.Clusters(), []string{"failing", "m2", "m2b", "m3", "unknown"})
+	})
+	// m2 and m3 have not been healthy: they wait, list nothing, and the Provider leaves them.
+	harness.WaitFor(t, "m2 and m3 waiting", 30*time.Second, func() bool {
+		return status("m2").Resources[0].State == clusterset.NotServed && status("m3").Resources[0].State == clusterset.NotServed
+	})
+	time.Sleep(500 * time.Millisecond) // a Provider sync or two: it must not engage them
+	for _, name := range []string{"m2", "m3"} {
+		s := status(name)
+		if !s.Waiting || s.State != clusterset.Pending || !strings.Contains(s.Error, "waiting for its control plane to be healthy") || s.Resources[0].State != clusterset.NotServed {
+			t.Fatalf("%s, unhealthy since it appeared: %+v", name, s)
+		}
+		if n, _ := agg.Len(name); n != 0 {
+			t.Fatalf("%s, waiting, holds %d objects", name, n)
+		}
+		if _, err := provider.Get(ctx, name); err == nil {
+			t.Fatalf("the Provider engaged %s, which waits", name)
+		}
 	}
 	if e := status("unknown").Error; !strings.Contains(e, `"nobody"`) || !strings.Contains(e, "provider file") {
 		t.Errorf("unknown's error %q: want the provider's name and the provider file", e)

@@ -106,6 +106,12 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 	var planned []string // the plan's clusters that may hold objects of the resource
 	if out.planned {
 		planned = info.plannedFor(sel.Part)
+		if watch {
+			// A watch outlives the resolution: a cluster that does not serve the resource now
+			// may later (a definition installed, a cluster its source held back started), and
+			// its objects then come as events. Its part holds nothing until then.
+			planned = slices.Clone(sel.Part)
+		}
 		if named != nil {
 			// The clusters named that are this part's, no others (each part answers for its own).
 			if named = narrow(named, sel.Part); len(named) == 0 {
