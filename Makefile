@@ -153,6 +153,10 @@ bench-kubectl: tools ## kubectl get pods -A -l SEL through the daemon vs a kubec
 soak: tools ## 10-minute load (1,000 writes/s target, 3 clusters, fast/slow/panicking handlers) and wait for the slow handler
 	MULTICACHE_LOAD_SECONDS=600 MULTICACHE_LOAD_WAIT_SLOW=1 $(GO) test -count=1 -timeout 60m -run TestLoad -v ./test/chaos/ | grep -v '^    fleet.go'
 
+.PHONY: bench-profiles
+bench-profiles: tools ## Measure 50 ClusterProfiles turning healthy at once (to Synced), and the inventory's requests in a steady minute
+	$(GO) test -run '^$$' -bench ClusterProfilesJoin -benchtime 1x -timeout 30m -v ./test/bench/
+
 .PHONY: bench-loader
 bench-loader: tools ## Measure the fleet loader's create rate and where the CPU goes
 	$(GO) test -run '^$$' -bench Seed -benchtime 1x -count 1 -timeout 20m ./test/fleet/
