@@ -1,4 +1,5 @@
-// Package clusterset turns a source of clusters (kubeconfig contexts) into running client-go
+// Package clusterset turns a source of clusters (kubeconfig contexts, cluster Secrets,
+// ClusterProfiles of the Cluster Inventory API) into running client-go
 // stacks, one Reflector → FIFO → Indexer (an informer.Informer: client-go's, with its handlers
 // called on its own goroutine) per cluster × resource, and feeds them into one
 // aggregate.Aggregate per resource.
@@ -10,7 +11,9 @@
 // end and their objects leave the aggregate as deletes) or, when their server or credentials
 // change, restarted: the old stacks stop first, informers included, then the new ones replace
 // them in the aggregates, which tell handlers only what differs. A cluster's runs never
-// overlap, and no change waits for another cluster.
+// overlap, and no change waits for another cluster. A source may hold a cluster back
+// (ClusterConfig.Waiting: engaged, running nothing) or call it unhealthy (ClusterConfig.Health:
+// Degraded, its cache kept) without restarting it.
 //
 // Each stack's first list is either client-go's LIST from the watch cache or its streamed
 // watch-list, chosen per list by its estimated size within a fleet-wide budget (unpaged.go).
@@ -28,7 +31,9 @@
 // on a cluster; credentials never appear in errors or logs.
 //
 // Files: registry.go (Registry and Options), source.go (Source, the kubeconfig source, Multi),
-// secrets.go (the Secret source), runner.go (one cluster's runner: probe, resolve the
+// secrets.go (the Secret source), profiles.go (the ClusterProfile source), profileaccess.go
+// (a profile's access provider and the consumer's provider file, turned into a client config
+// with an exec plugin), runner.go (one cluster's runner: probe, resolve the
 // resources, start and retire its stacks), stack.go (one cluster × resource: reflector,
 // DeltaFIFO, indexer, with its lists), resource.go (ResourceSpec and modes), transform.go (the
 // transform that trims and interns objects), unpaged.go (how first lists are made, and their
