@@ -233,10 +233,22 @@ func TestClusterProfiles(t *testing.T) {
 	}
 	harness.Converge(ctx, t, agg, harness.ConfigMaps, members("m2", "m2b", "m3"), 30*time.Second)
 
-	// m3 deleted: it leaves, handlers see its deletes, and the Provider disengages it.
+	// m3 deleted: it leaves, handlers see its deletes, and the Provider disengages it. m2b
+	// leaves the label selector: it leaves too.
 	m3Keys := harness.InClusters(handler.InClusters(), "m3")
+	m2bKeys := harness.InClusters(handler.InClusters(), "m2b")
 	inv.Delete("m3")
-	harness.WaitFor(t, "m3 left", 30*time.Second, func() bool { return !reg.Running("m3") && len(handler.InClusters("m3")) == 0 })
+	u, err := inv.Client.Get(ctx, "m2b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SetLabels(map[string]string{"x-k8s.io/cluster-manager": "another"})
+	if _, err := inv.Client.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, "m3 and m2b left", 30*time.Second, func() bool {
+		return !reg.Running("m3") && len(handler.InClusters("m3")) == 0 && !reg.Running("m2b") && len(handler.InClusters("m2b")) == 0
+	})
 	harness.WaitFor(t, "the Provider disengages m3", 30*time.Second, func() bool {
 		_, err := provider.Get(ctx, "m3")
 		return err != nil
@@ -248,7 +260,7 @@ func TestClusterProfiles(t *testing.T) {
 	if writes.Load() < 100 {
 		t.Fatalf("only %d writes went through", writes.Load())
 	}
-	final := members("m2", "m2b")
+	final := members("m2")
 	harness.Converge(ctx, t, agg, harness.ConfigMaps, final, 30*time.Second)
 	truth := groundTruthOf(ctx, t, final)
 	harness.WaitFor(t, "the handler's final state is the members'", 30*time.Second, func() bool {
@@ -257,15 +269,16 @@ func TestClusterProfiles(t *testing.T) {
 	if p := handler.Problems(); len(p) > 0 {
 		t.Errorf("handler inconsistencies: %v", p)
 	}
-	// No object was ever deleted on a server: every delete a handler saw is one of m3's.
+	// No object was ever deleted on a server: every delete a handler saw is one of the objects
+	// of m3 or m2b, which left.
 	handler.mu.Lock()
 	for k, n := range handler.deletes {
-		if _, ok := m3Keys[k]; !ok {
+		if !strings.HasPrefix(k, "m3"+aggregate.Separator) && !strings.HasPrefix(k, "m2b"+aggregate.Separator) {
 			t.Errorf("handler told %d× of the deletion of %s, which was never deleted", n, k)
 		}
 	}
 	handler.mu.Unlock()
-	t.Logf("%d writes; %d deletes told, all of m3's %d objects", writes.Load(), len(handler.deletes), len(m3Keys))
+	t.Logf("%d writes; %d deletes told, all of the %d objects of m3 and m2b", writes.Load(), len(handler.deletes), len(m3Keys)+len(m2bKeys))
 }
 
 // groundTruthOf is what the named API servers list of ConfigMaps.
