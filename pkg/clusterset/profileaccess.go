@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -152,8 +153,8 @@ func restConfig(prov *AccessProvider, a *profileAccess) (*rest.Config, error) {
 	case c.InsecureSkipTLSVerify:
 		return nil, fmt.Errorf("%s: not honoured; publish certificate-authority-data instead", field("insecure-skip-tls-verify"))
 	}
-	if u, err := url.Parse(c.Server); err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("%s: %q is not an http(s) URL", field("server"), c.Server)
+	if u, err := url.Parse(c.Server); err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("%s: %q is not an https URL (the plugin's credential must not travel in clear)", field("server"), c.Server)
 	}
 	cfg := &rest.Config{
 		Host:               c.Server,
@@ -215,6 +216,11 @@ func addEnv(exec *clientcmdapi.ExecConfig, raw runtime.RawExtension, policy stri
 	if err := json.Unmarshal(raw.Raw, &vars); err != nil {
 		return fmt.Errorf("not a map of strings: %w", err)
 	}
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		if reservedEnv(name) {
+			return fmt.Errorf("variable %q: a profile may not set it (it would change what the plugin runs, loads or reaches)", name)
+		}
+	}
 	for _, e := range exec.Env {
 		if _, set := vars[e.Name]; !set || policy == EnvAppendIfNotExists {
 			vars[e.Name] = e.Value
@@ -225,6 +231,20 @@ func addEnv(exec *clientcmdapi.ExecConfig, raw runtime.RawExtension, policy stri
 		exec.Env = append(exec.Env, clientcmdapi.ExecEnvVar{Name: name, Value: vars[name]})
 	}
 	return nil
+}
+
+// reservedEnv reports the variables a profile may never give the plugin: client-go hands the
+// plugin the daemon's own environment with the provider's variables after it, so a profile's
+// variable would override the daemon's: the program search path, the dynamic loader's, proxies,
+// and client-go's own channel to the plugin.
+func reservedEnv(name string) bool {
+	u := strings.ToUpper(name)
+	switch {
+	case u == "PATH", u == "KUBERNETES_EXEC_INFO", strings.HasPrefix(u, "LD_"), strings.HasPrefix(u, "DYLD_"),
+		strings.HasSuffix(u, "_PROXY"), u == "SSL_CERT_FILE", u == "SSL_CERT_DIR":
+		return true
+	}
+	return false
 }
 
 // profileAccess is one of a profile's access providers: a name and a kubeconfig Cluster.

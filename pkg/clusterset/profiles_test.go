@@ -245,12 +245,17 @@ func TestProfileAccessRefusesWhatReachesOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]map[string]any{
-		"certificate-authority":    {"server": "https://x:6443", "certificate-authority": "/etc/passwd"},
-		"insecure-skip-tls-verify": {"server": "https://x:6443", "insecure-skip-tls-verify": true},
-		"server":                   {"server": "ftp://x"},
-		"proxy-url":                {"server": "https://x:6443", "proxy-url": "::"},
+	for _, tc := range []struct {
+		field   string
+		cluster map[string]any
+	}{
+		{"certificate-authority", map[string]any{"server": "https://x:6443", "certificate-authority": "/etc/passwd"}},
+		{"insecure-skip-tls-verify", map[string]any{"server": "https://x:6443", "insecure-skip-tls-verify": true}},
+		{"server", map[string]any{"server": "ftp://x"}},
+		{"server", map[string]any{"server": "http://x:6443"}},
+		{"proxy-url", map[string]any{"server": "https://x:6443", "proxy-url": "::"}},
 	} {
+		name, c := tc.field, tc.cluster
 		var p clusterProfile
 		b, _ := json.Marshal(map[string]any{"status": map[string]any{"accessProviders": []any{map[string]any{"name": "tokens", "cluster": c}}}})
 		if err := json.Unmarshal(b, &p); err != nil {
@@ -262,6 +267,43 @@ func TestProfileAccessRefusesWhatReachesOutside(t *testing.T) {
 		}
 		if _, err := restConfig(prov, a); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: error %v, want one naming the field", name, err)
+		}
+	}
+	// Profile-sourced variables: Replace lets the profile's win over the provider's, Ignore
+	// (the default) adds none, and no policy lets a profile set the loader's, the program
+	// search path, proxies or client-go's own variable.
+	envFile := `{"providers": [
+	  {"name": "replace", "profileSourcedEnvVarsPolicy": "Replace", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/p", "env": [{"name": "A", "value": "provider"}]}},
+	  {"name": "ignore", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/p", "env": [{"name": "A", "value": "provider"}]}}]}`
+	pf2, err := ParseProviderFile([]byte(envFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	envOf := func(provider string, vars map[string]any) ([]clientcmdapi.ExecEnvVar, error) {
+		var p clusterProfile
+		b, _ := json.Marshal(map[string]any{"status": map[string]any{"accessProviders": []any{access(provider, "https://x:6443", ext(EnvExtension, vars))}}})
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		prov, a, err := pf2.access(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := restConfig(prov, a)
+		if err != nil {
+			return nil, err
+		}
+		return cfg.ExecProvider.Env, nil
+	}
+	if env, err := envOf("replace", map[string]any{"A": "profile", "B": "profile"}); err != nil || !reflect.DeepEqual(env, []clientcmdapi.ExecEnvVar{{Name: "A", Value: "profile"}, {Name: "B", Value: "profile"}}) {
+		t.Errorf("Replace: %v, %v", env, err)
+	}
+	if env, err := envOf("ignore", map[string]any{"A": "profile", "B": "profile"}); err != nil || !reflect.DeepEqual(env, []clientcmdapi.ExecEnvVar{{Name: "A", Value: "provider"}}) {
+		t.Errorf("Ignore: %v, %v", env, err)
+	}
+	for _, name := range []string{"LD_PRELOAD", "PATH", "https_proxy", "KUBERNETES_EXEC_INFO"} {
+		if _, err := envOf("replace", map[string]any{name: "x"}); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("a profile setting %s: error %v, want one naming it", name, err)
 		}
 	}
 	// A profile's health without the condition: it waits.

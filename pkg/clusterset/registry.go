@@ -240,14 +240,16 @@ func (r *Registry) reload(ctx context.Context) {
 	}
 	for _, c := range cfgs {
 		old := r.clusters[c.Name]
-		if old != nil && old.cfg.Fingerprint == c.Fingerprint && old.cfg.Waiting == c.Waiting {
-			old.setHealth(c.Health)
+		if old != nil && old.cfg.Fingerprint == c.Fingerprint && (old.cfg.Waiting == "") == (c.Waiting == "") {
+			old.setSource(c.Health, c.Waiting)
 			continue
 		}
 		prev := old
 		switch {
 		case old != nil && old.cfg.Waiting != "" && c.Waiting == "":
 			r.log.Info("starting cluster: its source no longer holds it back", zap.String("cluster", c.Name))
+		case old != nil && old.cfg.Waiting == "" && c.Waiting != "":
+			r.log.Info("stopping cluster: its source holds it back", zap.String("cluster", c.Name), zap.String("why", c.Waiting))
 		case old != nil:
 			r.log.Info("restarting cluster: server or credentials changed", zap.String("cluster", c.Name))
 		}

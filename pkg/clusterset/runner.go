@@ -34,11 +34,12 @@ type runner struct {
 	retired chan struct{}   // closed when retire has finished: stopped and, if removed, left
 	after   <-chan struct{} // the cluster's previous runner's retired, or nil: run and retire wait for it
 
-	mu     sync.Mutex
-	stacks []*stack // in Options.Resources order
-	err    string   // cluster-level error (discovery)
-	state  State
-	health string // the source's word that the cluster is unhealthy (ClusterConfig.Health)
+	mu      sync.Mutex
+	stacks  []*stack // in Options.Resources order
+	err     string   // cluster-level error (discovery)
+	state   State
+	health  string // the source's word that the cluster is unhealthy (ClusterConfig.Health)
+	waiting string // why the source holds the cluster back (ClusterConfig.Waiting); "" once not
 
 	restarts int // set before run, read-only after
 }
@@ -48,7 +49,7 @@ type runner struct {
 func newRunner(parent context.Context, reg *Registry, cfg ClusterConfig, prev *runner) *runner {
 	ctx, cancel := context.WithCancel(parent)
 	r := &runner{reg: reg, cfg: cfg, log: reg.log.With(zap.String("cluster", cfg.Name)), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), retired: make(chan struct{}), state: Pending, health: cfg.Health}
+		done: make(chan struct{}), retired: make(chan struct{}), state: Pending, health: cfg.Health, waiting: cfg.Waiting}
 	if prev != nil {
 		r.after = prev.retired
 	}
@@ -140,7 +141,7 @@ func (r *runner) run() {
 		// (a profile deleted and created again) stays.
 		for _, s := range r.stacks {
 			r.leaveStale(s)
-			s.set(NotServed, r.cfg.Waiting)
+			s.set(NotServed, "held back by its source")
 		}
 		return
 	}
@@ -394,31 +395,35 @@ func (r *runner) setState(st State, errText string) {
 	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from, To: st, Error: errText})
 }
 
-// setHealth records the source's word on the cluster's health and tells subscribers when it
-// changes: the cluster turns Degraded with it (or back), its stacks untouched.
-func (r *runner) setHealth(health string) {
+// setSource records what the source says of the cluster's health, and why it holds it back
+// (the words only: whether it does is fixed for a runner), and tells subscribers when the
+// cluster's state changes with it: it turns Degraded with an unhealthy word, or back.
+func (r *runner) setSource(health, waiting string) {
 	r.mu.Lock()
-	same := r.health == health
+	wasHealth, same := r.health, r.health == health && r.waiting == waiting
 	r.mu.Unlock()
 	if same {
 		return
 	}
-	from := r.status().State
+	from := r.status()
 	r.mu.Lock()
-	r.health = health
+	r.health, r.waiting = health, waiting
 	r.mu.Unlock()
-	if health == "" {
+	to := r.status()
+	switch {
+	case health == wasHealth:
+	case health == "":
 		r.log.Info("cluster healthy again, as its source reports")
-	} else {
+	default:
 		r.log.Warn("cluster unhealthy, as its source reports; its cache is kept", zap.String("health", health))
 	}
-	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from, To: r.status().State, Error: health})
+	r.reg.board.publish(StatusChange{Cluster: r.cfg.Name, From: from.State, To: to.State, Error: to.Error})
 }
 
 func (r *runner) status() ClusterStatus {
 	r.mu.Lock()
 	cs := ClusterStatus{Name: r.cfg.Name, Origin: r.cfg.Origin, Error: r.err, Restarts: r.restarts}
-	health := r.health
+	health, waiting := r.health, r.waiting
 	stacks := r.stacks
 	r.mu.Unlock()
 	worst := Synced
@@ -437,8 +442,8 @@ func (r *runner) status() ClusterStatus {
 		}
 	}
 	cs.State = worst
-	if r.cfg.Waiting != "" {
-		cs.State, cs.Error, cs.Waiting = Pending, r.cfg.Waiting, true
+	if waiting != "" {
+		cs.State, cs.Error, cs.Waiting = Pending, waiting, true
 		return cs
 	}
 	if cs.Error == "" && len(errs) > 0 {

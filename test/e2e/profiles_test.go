@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,9 +17,10 @@ import (
 
 // TestClusterProfileReplicas: two sharded replicas read their fleet from a ClusterProfile
 // inventory in the management cluster (fleet-1), reaching the members through an exec plugin,
-// while ConfigMaps are written in every member. A profile that appears unhealthy waits, owned
-// but listing nothing, and joins once healthy; one that turns unhealthy stays served, through
-// a rolling restart of the replicas too. Every answer, and a client-go reflector on
+// while ConfigMaps are written in every member. The replicas sync one cluster at a time
+// (--max-warmups 1). A member that turns unhealthy stays served, through a rolling restart of
+// the replicas. Profiles that appear unhealthy wait, owned but listing nothing and taking no
+// warm-up slot; one of them joins once healthy. Every answer, and a client-go reflector on
 // each replica (which lists again on 410), ends equal to what the members' API servers list,
 // and no reflector is told of the deletion of an object that was never deleted.
 func TestClusterProfileReplicas(t *testing.T) {
@@ -37,7 +39,7 @@ func TestClusterProfileReplicas(t *testing.T) {
 	// r1 takes the inventory from flags (the management cluster's kubeconfig); r2 from its config
 	// file, with a kubeconfig of the inventory's own. The file is the replicas' TLS config
 	// (peerPKI's) with the inventory added.
-	r1 := e.start("r1")
+	r1 := e.start("r1", "--max-warmups", "1")
 	tlsCfg, err := os.ReadFile(e.tls.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -49,73 +51,63 @@ func TestClusterProfileReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.source, e.tls.cfg = []string{}, cfgFile
-	r2 := e.start("r2")
+	r2 := e.start("r2", "--max-warmups", "1")
 	rs := []replica{r1, r2}
 	fos := []*follower{e.follow(r1), e.follow(r2)}
-	// The late profile appears, unhealthy, while the replicas run.
-	inv.Set(late, "False", harness.AccessTo(t, mustCluster(t, env, late), "fleet-tokens"))
-	// Every profile is in the fleet, owned by one replica (the replicas agree on the fleet);
-	// the late one waits: Pending at both, listing nothing.
-	e.members = all
-	harness.WaitFor(t, "two replicas over the inventory, "+late+" waiting", 2*time.Minute, func() bool {
-		h, renewed, err := e.fences(e.ctx)
-		if err != nil || len(unowned(all, h, renewed, nil)) > 0 {
-			return false
-		}
-		for _, r := range rs {
-			var cl api.Clusters
-			if e.get(r, api.ClustersPath, &cl) != nil || len(cl.Clusters) != len(all) {
-				return false
-			}
-			for _, c := range cl.Clusters {
-				want := "Synced"
-				if c.Name == late {
-					want = "Pending"
-					if !strings.Contains(c.Error, "waiting for its control plane to be healthy") {
-						return false
-					}
-				}
-				if c.State != want || c.Owner != h[c.Name] {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	e.members = all[:len(all)-1] // the truth: the late member's objects are not served yet
-	e.equalTruth("before "+late+" is healthy", rs, time.Minute)
+	want := map[string]string{}
+	for _, m := range all[:len(all)-1] {
+		want[m] = "Synced"
+	}
+	e.members = all[:len(all)-1]
+	e.clustersAre("two replicas over the inventory", rs, nil, want)
+	e.equalTruth("two replicas over the inventory", rs, time.Minute)
 
 	// From here on, writes in every member, the late one too; answers are compared with the
 	// API servers once they stop.
 	e.members = all
 	w := e.writeOps(10, true)
-	// The late profile turns healthy: it joins, at one owner, under the writes.
-	inv.Set(late, "True", harness.AccessTo(t, mustCluster(t, env, late), "fleet-tokens"))
-	owners := e.settled(late+" joined", rs, nil, 2*time.Minute)
-	t.Logf("owners %v", owners)
 
 	// A member turns unhealthy: every replica reports it Degraded with the profile's condition,
 	// and it is still served.
 	sick := all[0]
 	inv.Set(sick, "False", harness.AccessTo(t, mustCluster(t, env, sick), "fleet-tokens"))
-	e.servedDegraded(sick+" unhealthy", sick, rs, nil)
+	want[sick] = "Degraded"
+	e.clustersAre(sick+" unhealthy", rs, nil, want)
 
 	// A rolling restart while it is unhealthy: each replica in turn stops (its clusters move to
 	// the other) and starts again. A replica that finds the profile unhealthy when it starts
-	// takes it as joined: the cluster stays served throughout.
+	// takes it as joined: the cluster stays served throughout. Had its objects left an answer
+	// meanwhile, the reflectors (which follow through the restarts, listing again when a
+	// replica is gone) would have been told of their deletion: checked at the end.
 	for i, r := range rs {
 		addr := strings.TrimPrefix(r.d.URL, "https://")
 		if err := r.d.Stop(t); err != nil {
 			t.Fatalf("stop %s: %v", r.id, err)
 		}
 		others := slices.Delete(slices.Clone(rs), i, i+1)
-		e.servedDegraded(r.id+" stopped", sick, others, map[string]bool{r.id: true})
-		rs[i] = e.startAt(r.id, addr)
-		e.servedDegraded(r.id+" back", sick, rs, nil)
+		e.clustersAre(r.id+" stopped", others, map[string]bool{r.id: true}, want)
+		rs[i] = e.startAt(r.id, addr, "--max-warmups", "1")
+		e.clustersAre(r.id+" back", rs, nil, want)
 	}
-	// Had the unhealthy cluster's objects left an answer meanwhile, the reflectors (which
-	// follow through the restarts, listing again when a replica is gone) would have been told
-	// of their deletion: checked below, with the final state, once the writes stop.
+
+	// The late profile and five that stay unhealthy ("never-0" … "never-4", aliases of a
+	// member) appear while the replicas run. Every profile is in the fleet, owned by one
+	// replica (the replicas agree on the fleet); these wait, Pending at both replicas, listing
+	// nothing.
+	inv.Set(late, "False", harness.AccessTo(t, mustCluster(t, env, late), "fleet-tokens"))
+	want[late] = "Pending"
+	for i := range 5 {
+		name := fmt.Sprintf("never-%d", i)
+		inv.Set(name, "False", harness.AccessTo(t, mustCluster(t, env, all[1]), "fleet-tokens"))
+		want[name] = "Pending"
+	}
+	owners := e.clustersAre(late+" and the never-* waiting", rs, nil, want)
+	t.Logf("owners %v", owners)
+	// The late profile turns healthy: it joins under the writes, though each replica holds
+	// some of the never-* (with one warm-up slot each: a waiting cluster takes none).
+	inv.Set(late, "True", harness.AccessTo(t, mustCluster(t, env, late), "fleet-tokens"))
+	want[late] = "Synced"
+	e.clustersAre(late+" joined", rs, nil, want)
 
 	// Writes run for a while after the restart too.
 	harness.WaitFor(t, "300 writes", time.Minute, func() bool { return w.writes.Load() >= 300 })
@@ -130,36 +122,44 @@ func TestClusterProfileReplicas(t *testing.T) {
 	t.Logf("%d writes (%d failed)", w.writes.Load(), w.errs.Load())
 }
 
-// servedDegraded waits until every member is owned by a live replica and every replica of rs
-// reports every member at its owner: sick Degraded with its profile's condition, the others
-// Synced.
-func (e *scaleEnv) servedDegraded(what, sick string, rs []replica, dead map[string]bool) {
+// clustersAre waits until every cluster of want is owned by a live replica and every replica
+// of rs reports exactly want's clusters, each in its state at its owner: a Pending one waiting
+// for its control plane, a Degraded one with its profile's condition. It returns the owners.
+func (e *scaleEnv) clustersAre(what string, rs []replica, dead map[string]bool, want map[string]string) map[string]string {
 	e.t.Helper()
-	harness.WaitFor(e.t, what+": "+sick+" served, Degraded", 2*time.Minute, func() bool {
+	names := slices.Sorted(maps.Keys(want))
+	var owners map[string]string
+	harness.WaitFor(e.t, what, 2*time.Minute, func() bool {
 		h, renewed, err := e.fences(e.ctx)
-		if err != nil || len(unowned(e.members, h, renewed, dead)) > 0 {
+		if err != nil || len(unowned(names, h, renewed, dead)) > 0 {
 			return false
 		}
 		for _, r := range rs {
 			var cl api.Clusters
-			if e.get(r, api.ClustersPath, &cl) != nil || len(cl.Clusters) != len(e.members) {
+			if e.get(r, api.ClustersPath, &cl) != nil || len(cl.Clusters) != len(want) {
 				return false
 			}
 			for _, c := range cl.Clusters {
-				want := "Synced"
-				if c.Name == sick {
-					want = "Degraded"
+				state, ok := want[c.Name]
+				if !ok || c.State != state || c.Owner != h[c.Name] {
+					return false
+				}
+				switch state {
+				case "Pending":
+					if !strings.Contains(c.Error, "waiting for its control plane to be healthy") {
+						return false
+					}
+				case "Degraded":
 					if !strings.Contains(c.Error, "ControlPlaneHealthy is False") {
 						return false
 					}
 				}
-				if c.State != want || c.Owner != h[c.Name] {
-					return false
-				}
 			}
 		}
+		owners = h
 		return true
 	})
+	return owners
 }
 
 func mustCluster(t *testing.T, env *harness.Env, name string) *fleet.Cluster {

@@ -159,10 +159,11 @@ func (d *Daemon) serverOptions(mgmt kubernetes.Interface, trust *peer.Trust) (se
 	sopts := cfg.ServerOptions()
 	sopts.Registry, sopts.Logger, sopts.Metrics = d.reg, d.log, d.metrics
 	if d.coord != nil {
-		// Running includes stacks still stopping: a fence moves only once none is left.
+		// Running includes stacks still stopping: a fence moves only once none is left. A
+		// cluster its source holds back (Waiting) has nothing to sync: it takes no warm-up slot.
 		d.coord.SetLocal(func(cluster string) (bool, bool) {
 			cs, ok := d.reg.ClusterStatus(cluster)
-			return d.reg.Running(cluster), ok && cs.State != clusterset.Pending && cs.State != clusterset.Syncing
+			return d.reg.Running(cluster), ok && (cs.Waiting || cs.State != clusterset.Pending && cs.State != clusterset.Syncing)
 		})
 		sopts.Fleet, sopts.PeerTrust = d.coord, trust
 		if cfg.Sharding.PeerTimeout.Duration > 0 {
