@@ -410,9 +410,9 @@ func (r *runner) setSource(health, waiting string) {
 	r.health, r.waiting = health, waiting
 	r.mu.Unlock()
 	to := r.status()
-	switch {
-	case health == wasHealth:
-	case health == "":
+	switch health {
+	case wasHealth:
+	case "":
 		r.log.Info("cluster healthy again, as its source reports")
 	default:
 		r.log.Warn("cluster unhealthy, as its source reports; its cache is kept", zap.String("health", health))
