@@ -190,6 +190,37 @@ func TestClusterProfilesSource(t *testing.T) {
 	if got["beta"].Health != "" || got["delta"].Fingerprint != deltaFP || got["beta"].Config.Host != "https://beta-moved:6443" {
 		t.Fatalf("after beta's server moved: beta %+v, delta's fingerprint %s (was %s)", got["beta"], got["delta"].Fingerprint, deltaFP)
 	}
+	// So do a changed CA, proxy or extension; a changed condition message does not.
+	movedFP := got["beta"].Fingerprint
+	for _, change := range []struct {
+		what string
+		p    *unstructured.Unstructured
+	}{
+		{"CA", func() *unstructured.Unstructured {
+			a := access("tokens", "https://beta-moved:6443")
+			a["cluster"].(map[string]any)["certificate-authority-data"] = "Q0Ey" // "CA2"
+			return profile("beta", "u5", "True", a)
+		}()},
+		{"proxy", func() *unstructured.Unstructured {
+			a := access("tokens", "https://beta-moved:6443")
+			a["cluster"].(map[string]any)["proxy-url"] = "http://proxy:3128"
+			return profile("beta", "u5", "True", a)
+		}()},
+		{"extension", profile("beta", "u5", "True", access("tokens", "https://beta-moved:6443", ext(ExecExtension, map[string]any{"cluster": "other"})))},
+	} {
+		update(change.p)
+		got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Fingerprint != movedFP })
+		if got["delta"].Fingerprint != deltaFP {
+			t.Fatalf("beta's %s changed delta's fingerprint", change.what)
+		}
+		movedFP = got["beta"].Fingerprint
+	}
+	same := profile("beta", "u5", "True", access("tokens", "https://beta-moved:6443", ext(ExecExtension, map[string]any{"cluster": "other"})))
+	same.Object["status"].(map[string]any)["conditions"].([]any)[0].(map[string]any)["message"] = "probed again"
+	update(same)
+	if fp := load()["beta"].Fingerprint; fp != movedFP {
+		t.Fatalf("a new condition message changed beta's fingerprint")
+	}
 
 	// The provider file changes: a change is signalled, and delta, whose provider's plugin
 	// changed, gets a new fingerprint.
