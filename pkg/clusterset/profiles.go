@@ -162,10 +162,9 @@ func (s *ClusterProfiles) Start(ctx context.Context, timeout time.Duration) erro
 }
 
 // Load returns one cluster per profile, sorted by name: Waiting until it is started (see
-// ClusterProfiles). A profile whose
-// cluster cannot be reached as it says (no provider the file names, a bad server) yields its
-// cluster with Err set; the others are unaffected. A provider file that cannot be read makes
-// the load fail: the clusters running stay as they are.
+// ClusterProfiles). A profile whose cluster cannot be reached as it says (no provider the file
+// names, a bad server) yields its cluster with Err set; the others are unaffected. A provider
+// file that cannot be read makes the load fail: the clusters running stay as they are.
 func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
 	pf, err := LoadProviderFile(s.opts.ProviderFile)
 	if err != nil {
