@@ -82,9 +82,10 @@ type ClusterProfiles struct {
 	start    func(<-chan struct{})
 	changes  chan struct{}
 
-	mu     sync.Mutex
-	joined map[string]types.UID // profiles started: seen healthy, or present at the first load
-	loaded bool                 // the first load is done
+	mu       sync.Mutex
+	joined   map[string]types.UID // profiles started: seen healthy, or present at the first load
+	loaded   bool                 // the first load is done
+	badNames map[string]bool      // profiles whose name cannot name a cluster, logged once
 }
 
 // NewClusterProfiles validates opts, reads the provider file and prepares the informer;
@@ -117,7 +118,7 @@ func NewClusterProfiles(opts ClusterProfilesOptions) (*ClusterProfiles, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s := &ClusterProfiles{opts: opts, changes: make(chan struct{}, 1), joined: map[string]types.UID{}}
+	s := &ClusterProfiles{opts: opts, changes: make(chan struct{}, 1), joined: map[string]types.UID{}, badNames: map[string]bool{}}
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(opts.Client, 0, opts.Namespace, func(o *metav1.ListOptions) {
 		o.LabelSelector = opts.LabelSelector
 	})
@@ -184,7 +185,10 @@ func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
 		present[name] = true
 		origin := fmt.Sprintf("ClusterProfile %s/%s", u.GetNamespace(), name)
 		if err := aggregate.ValidateClusterName(name); err != nil {
-			s.opts.Logger.Warn("ClusterProfile skipped: its name cannot name a cluster", zap.String("profile", origin), zap.Error(err))
+			if !s.badNames[name] {
+				s.badNames[name] = true
+				s.opts.Logger.Warn("ClusterProfile skipped: its name cannot name a cluster", zap.String("profile", origin), zap.Error(err))
+			}
 			continue
 		}
 		var p clusterProfile
@@ -229,6 +233,11 @@ func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
 	for name := range s.joined {
 		if !present[name] {
 			delete(s.joined, name)
+		}
+	}
+	for name := range s.badNames {
+		if !present[name] {
+			delete(s.badNames, name)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
