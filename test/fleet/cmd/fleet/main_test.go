@@ -93,13 +93,17 @@ func TestCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids = f.PIDs()
+	started := map[int]string{}
+	for _, pid := range pids {
+		started[pid] = procStart(pid)
+	}
 	run(true, "down")
 	for _, pid := range pids {
-		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); err == nil {
-			b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-			if !strings.Contains(string(b), ") Z ") {
-				t.Errorf("pid %d alive after down", pid)
-			}
+		// Alive: the same process (its start time, so that a PID reused by another test's
+		// process since does not count), and not a zombie.
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err == nil && procStart(pid) == started[pid] && !strings.Contains(string(b), ") Z ") {
+			t.Errorf("pid %d alive after down", pid)
 		}
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -108,4 +112,23 @@ func TestCLI(t *testing.T) {
 	if out := run(false, "down"); !strings.Contains(out, "no fleet") {
 		t.Errorf("second down: %q", out)
 	}
+}
+
+// procStart is a process's start time in clock ticks since boot (field 22 of /proc/PID/stat),
+// "" when it cannot be read. With the PID, it names one process: PIDs are reused.
+func procStart(pid int) string {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return ""
+	}
+	// The command name, in parentheses, may hold spaces: count fields after its last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return ""
+	}
+	fields := strings.Fields(string(b)[i+1:])
+	if len(fields) < 20 {
+		return ""
+	}
+	return fields[19] // field 22 overall: state is field 3, the first after ')'
 }
