@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -131,6 +132,6 @@ func BenchmarkAssignAtWidth(b *testing.B) {
 	b.StopTimer()
 	_, events := widthEvents(clusters, replicas)
 	for _, e := range events {
-		b.ReportMetric(float64(e.moved)/e.share, "moved/share:"+e.name[:min(len(e.name), 20)])
+		b.ReportMetric(float64(e.moved)/e.share, "moved/share:"+strings.ReplaceAll(e.name[:min(len(e.name), 20)], " ", "_"))
 	}
 }
