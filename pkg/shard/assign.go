@@ -108,8 +108,9 @@ func (a *assignment) same(members []member, clusters []string, held map[string]s
 	return slices.Equal(a.names, normNames(clusters))
 }
 
-// assign computes the assignment of clusters over members. It sorts N × R (cluster, member)
-// pairs: call it once per change of either set, not per cluster.
+// assign computes the assignment of clusters over members. It scores N × R (cluster, member)
+// pairs: call it once per change of either set, not per cluster (loopState.assignmentFor keeps
+// the scores while only the holders change).
 //
 // held (cluster → the replica that holds its fence now; nil for none) makes it sticky: a
 // cluster whose holder is a member stays with it while the holder is within its capacity,
@@ -119,66 +120,196 @@ func (a *assignment) same(members []member, clusters []string, held map[string]s
 // joins takes clusters only from members over their new capacity, and clusters never move
 // merely to reach their rendezvous favourite. Replicas agree when they see the same fences.
 func assign(members []member, clusters []string, held map[string]string) *assignment {
-	ms, names := normMembers(members), normNames(clusters)
+	return newScores(normMembers(members), normNames(clusters)).assign(held)
+}
+
+// scores are the rendezvous scores of every (cluster, member) pair of one set of members and
+// one set of clusters, and each cluster's members in descending score order: what every
+// assignment over those sets starts from, whatever the holders. Hashing the pairs is most of
+// an assignment's cost (10,000 clusters × 30 members: 300,000 SHA-256 sums); the holders
+// change with every fence write, the sets rarely.
+type scores struct {
+	members []member // normalized (normMembers)
+	names   []string // normalized (normNames)
+	score   []float64
+	// order holds, for cluster c, member indexes at c*len(members) onwards, by descending
+	// score, ties to the smaller index (the smaller ID).
+	order []int32
+}
+
+func newScores(ms []member, names []string) *scores {
+	s := &scores{members: ms, names: names}
+	r := len(ms)
+	s.score = make([]float64, len(names)*r)
+	s.order = make([]int32, len(names)*r)
+	for c, name := range names {
+		row, ord := s.score[c*r:(c+1)*r], s.order[c*r:(c+1)*r]
+		for m, mb := range ms {
+			row[m] = score(mb.id, name, mb.weight)
+			ord[m] = int32(m)
+		}
+		slices.SortFunc(ord, func(x, y int32) int {
+			if row[x] != row[y] {
+				return cmp.Compare(row[y], row[x]) // descending
+			}
+			return cmp.Compare(x, y)
+		})
+	}
+	return s
+}
+
+// over reports whether s scores exactly these normalized members and names.
+func (s *scores) over(ms []member, names []string) bool {
+	return s != nil && slices.Equal(s.members, ms) && slices.Equal(s.names, names)
+}
+
+// before is the order in which assign takes (cluster, member) pairs: descending score, then
+// smaller member index, then smaller cluster index. It is a total order.
+func (s *scores) before(c1, m1, c2, m2 int32) bool {
+	r := int32(len(s.members))
+	x, y := s.score[c1*r+m1], s.score[c2*r+m2]
+	if x != y {
+		return x > y
+	}
+	if m1 != m2 {
+		return m1 < m2
+	}
+	return c1 < c2
+}
+
+// assign is the assignment over s's sets with these holders. Conceptually every
+// (cluster, member) pair is taken in one order, the holders' pairs first and each part in
+// before's order, and a cluster goes to the member of the first pair that finds the cluster
+// unowned and the member below its capacity. The holders' pairs (at most one per cluster) are
+// sorted; the rest are merged from each cluster's own sorted list, a heap holding each unowned
+// cluster's best pair not yet taken: O(N log N) once scored, not O(N R log(N R)).
+func (s *scores) assign(held map[string]string) *assignment {
+	ms, names := s.members, s.names
 	a := &assignment{members: ms, names: names, held: maps.Clone(held), owners: make(map[string]string, len(names))}
 	if len(ms) == 0 || len(names) == 0 {
 		return a
 	}
+	r := len(ms)
 	total := 0
-	for _, m := range ms {
+	index := make(map[string]int32, r)
+	for i, m := range ms {
 		total += m.weight
+		index[m.id] = int32(i)
 	}
-	room := make([]int, len(ms))
+	room := make([]int, r)
 	for i, m := range ms {
 		room[i] = capacity(len(names), m.weight, total)
 	}
-	type pair struct {
-		score  float64
-		m, c   int32 // indexes into ms and names: their order is ID and name order
-		sticky bool  // m holds c now
-	}
-	pairs := make([]pair, 0, len(ms)*len(names))
-	for c, name := range names {
-		h := held[name]
-		for m, mb := range ms {
-			pairs = append(pairs, pair{score(mb.id, name, mb.weight), int32(m), int32(c), h == mb.id})
-		}
-	}
-	slices.SortFunc(pairs, func(x, y pair) int {
-		if x.sticky != y.sticky {
-			if x.sticky {
-				return -1 // holders keep what they hold first
-			}
-			return 1
-		}
-		if x.score != y.score {
-			return cmp.Compare(y.score, x.score) // descending
-		}
-		if x.m != y.m {
-			return cmp.Compare(x.m, y.m)
-		}
-		return cmp.Compare(x.c, y.c)
-	})
 	owner := make([]int32, len(names))
-	for i := range owner {
-		owner[i] = -1
-	}
-	left := len(names)
-	for _, p := range pairs {
-		if left == 0 {
-			break
+	holder := make([]int32, len(names)) // the holder's member index, -1 if not a member
+	type pair struct{ c, m int32 }
+	var sticky []pair
+	for c, name := range names {
+		owner[c], holder[c] = -1, -1
+		if m, ok := index[held[name]]; ok && held[name] != "" {
+			holder[c] = m
+			sticky = append(sticky, pair{int32(c), m})
 		}
-		if owner[p.c] >= 0 || room[p.m] == 0 {
+	}
+	slices.SortFunc(sticky, func(x, y pair) int {
+		if s.before(x.c, x.m, y.c, y.m) {
+			return -1
+		}
+		return 1 // pairs are distinct: never equal
+	})
+	left := len(names)
+	for _, p := range sticky {
+		if room[p.m] > 0 {
+			owner[p.c] = p.m
+			room[p.m]--
+			left--
+		}
+	}
+
+	// The rest: each unowned cluster's pairs in its own order, its holder's pair skipped (taken
+	// or refused above; a full member stays full).
+	next := make([]int, len(names)) // position in the cluster's order of its next pair
+	advance := func(c int32) bool {
+		ord := s.order[int(c)*r : (int(c)+1)*r]
+		for next[c] < r && ord[next[c]] == holder[c] {
+			next[c]++
+		}
+		return next[c] < r
+	}
+	head := func(c int32) int32 { return s.order[int(c)*r+next[c]] }
+	h := &pairHeap{less: func(x, y int32) bool { return s.before(x, head(x), y, head(y)) }}
+	for c := range names {
+		if owner[c] < 0 && advance(int32(c)) {
+			h.items = append(h.items, int32(c))
+		}
+	}
+	h.init()
+	for left > 0 && len(h.items) > 0 {
+		c := h.items[0]
+		m := head(c)
+		if room[m] > 0 {
+			owner[c] = m
+			room[m]--
+			left--
+			h.pop()
 			continue
 		}
-		owner[p.c] = p.m
-		room[p.m]--
-		left--
+		next[c]++
+		if advance(c) {
+			h.fix0()
+		} else {
+			h.pop() // cannot happen: capacities sum to at least the clusters left
+		}
 	}
 	for c, m := range owner {
-		a.owners[names[c]] = ms[m].id // m ≥ 0: the capacities sum to at least len(names)
+		if m >= 0 {
+			a.owners[names[c]] = ms[m].id
+		}
 	}
 	return a
+}
+
+// pairHeap is a binary min-heap of cluster indexes under less.
+type pairHeap struct {
+	items []int32
+	less  func(x, y int32) bool
+}
+
+func (h *pairHeap) init() {
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+// fix0 restores the heap after the first item's key grew.
+func (h *pairHeap) fix0() { h.down(0) }
+
+func (h *pairHeap) pop() {
+	n := len(h.items) - 1
+	h.items[0] = h.items[n]
+	h.items = h.items[:n]
+	if n > 0 {
+		h.down(0)
+	}
+}
+
+func (h *pairHeap) down(i int) {
+	n := len(h.items)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && h.less(h.items[r], h.items[l]) {
+			j = r
+		}
+		if !h.less(h.items[j], h.items[i]) {
+			return
+		}
+		h.items[i], h.items[j] = h.items[j], h.items[i]
+		i = j
+	}
 }
 
 // normMembers is members sorted by ID, one per ID (the largest weight when an ID repeats),
@@ -238,9 +369,15 @@ func strictlySorted(names []string) bool {
 // assignmentFor is the assignment of names over members, the last one again when both sets
 // are unchanged: a reconcile pass runs up to ten times a second while it waits on Local, and
 // the members and the fleet rarely change between passes.
+// The scores are kept while the members and the fleet stay the same, so that a change of
+// holders alone costs no hashing.
 func (st *loopState) assignmentFor(members []member, names []string, held map[string]string) *assignment {
 	if !st.assigned.same(members, names, held) {
-		st.assigned = assign(members, names, held)
+		ms, ns := normMembers(members), normNames(names)
+		if !st.scores.over(ms, ns) {
+			st.scores = newScores(ms, ns)
+		}
+		st.assigned = st.scores.assign(held)
 	}
 	return st.assigned
 }

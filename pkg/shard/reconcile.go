@@ -44,6 +44,7 @@ type loopState struct {
 	wasLive   bool                    // selfLive at the last reconcile
 	stopping  bool                    // Run's context ended: offer nothing, take nothing
 	assigned  *assignment             // the last assignment computed, reused while its inputs hold
+	scores    *scores                 // the last assignment's scores, reused while its sets hold
 	arrived   map[string]arrival      // fences that came to us from another holder, from whom and when
 }
 
