@@ -54,7 +54,12 @@ func newObserver(clk clock.PassiveClock, ttl time.Duration, self string, poke fu
 	return &observer{clock: clk, ttl: ttl, self: self, poke: poke, peers: map[string]*peerObs{}}
 }
 
-// handler is what the Lease informer calls. Every event wakes the reconcile loop.
+// handler is what the Lease informer calls. Every event wakes the reconcile loop but one: a
+// live peer's renewal that changes nothing else (its URL, weight and leaving mark stay). A
+// reconcile is O(fleet), and peers renew every LeaseDuration/3, so waking on each renewal
+// would cost every replica peers×3 full passes per LeaseDuration; the loop runs at least every
+// LeaseDuration/6 anyway, and a peer's expiry (seen + LeaseDuration) is then always farther
+// than that.
 func (o *observer) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { o.saw(obj) },
@@ -64,10 +69,17 @@ func (o *observer) handler() cache.ResourceEventHandler {
 }
 
 func (o *observer) saw(obj any) {
-	defer o.poke()
+	if !o.record(obj) {
+		o.poke()
+	}
+}
+
+// record notes a Lease as delivered now and reports whether it was only a live peer's
+// renewal, which changes no reconcile's outcome.
+func (o *observer) record(obj any) (renewalOnly bool) {
 	l, ok := obj.(*coordv1.Lease)
 	if !ok || leaseKind(l) != kindPeer {
-		return
+		return false
 	}
 	id := peerID(l)
 	now := o.clock.Now()
@@ -75,12 +87,13 @@ func (o *observer) saw(obj any) {
 	defer o.mu.Unlock()
 	if id == o.self {
 		o.selfRV = l.ResourceVersion
-		return
+		return false
 	}
 	var renew time.Time
 	if l.Spec.RenewTime != nil {
 		renew = l.Spec.RenewTime.Time
 	}
+	url, weight, leaving := l.Annotations[annoURL], peerWeight(l), l.Annotations[annoLeaving] == "true"
 	p := o.peers[id]
 	switch {
 	case p == nil:
@@ -88,13 +101,15 @@ func (o *observer) saw(obj any) {
 		p = &peerObs{seen: now, since: now}
 		o.peers[id] = p
 	case p.rv != l.ResourceVersion || !p.renew.Equal(renew):
+		renewalOnly = now.Sub(p.seen) < o.ttl && p.url == url && p.weight == weight && p.leaving == leaving
 		if now.Sub(p.seen) >= o.ttl {
 			p.since = now // it was dead in between: its live run starts again
 		}
 		p.seen = now
 	}
 	p.rv, p.renew = l.ResourceVersion, renew
-	p.url, p.weight, p.leaving = l.Annotations[annoURL], peerWeight(l), l.Annotations[annoLeaving] == "true"
+	p.url, p.weight, p.leaving = url, weight, leaving
+	return renewalOnly
 }
 
 func (o *observer) gone(obj any) {

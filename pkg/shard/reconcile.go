@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 
@@ -478,12 +479,16 @@ func (c *Coordinator) handoffTarget(cluster string, own *assignment, peers map[s
 // fences that came to it.
 func (c *Coordinator) logHolders(st *loopState, holders map[string]string) {
 	self := c.opts.Identity
-	for _, name := range sortedKeys(holders) {
-		to := holders[name]
-		from, known := st.holders[name]
-		if from == to || st.first && !known {
-			continue
+	var changed []string // sorted below: only what changed, not the whole fleet every pass
+	for name, to := range holders {
+		if from, known := st.holders[name]; from != to && (!st.first || known) {
+			changed = append(changed, name)
 		}
+	}
+	slices.Sort(changed)
+	for _, name := range changed {
+		to := holders[name]
+		from := st.holders[name]
 		log := c.log.Debug
 		if from == self || to == self {
 			log = c.log.Info
