@@ -3,6 +3,7 @@ package shard
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -19,6 +20,11 @@ type observer struct {
 	ttl   time.Duration
 	self  string
 	poke  func() // wakes the reconcile loop
+
+	// fenceGen counts the events of Leases other than peer Leases (fences): a view of the
+	// fences read from the informer's store after reading it holds at least those changes,
+	// since the store is updated before the handlers run.
+	fenceGen atomic.Uint64
 
 	mu     sync.Mutex
 	peers  map[string]*peerObs // by ID; self excluded
@@ -79,6 +85,7 @@ func (o *observer) saw(obj any) {
 func (o *observer) record(obj any) (renewalOnly bool) {
 	l, ok := obj.(*coordv1.Lease)
 	if !ok || leaseKind(l) != kindPeer {
+		o.fenceGen.Add(1)
 		return false
 	}
 	id := peerID(l)
@@ -119,6 +126,7 @@ func (o *observer) gone(obj any) {
 	}
 	l, ok := obj.(*coordv1.Lease)
 	if !ok || leaseKind(l) != kindPeer {
+		o.fenceGen.Add(1)
 		return
 	}
 	o.mu.Lock()
@@ -144,6 +152,9 @@ func (o *observer) snapshot(now time.Time) map[string]peerView {
 	}
 	return out
 }
+
+// fenceGeneration counts the fence events delivered so far.
+func (o *observer) fenceGeneration() uint64 { return o.fenceGen.Load() }
 
 // ownRV is the resourceVersion of our own peer Lease as the informer last delivered it.
 func (o *observer) ownRV() string {

@@ -44,6 +44,8 @@ type loopState struct {
 	first     bool                    // no reconcile has run yet
 	wasLive   bool                    // selfLive at the last reconcile
 	stopping  bool                    // Run's context ended: offer nothing, take nothing
+	fleetGen  uint64                  // bumped by every loadSource
+	view      *fenceView              // the fences as the last pass read them
 	assigned  *assignment             // the last assignment computed, reused while its inputs hold
 	scores    *scores                 // the last assignment's scores, reused while its sets hold
 	arrived   map[string]arrival      // fences that came to us from another holder, from whom and when
@@ -123,6 +125,7 @@ func (c *Coordinator) loadSource(st *loopState) {
 		c.log.Debug("cluster source", zap.Error(err)) // the Registry logs it from Load
 	}
 	st.fleet, st.names, st.srcErr, st.srcNew = next, sortedKeys(next), err, true
+	st.fleetGen++
 }
 
 // fences maps each cluster to its fence Lease as the informer has it. Should two Leases claim
@@ -141,6 +144,45 @@ func (st *loopState) fences() map[string]*coordv1.Lease {
 		out[name] = l
 	}
 	return out
+}
+
+// fenceView is what a pass derives from the fences alone (and the fleet): rebuilt only when a
+// fence event has arrived or the fleet changed since, so that a pass while nothing moves reads
+// no Lease. Never mutated once built: an assignment and the loop's records keep its maps.
+type fenceView struct {
+	gen, fleetGen uint64
+	fences        map[string]*coordv1.Lease
+	held          map[string]string // each held fence's holder, free ones left out (assign's input)
+	holders       map[string]string // every fence's holder, "" for a free one
+	holding       map[string]bool   // the replicas that hold a fence
+	owned         int               // fences this replica holds
+	outside       []string          // clusters outside the fleet that have a fence, sorted
+}
+
+// fenceView returns the view of the fences as of the observer's fence generation gen (read
+// before the call: the informer's store holds at least the changes gen counts), reusing the
+// last one while neither gen nor the fleet changed.
+func (st *loopState) fenceView(gen uint64, self string) (v *fenceView, fresh bool) {
+	if v := st.view; v != nil && v.gen == gen && v.fleetGen == st.fleetGen {
+		return v, false
+	}
+	fences := st.fences()
+	v = &fenceView{gen: gen, fleetGen: st.fleetGen, fences: fences, held: heldBy(fences),
+		holders: make(map[string]string, len(fences)), holding: map[string]bool{}}
+	for name, f := range fences {
+		h := holderOf(f)
+		v.holders[name] = h
+		v.holding[h] = true
+		if h == self {
+			v.owned++
+		}
+		if _, ok := st.fleet[name]; !ok {
+			v.outside = append(v.outside, name)
+		}
+	}
+	slices.Sort(v.outside)
+	st.view = v
+	return v, true
 }
 
 type op int
@@ -247,10 +289,11 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 	// members and the fences' holders (sticky: a holder within its capacity keeps what it
 	// holds), computed only when this replica may take or hand over clusters. Replicas that see
 	// the same fleet, members and fences compute the same one.
-	fences := st.fences()
+	view, fresh := st.fenceView(c.obs.fenceGeneration(), self)
+	fences := view.fences
 	var own *assignment
 	if active {
-		own = st.assignmentFor(members, st.names, heldBy(fences))
+		own = st.assignmentFor(members, st.names, view.held)
 	}
 	local := c.localFunc()
 	loaded := c.loadedVersion()
@@ -300,7 +343,6 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 	var acts []action
 	var candidates []string
 	owners := make([]Owner, 0, len(st.names))
-	holders := make(map[string]string, len(fences))
 	unowned := 0
 	for _, name := range st.names {
 		f := fences[name]
@@ -363,21 +405,11 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 		}
 	}
 
-	// Fences of clusters that left the fleet, and who holds what.
-	holding := map[string]bool{}
-	owned := 0
+	// Fences of clusters that left the fleet.
 	lowest := lowestID(members)
-	for _, name := range sortedKeys(fences) {
+	for _, name := range view.outside {
 		f := fences[name]
 		h := holderOf(f)
-		holders[name] = h
-		holding[h] = true
-		if h == self {
-			owned++
-		}
-		if _, ok := st.fleet[name]; ok {
-			continue
-		}
 		isHeld, _ := held(name, h)
 		switch {
 		case blocked(name, f):
@@ -400,13 +432,15 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 	if active && lowest == self {
 		for _, id := range sortedIDs(peers) {
 			p := peers[id]
-			if !p.Live && now.Sub(p.seen) >= gcAfter*c.ld && !holding[id] {
+			if !p.Live && now.Sub(p.seen) >= gcAfter*c.ld && !view.holding[id] {
 				acts = append(acts, action{op: opDeletePeer, peer: p})
 			}
 		}
 	}
 
-	c.logHolders(st, holders)
+	if fresh {
+		c.logHolders(st, view.holders)
+	}
 
 	chosen, queued := admit(candidates, st.offered, local, c.opts.MaxWarmups)
 	if queued > 0 {
@@ -427,7 +461,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 			live++
 		}
 	}
-	return decision{acts: acts, offered: offered, holders: holders, owned: owned, unowned: unowned, live: live, busy: busy, next: next,
+	return decision{acts: acts, offered: offered, holders: view.holders, owned: view.owned, unowned: unowned, live: live, busy: busy, next: next,
 		snap: snapshot{offered: cfgs, loadErr: st.srcErr, force: st.srcNew, live: selfLive, owners: owners, peers: c.peerList(peers, selfLive)}}
 }
 

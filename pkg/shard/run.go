@@ -72,9 +72,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	return errors.Join(err, c.deleteOwnLease(bg))
 }
 
-// loop reconciles on every Lease event, inner source change, self-fencing deadline and expiry
-// reconcile foresaw, and at least every LeaseDuration/6 (fastPoll while waiting on Local),
-// until ctx ends.
+// loop reconciles on every Lease event but a live peer's plain renewal (observer.handler), every
+// inner source change, self-fencing deadline and expiry reconcile foresaw, and at least every
+// LeaseDuration/6 (fastPoll while waiting on Local), until ctx ends.
 func (c *Coordinator) loop(ctx context.Context, st *loopState, inner <-chan struct{}) {
 	for {
 		busy, next := c.reconcile(ctx, st)
