@@ -395,8 +395,8 @@ func AliasName(cluster string, k int) string { return fmt.Sprintf("%s-a%02d", cl
 // would: a heap per object measured on aliases may be lower. Neither effect is measured yet.
 // It returns the aliases' names, sorted.
 func (f *Fleet) WriteAliases(path string, perCluster int) ([]string, error) {
-	if perCluster < 1 || perCluster > 99 {
-		return nil, fmt.Errorf("aliases per cluster: %d out of range 1..99", perCluster)
+	if perCluster < 1 || perCluster > 999 {
+		return nil, fmt.Errorf("aliases per cluster: %d out of range 1..999", perCluster)
 	}
 	cfg := clientcmdapi.NewConfig()
 	var names []string

@@ -72,7 +72,7 @@ func newRoot() *cobra.Command {
 		},
 	}
 	up.Flags().IntVar(&clusters, "clusters", 3, "how many clusters")
-	up.Flags().IntVar(&aliases, "aliases", 0, "also write aliases.kubeconfig, where each cluster appears this many times (1..99), as clusters of their own to multicache")
+	up.Flags().IntVar(&aliases, "aliases", 0, "also write aliases.kubeconfig, where each cluster appears this many times (1..999), as clusters of their own to multicache")
 	up.Flags().BoolVar(&cm, "controller-manager", false, "also run kube-controller-manager in every cluster")
 	up.Flags().StringVar(&bin, "bin-dir", "", "where etcd and kube-apiserver are (default: the checkout's bin/)")
 
