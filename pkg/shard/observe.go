@@ -68,8 +68,13 @@ func newObserver(clk clock.PassiveClock, ttl time.Duration, self string, poke fu
 // than that.
 func (o *observer) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { o.saw(obj) },
-		UpdateFunc: func(_, obj any) { o.saw(obj) },
+		AddFunc: func(obj any) { o.saw(obj) },
+		UpdateFunc: func(old, obj any) {
+			if l, ok := old.(*coordv1.Lease); ok && leaseKind(l) != kindPeer {
+				o.fenceGen.Add(1) // a fence relabelled: it left the fences
+			}
+			o.saw(obj)
+		},
 		DeleteFunc: func(obj any) { o.gone(obj) },
 	}
 }
