@@ -405,6 +405,15 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 	}
 	s.running = true
 	s.mu.Unlock()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		inf.RunWithContext(ctx)
+	}()
+	defer s.endPlan()
+	defer func() { <-stopped }()
+	// Deferred last, so run first: the stack stops following (LastSync frozen) as ctx ends,
+	// before the informer has stopped.
 	defer func() {
 		s.mu.Lock()
 		if s.steadyLocked() {
@@ -413,13 +422,6 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 		s.running = false
 		s.mu.Unlock()
 	}()
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		inf.RunWithContext(ctx)
-	}()
-	defer s.endPlan()
-	defer func() { <-stopped }()
 	start := time.Now()
 	poll := time.NewTimer(stackPoll)
 	defer poll.Stop()
