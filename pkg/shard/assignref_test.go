@@ -10,8 +10,9 @@ import (
 )
 
 // assignBySort is the assignment as first written: every (cluster, member) pair scored and
-// sorted in one slice, then taken greedily. assign must give exactly its owners, whatever the
-// input: replicas running either version during a rolling update compute the same owners.
+// sorted in one slice, then taken greedily. assign must give exactly its owners for any input
+// whose member IDs are not empty (a peer's ID never is: ValidateIdentity), so that replicas
+// running either version during a rolling update compute the same owners.
 func assignBySort(members []member, clusters []string, held map[string]string) *assignment {
 	ms, names := normMembers(members), normNames(clusters)
 	a := &assignment{members: ms, names: names, held: maps.Clone(held), owners: make(map[string]string, len(names))}

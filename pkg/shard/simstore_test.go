@@ -260,3 +260,16 @@ func (s *simStore) holders() map[string]string {
 	}
 	return out
 }
+
+// peerRVs is every peer Lease's resourceVersion, by replica ID.
+func (s *simStore) peerRVs() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for _, l := range s.leases {
+		if leaseKind(l) == kindPeer {
+			out[peerID(l)] = l.ResourceVersion
+		}
+	}
+	return out
+}
