@@ -160,6 +160,14 @@ soak: tools ## 10-minute load (1,000 writes/s target, 3 clusters, fast/slow/pani
 bench-profiles: tools ## Measure 50 ClusterProfiles turning healthy at once (to Synced), and the inventory's requests in a steady minute
 	$(GO) test -run '^$$' -bench ClusterProfilesJoin -benchtime 1x -timeout 30m -v ./test/bench/
 
+.PHONY: bench-fixed-cost
+bench-fixed-cost: tools ## S2.2: the fixed cost of an empty cluster x resource (one daemon over 300, then 1,000 clusters), written to docs/BENCHMARKS.md
+	MULTICACHE_BENCH_WRITE=1 $(GO) test -run '^$$' -bench FixedCost -benchtime 1x -timeout 3h -v ./test/bench/ | grep -v '^    fleet.go'
+
+.PHONY: bench-shard-sim
+bench-shard-sim: ## S2.9, S2.10: 10,000 clusters over 30 replicas, simulated in fake time (about 12 minutes a run here)
+	$(GO) test -run '^$$' -bench ShardSimulation -benchtime 1x -timeout 5h -v ./pkg/shard/
+
 .PHONY: bench-loader
 bench-loader: tools ## Measure the fleet loader's create rate and where the CPU goes
 	$(GO) test -run '^$$' -bench Seed -benchtime 1x -count 1 -timeout 20m ./test/fleet/
