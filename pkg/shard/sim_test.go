@@ -299,7 +299,7 @@ func (s *sim) idle() bool {
 		// Its loop has no wake-up pending, its Registry has loaded what it last published,
 		// and its informer has delivered every peer Lease as the store has it now: no replica
 		// can take a live peer for dead because its informer lagged behind fake time.
-		if len(n.c.wake) > 0 {
+		if len(n.c.wake) > 0 && !n.c.leaving.Load() { // a shutdown polls, it does not drain wake
 			return false
 		}
 		n.c.mu.Lock()
