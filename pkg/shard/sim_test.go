@@ -254,7 +254,8 @@ func (s *sim) settle() {
 	deadline := time.Now().Add(2 * time.Minute)
 	var idleSince time.Time
 	for {
-		if s.idle() {
+		ok, why := s.idle()
+		if ok {
 			if idleSince.IsZero() {
 				idleSince = time.Now()
 			} else if time.Since(idleSince) >= 2*time.Millisecond {
@@ -264,17 +265,17 @@ func (s *sim) settle() {
 			idleSince = time.Time{}
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("the replicas did not settle within 2 minutes at %s: %d events undelivered, %d timers waiting for %d replicas",
-				s.clk.Now().Format("15:04:05.000"), s.store.queued.Load(), s.clk.Waiters(), len(s.ids()))
+			s.t.Fatalf("the replicas did not settle within 2 minutes at %s: %s", s.clk.Now().Format("15:04:05.000"), why)
 		}
 		s.clk.Step(0) // a timer set for now is due
 		time.Sleep(200 * time.Microsecond)
 	}
 }
 
-func (s *sim) idle() bool {
-	if s.store.queued.Load() != 0 {
-		return false
+// idle reports whether the replicas are idle, and if not, why.
+func (s *sim) idle() (bool, string) {
+	if q := s.store.queued.Load(); q != 0 {
+		return false, fmt.Sprintf("%d events undelivered", q)
 	}
 	s.mu.Lock()
 	nodes := make([]*simNode, 0, len(s.nodes))
@@ -284,8 +285,8 @@ func (s *sim) idle() bool {
 		}
 	}
 	s.mu.Unlock()
-	if s.clk.Waiters() < 3*len(nodes) {
-		return false
+	if w := s.clk.Waiters(); w < 3*len(nodes) {
+		return false, fmt.Sprintf("%d timers waiting for %d replicas", w, len(nodes))
 	}
 	now := s.clk.Now()
 	peers := s.store.peerRVs()
@@ -294,28 +295,28 @@ func (s *sim) idle() bool {
 		last := n.c.lastRenew
 		n.c.renewMu.Unlock()
 		if last.IsZero() || now.Sub(last) >= s.ld/3 {
-			return false
+			return false, n.id + ": renewal due not sent"
 		}
 		// Its loop has no wake-up pending, its Registry has loaded what it last published,
 		// and its informer has delivered every peer Lease as the store has it now: no replica
 		// can take a live peer for dead because its informer lagged behind fake time.
 		if len(n.c.wake) > 0 && !n.c.leaving.Load() { // a shutdown polls, it does not drain wake
-			return false
+			return false, n.id + ": reconcile wake-up pending"
 		}
 		n.c.mu.Lock()
 		loaded := n.c.loaded == n.c.version
 		n.c.mu.Unlock()
 		if !loaded {
-			return false
+			return false, n.id + ": its Registry has not loaded the last publication"
 		}
 		seen := n.c.obs.snapshot(now)
 		for id, rv := range peers {
 			if id == n.id && n.c.obs.ownRV() != rv || id != n.id && seen[id].rv != rv {
-				return false
+				return false, fmt.Sprintf("%s: has not seen %s's peer Lease at %s", n.id, id, rv)
 			}
 		}
 	}
-	return true
+	return true, ""
 }
 
 // held reports whether every cluster's fence is held by a live replica.

@@ -153,8 +153,11 @@ func (s *simStore) openWatch(a k8stesting.Action) (bool, watch.Interface, error)
 	r := a.(k8stesting.WatchActionImpl).GetWatchRestrictions()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A watch resumes after the resourceVersion it names, "0" included: the reflector watches
+	// from its list's, which is "0" while the store is empty, and a Lease created between that
+	// list and this watch must not be lost. Only "" starts from now.
 	from := s.rv
-	if r.ResourceVersion != "" && r.ResourceVersion != "0" {
+	if r.ResourceVersion != "" {
 		v, err := strconv.ParseInt(r.ResourceVersion, 10, 64)
 		if err != nil {
 			return true, nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q: %v", r.ResourceVersion, err))
