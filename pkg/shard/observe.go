@@ -71,7 +71,7 @@ func (o *observer) handler() cache.ResourceEventHandler {
 		AddFunc: func(obj any) { o.saw(obj) },
 		UpdateFunc: func(old, obj any) {
 			if l, ok := old.(*coordv1.Lease); ok && leaseKind(l) != kindPeer {
-				o.fenceGen.Add(1) // a fence relabelled: it left the fences
+				o.fenceGen.Add(1) // it was a fence: counted even if relabelled into something else
 			}
 			o.saw(obj)
 		},
