@@ -180,9 +180,7 @@ Command: `+"`MULTICACHE_BENCH_WRITE=1 go test -run '^$' -bench FixedCost -bencht
 
 // spreadOf is the median, min and max of xs.
 func spreadOf(xs []float64) (med, lo, hi float64) {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2], s[0], s[len(s)-1]
+	return median(xs), slices.Min(xs), slices.Max(xs)
 }
 
 // metricValue is the value of an unlabelled metric in a Prometheus text exposition.
