@@ -91,7 +91,11 @@ bench: tools ## Run every benchmark (in process, then on local fleets of 3 and 1
 
 .PHONY: bench-scale
 bench-scale: tools ## S1: 100 clusters x 20k objects (5 API servers, 20 contexts each), one replica then three, written to docs/BENCHMARKS.md
-	$(GO) test -run '^$$' -bench FleetScale -benchtime 1x -timeout 3h -v ./test/bench/ | grep -v '^    fleet.go'
+	$(GO) test -run '^$$' -bench 'FleetScale$$' -benchtime 1x -timeout 3h -v ./test/bench/ | grep -v '^    fleet.go'
+
+.PHONY: bench-scale-1000
+bench-scale-1000: tools ## S2: 1,000 clusters x 2,000 objects (5 API servers, 200 contexts each) beside S1's shape, one replica then three with a rolling restart, written to docs/BENCHMARKS.md
+	MULTICACHE_BENCH_PROFILE_DIR=$(CURDIR)/$(BIN_DIR)/profiles $(GO) test -run '^$$' -bench 'FleetScale1000$$' -benchtime 1x -timeout 5h -v ./test/bench/ | grep -v '^    fleet.go'
 
 .PHONY: bench-queries
 bench-queries: ## P3: in-process queries (5 runs each) and hot paths, written to docs/BENCHMARKS.md

@@ -309,13 +309,19 @@ func watchLatency(b *testing.B, ctx context.Context, p *scaleProc, cluster strin
 // serverOf is the API server behind an alias (fleet.AliasName).
 func serverOf(alias string) string { return alias[:strings.LastIndex(alias, "-a")] }
 
-// scaleRound is what one round of S1 measured.
-type scaleRound struct {
-	oneReady, oneSynced                  time.Duration
-	oneHeap, oneRSS, onePeak             float64
-	onePage50, onePage99                 time.Duration
-	oneNode50, oneNode99                 time.Duration
-	oneWatch50, oneWatch99               time.Duration
+// singleRun is what one replica over a fleet measured.
+type singleRun struct {
+	oneReady, oneSynced      time.Duration
+	oneHeap, oneRSS, onePeak float64
+	onePage50, onePage99     time.Duration
+	oneNode50, oneNode99     time.Duration
+	oneWatch50, oneWatch99   time.Duration
+	// probe is the cluster the write → watch probe watched.
+	probe string
+}
+
+// shardedRun is what three replicas sharding a fleet measured.
+type shardedRun struct {
 	threeSynced, balanced                time.Duration
 	maxHeap, maxRSSRatio, maxPeak        float64
 	perReplica, owners                   string
@@ -326,6 +332,411 @@ type scaleRound struct {
 	killOwned, killServed, slowestRelist time.Duration
 	moved                                int
 	slowestRelistCluster                 string
+	// The rolling restart (scaleFleet.rolling): how long it took, and the full lists (LIST
+	// without continue, and watch-lists) the API servers served the replicas meanwhile.
+	rollTook    time.Duration
+	rollLists   int
+	rollDetail  string
+	rollOwners  string
+	rollSettles []time.Duration
+}
+
+// scaleRound is what one round of S1 measured.
+type scaleRound struct {
+	singleRun
+	shardedRun
+}
+
+// scaleFleet is a seeded fleet of API servers, each seen through aliases, and a daemon
+// configuration over it.
+type scaleFleet struct {
+	b                 *testing.B
+	ctx               context.Context
+	f                 *fleet.Fleet
+	bin               string
+	names             []string // the aliases: the daemon's clusters
+	clusters, objects int      // clusters, and objects over all of them
+	perServer         int      // objects seeded in each API server
+	servers, aliases  int
+	nodes             int
+	cfgPath           string
+	writers           map[string]kubernetes.Interface
+	mgmt              kubernetes.Interface
+	seedTook          time.Duration
+	queries, writes   int
+	writeRate         float64
+	rnd               *rand.Rand
+	// rolling also restarts the three replicas, one at a time, before the kill.
+	rolling bool
+	// profileDir, when set, receives a CPU profile of the first round's single replica over
+	// the profileFor after it was ready (sf.profile); the round waits for it.
+	profileDir string
+}
+
+// profileFor bounds the CPU profile of a single replica's sync.
+const profileFor = 120 * time.Second
+
+// scaleLatencyNS is the namespace, in every API server, of the write → watch probe's writes.
+const scaleLatencyNS = "s1-latency"
+
+// scaleLease is the lease duration of the sharded replicas.
+const scaleLease = 15 * time.Second
+
+// newScaleFleet starts servers API servers, bulk-seeds per objects (half Pods, half
+// ConfigMaps) into each, and writes aliases contexts for each: servers × aliases clusters.
+func newScaleFleet(b *testing.B, servers, aliases, per int, audit bool) *scaleFleet {
+	b.Helper()
+	env := harness.Start(b, harness.Options{Clusters: servers, Timeout: 5 * time.Hour, AuditReads: audit})
+	ctx, f, loader := env.Ctx, env.Fleet, env.Loader
+	sf := &scaleFleet{b: b, ctx: ctx, f: f, bin: harness.Binary(b), perServer: per, servers: servers, aliases: aliases,
+		queries:   harness.EnvInt("MULTICACHE_BENCH_SCALE_QUERIES", 200),
+		writes:    harness.EnvInt("MULTICACHE_BENCH_SCALE_WRITES", 500),
+		writeRate: float64(harness.EnvInt("MULTICACHE_BENCH_SCALE_WRITE_RATE", 25)),
+		rnd:       rand.New(rand.NewPCG(1, 2)), writers: map[string]kubernetes.Interface{}}
+	const namespaces = 10
+	perNS := per / 2 / namespaces
+	sf.nodes = max(1, perNS*namespaces/10)
+	seedStart := time.Now()
+	n, err := loader.BulkSeed(ctx, fleet.BulkSpec{Namespaces: namespaces, PodsPerNamespace: perNS, ConfigMapsPerNamespace: perNS, Nodes: sf.nodes})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sf.seedTook = time.Since(seedStart)
+	sf.perServer = n
+	b.Logf("bulk-seeded %d objects in each of %d API servers in %s", n, servers, sf.seedTook.Round(time.Second))
+	dir := b.TempDir()
+	aliasPath := filepath.Join(dir, "aliases.kubeconfig")
+	if sf.names, err = f.WriteAliases(aliasPath, aliases); err != nil {
+		b.Fatal(err)
+	}
+	sf.clusters, sf.objects = len(sf.names), n*len(sf.names)
+	sf.cfgPath = filepath.Join(dir, "multicache.yaml")
+	if err := os.WriteFile(sf.cfgPath, []byte(fmt.Sprintf(scaleConfig, aliasPath)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range f.Names() {
+		cs, err := f.Clientset(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleLatencyNS}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		sf.writers[name] = cs
+	}
+	sf.mgmt = sf.writers[f.Names()[0]]
+	return sf
+}
+
+func (sf *scaleFleet) page(int) string { return "/api/v1/pods?limit=500" }
+
+func (sf *scaleFleet) byNode(int) string {
+	return "/api/v1/pods?limit=500&fieldSelector=spec.nodeName%3D" + fleet.NodeName(sf.rnd.IntN(sf.nodes))
+}
+
+// waitAll waits until p reports every cluster synced and ok (when not nil) holds of the
+// owners, and returns how long that took.
+func (sf *scaleFleet) waitAll(what string, p *scaleProc, within time.Duration, ok func(map[string]string) bool) time.Duration {
+	b := sf.b
+	start := time.Now()
+	for {
+		if s, _ := p.synced(); len(s) == sf.clusters && (ok == nil || ok(s)) {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			log, _ := os.ReadFile(p.log)
+			b.Fatalf("%s: not within %s; %s's log:\n%s", what, within, p.id, tail(string(log), 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// single starts one replica over the fleet, measures it once every cluster synced, and stops
+// it.
+func (sf *scaleFleet) single(k int, label string) singleRun {
+	b, ctx := sf.b, sf.ctx
+	var r singleRun
+	start := time.Now()
+	one := startScaleProc(b, sf.bin, fmt.Sprintf("%s-%d", label, k), harness.FreePort(b), "--config", sf.cfgPath)
+	defer one.stop(syscall.SIGTERM)
+	for !one.ready() {
+		if time.Since(start) > 30*time.Minute {
+			b.Fatalf("%s: not ready in 30 minutes", one.id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.oneReady = time.Since(start)
+	profiled := make(chan struct{})
+	if sf.profileDir != "" && k == 1 {
+		go func() {
+			defer close(profiled)
+			sf.profile(one, filepath.Join(sf.profileDir, label+"-sync.pprof"))
+		}()
+	} else {
+		close(profiled)
+	}
+	sf.waitAll(one.id+": every cluster synced", one, 30*time.Minute, nil)
+	r.oneSynced = time.Since(start)
+	<-profiled
+	// Once synced, the daemon collects and returns its sync's garbage to the OS (the
+	// collector ran at syncGCPercent meanwhile); give it 15 s, as the replicas below get.
+	time.Sleep(15 * time.Second)
+	r.oneHeap, r.oneRSS, r.onePeak = one.memory(b)
+	r.onePage50, r.onePage99 = one.latencies(b, sf.queries, sf.page)
+	r.oneNode50, r.oneNode99 = one.latencies(b, sf.queries, sf.byNode)
+	r.probe = sf.names[len(sf.names)/2]
+	r.oneWatch50, r.oneWatch99 = watchLatency(b, ctx, one, r.probe, sf.writers[serverOf(r.probe)], scaleLatencyNS, fmt.Sprintf("%s-%d", label, k), sf.writes, sf.writeRate)
+	b.Logf("round %d, %s (one replica, %d clusters): ready in %s, every cluster synced in %s, heap %s, RSS %s, peak RSS %s; page of 500 p50 %s p99 %s; by node p50 %s p99 %s; write → watch (%s) p50 %s p99 %s",
+		k, one.id, sf.clusters, r.oneReady.Round(10*time.Millisecond), r.oneSynced.Round(10*time.Millisecond), gib(r.oneHeap), gib(r.oneRSS), gib(r.onePeak), r.onePage50, r.onePage99, r.oneNode50, r.oneNode99, r.probe, r.oneWatch50, r.oneWatch99)
+	return r
+}
+
+// profile writes a CPU profile of p over the profileFor that follow its readiness (its
+// initial sync, and the idle time after it when the sync takes less) to path.
+func (sf *scaleFleet) profile(p *scaleProc, path string) {
+	// Not p.get: its client gives up after a minute.
+	resp, err := (&http.Client{Timeout: profileFor + time.Minute}).Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, int(profileFor/time.Second)))
+	if err != nil {
+		sf.b.Logf("%s: CPU profile: %v", p.id, err)
+		return
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		sf.b.Logf("%s: CPU profile: %d %v", p.id, resp.StatusCode, err)
+		return
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		sf.b.Logf("%s: CPU profile: %v", p.id, err)
+		return
+	}
+	sf.b.Logf("%s: CPU profile of the %s from ready written to %s", p.id, profileFor, path)
+}
+
+// replicaArgs are the flags of a sharded replica id listening on addr, its Leases in shardNS.
+func (sf *scaleFleet) replicaArgs(shardNS, id, addr string) []string {
+	return []string{"--config", sf.cfgPath, "--sharding", "--management-kubeconfig", sf.f.Kubeconfig(),
+		"--management-context", sf.f.Names()[0], "--sharding-namespace", shardNS, "--advertise-url", "http://" + addr, "--replica-id", id}
+}
+
+func (sf *scaleFleet) awaitReady(p *scaleProc, start time.Time) {
+	for !p.ready() {
+		if time.Since(start) > 30*time.Minute {
+			sf.b.Fatalf("%s: not ready in 30 minutes", p.id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stableOwners waits, reading through p, until every cluster is synced, owned by one of
+// live, each of live owns some, and the owners have held still for hold; it returns the
+// owners and the count per owner.
+func (sf *scaleFleet) stableOwners(what string, p *scaleProc, live []*scaleProc, hold time.Duration) (map[string]string, string) {
+	ids := map[string]bool{}
+	for _, q := range live {
+		ids[q.id] = true
+	}
+	stable, since := "", time.Now()
+	var owners map[string]string
+	var count map[string]int
+	sf.waitAll(what, p, 30*time.Minute, func(s map[string]string) bool {
+		count = map[string]int{}
+		for _, o := range s {
+			if !ids[o] {
+				stable = ""
+				return false
+			}
+			count[o]++
+		}
+		now := fmt.Sprint(s) // fmt prints a map sorted by key
+		if now != stable {
+			stable, since = now, time.Now()
+		}
+		owners = s
+		return len(count) == len(live) && time.Since(since) > hold
+	})
+	return owners, fmt.Sprint(count)
+}
+
+// memberReads sums, over the fleet's API servers, the full lists of the cached resources
+// (LIST without continue, and watch-lists) the daemons asked for so far, from their audit
+// logs.
+func (sf *scaleFleet) memberReads() (int, fleet.Reads) {
+	total := fleet.Reads{Full: map[string]int{}}
+	for _, name := range sf.f.Names() {
+		c, err := sf.f.Cluster(name)
+		if err != nil {
+			sf.b.Fatal(err)
+		}
+		r, err := c.ReadsBy("multicache/")
+		if err != nil {
+			sf.b.Fatal(err)
+		}
+		total.Lists += r.Lists
+		total.ListPages += r.ListPages
+		total.Probes += r.Probes
+		total.ExactLists += r.ExactLists
+		total.WatchLists += r.WatchLists
+		total.Watches += r.Watches
+		for k, v := range r.Full {
+			total.Full[k] += v
+		}
+	}
+	return total.Full["pods"] + total.Full["configmaps"], total
+}
+
+// sharded starts three replicas sharding the fleet over Leases in the first API server,
+// measures them once the owners held still, restarts them one at a time when sf.rolling,
+// kills one and times its clusters' return. probe is the single replica's probe cluster.
+func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
+	b, ctx := sf.b, sf.ctx
+	var r shardedRun
+	// The Leases go into a namespace of this round's own so that no earlier round's counts.
+	shardNS := fmt.Sprintf("multicache-bench-%d", k)
+	if _, err := sf.mgmt.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardNS}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	var rs []*scaleProc
+	for _, id := range []string{"r1", "r2", "r3"} {
+		addr := harness.FreePort(b)
+		rs = append(rs, startScaleProc(b, sf.bin, id, addr, sf.replicaArgs(shardNS, id, addr)...))
+	}
+	defer func() {
+		for _, p := range rs {
+			p.stop(syscall.SIGTERM)
+		}
+	}()
+	for _, p := range rs {
+		sf.awaitReady(p, start)
+	}
+	sf.waitAll("three replicas: every cluster synced", rs[0], 30*time.Minute, nil)
+	r.threeSynced = time.Since(start)
+	// Balanced: each replica owns a share, and the owners hold still for 3 lease durations.
+	owners, count := sf.stableOwners("three replicas: ownership shared and stable", rs[0], rs, 3*scaleLease)
+	r.balanced, r.owners = time.Since(start), count
+	// A replica returns the memory moves freed once they have been quiet for 35 s
+	// (returnMemoryAfterMoves); the owners have held still for 45 s: give it 15 s more.
+	time.Sleep(15 * time.Second)
+	var lines []string
+	for _, p := range rs {
+		h, rss, peak := p.memory(b)
+		r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
+		lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s, free spans not returned to the OS %s, last returned %s before) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(p.lastIdle-p.lastReleased), p.lastReturn, gib(rss), gib(peak)))
+	}
+	r.perReplica = strings.Join(lines, ", ")
+	r.fanPage50, r.fanPage99 = rs[0].latencies(b, sf.queries, sf.page)
+	r.fanNode50, r.fanNode99 = rs[0].latencies(b, sf.queries, sf.byNode)
+	// The probe's cluster is one r1 does not own (r1 serves it from its owner): an alias of
+	// the one replica's probe's API server when there is one, so that both probes read the
+	// same server.
+	for _, c := range sf.names {
+		if o := owners[c]; o != "" && o != rs[0].id && (r.watchCluster == "" || serverOf(c) == serverOf(probe) && serverOf(r.watchCluster) != serverOf(probe)) {
+			r.watchCluster, r.watchOwner = c, o
+		}
+	}
+	if r.watchCluster == "" {
+		b.Fatalf("round %d: r1 owns every cluster: %v", k, owners)
+	}
+	r.fanWatch50, r.fanWatch99 = watchLatency(b, ctx, rs[0], r.watchCluster, sf.writers[serverOf(r.watchCluster)], scaleLatencyNS, fmt.Sprintf("three-%d", k), sf.writes, sf.writeRate)
+	b.Logf("round %d, three replicas: every cluster synced %s after start, shared and stable %s after; %s; page of 500 through r1 p50 %s p99 %s; by node p50 %s p99 %s; write → watch through r1 (%s, owned by %s) p50 %s p99 %s; owners %s",
+		k, r.threeSynced.Round(10*time.Millisecond), r.balanced.Round(10*time.Millisecond), r.perReplica, r.fanPage50, r.fanPage99, r.fanNode50, r.fanNode99, r.watchCluster, r.watchOwner, r.fanWatch50, r.fanWatch99, r.owners)
+
+	if sf.rolling {
+		owners = sf.roll(k, shardNS, rs, &r)
+	}
+
+	// Kill one: its clusters are owned, then served, by the others.
+	killed := rs[2]
+	var theirs []string
+	for c, o := range owners {
+		if o == killed.id {
+			theirs = append(theirs, c)
+		}
+	}
+	r.moved = len(theirs)
+	killed.stop(syscall.SIGKILL)
+	kill := time.Now()
+	for {
+		all := rs[0].clusters()
+		owned := len(all) == sf.clusters
+		for _, c := range theirs {
+			if o := all[c].Owner; o == "" || o == killed.id {
+				owned = false
+			}
+		}
+		if owned && r.killOwned == 0 {
+			r.killOwned = time.Since(kill)
+		}
+		served := owned
+		for _, c := range all {
+			if c.State != "Synced" || c.Owner == killed.id {
+				served = false
+			}
+		}
+		if served {
+			r.killServed = time.Since(kill)
+			break
+		}
+		if time.Since(kill) > 10*time.Minute {
+			log, _ := os.ReadFile(rs[0].log)
+			b.Fatalf("round %d: not every cluster served 10 minutes after %s was killed; %s's log:\n%s", k, killed.id, rs[0].id, tail(string(log), 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The slowest relist: the longest initial list at a survivor of a cluster the killed
+	// replica had.
+	for _, p := range rs[:2] {
+		secs := p.syncSeconds(b)
+		for _, c := range theirs {
+			if d := time.Duration(secs[c] * float64(time.Second)); d > r.slowestRelist {
+				r.slowestRelist, r.slowestRelistCluster = d, c
+			}
+		}
+	}
+	b.Logf("round %d, %s killed: its %d clusters owned again in %s, every cluster served in %s; slowest relist %s (%s; lease duration %s)",
+		k, killed.id, r.moved, r.killOwned.Round(10*time.Millisecond), r.killServed.Round(10*time.Millisecond), r.slowestRelist.Round(10*time.Millisecond), r.slowestRelistCluster, scaleLease)
+	return r
+}
+
+// roll restarts the three replicas one at a time, as a Deployment's rolling update does
+// (maxSurge 1): a new replica, under a new name and address, starts beside the old one; once
+// the four have shared the fleet and held still for a lease duration, the old one stops
+// (SIGTERM) and the three share it again. It counts the full lists the API servers served the
+// replicas meanwhile (every move hands the cluster's cache over, so the goal is none), and
+// replaces rs's entries with the new replicas. It returns the final owners.
+func (sf *scaleFleet) roll(k int, shardNS string, rs []*scaleProc, r *shardedRun) map[string]string {
+	b := sf.b
+	before, beforeDetail := sf.memberReads()
+	start := time.Now()
+	var owners map[string]string
+	for i := range rs {
+		old := rs[i]
+		step := time.Now()
+		addr := harness.FreePort(b)
+		next := startScaleProc(b, sf.bin, old.id+"-next", addr, sf.replicaArgs(shardNS, old.id+"-next", addr)...)
+		sf.awaitReady(next, step)
+		var live []*scaleProc
+		for _, p := range rs {
+			if p != old {
+				live = append(live, p)
+			}
+		}
+		reader := live[0]
+		sf.stableOwners(next.id+" beside "+old.id+": ownership shared and stable", reader, slices.Concat(live, []*scaleProc{old, next}), scaleLease)
+		old.stop(syscall.SIGTERM)
+		rs[i] = next
+		owners, r.rollOwners = sf.stableOwners("after "+old.id+" stopped: ownership shared and stable", reader, slices.Concat(live, []*scaleProc{next}), scaleLease)
+		r.rollSettles = append(r.rollSettles, time.Since(step))
+	}
+	r.rollTook = time.Since(start)
+	after, afterDetail := sf.memberReads()
+	r.rollLists = after - before
+	d := afterDetail.Sub(beforeDetail)
+	r.rollDetail = fmt.Sprintf("full lists %v; lists %d, pages %d, watch-lists %d, limit=1 probes %d, other watches %d", d.Full, d.Lists, d.ListPages, d.WatchLists, d.Probes, d.Watches)
+	b.Logf("round %d, rolling restart of the three: %s (each step %v), owners %s; the API servers served the replicas %d full lists (%.2f× one fleet list of %d); %s",
+		k, r.rollTook.Round(100*time.Millisecond), r.rollSettles, r.rollOwners, r.rollLists, float64(r.rollLists)/float64(2*sf.clusters), 2*sf.clusters, r.rollDetail)
+	return owners
 }
 
 // BenchmarkFleetScale (S1): 100 clusters × 20k objects (5 API servers × 20 contexts each),
@@ -334,215 +745,13 @@ func BenchmarkFleetScale(b *testing.B) {
 	servers := harness.EnvInt("MULTICACHE_BENCH_SCALE_SERVERS", 5)
 	aliases := harness.EnvInt("MULTICACHE_BENCH_SCALE_ALIASES", 20)
 	per := harness.EnvInt("MULTICACHE_BENCH_SCALE_OBJECTS", 20000)
-	queries := harness.EnvInt("MULTICACHE_BENCH_SCALE_QUERIES", 200)
 	rounds := harness.EnvInt("MULTICACHE_BENCH_SCALE_RUNS", 5)
-	writes := harness.EnvInt("MULTICACHE_BENCH_SCALE_WRITES", 500)
-	writeRate := float64(harness.EnvInt("MULTICACHE_BENCH_SCALE_WRITE_RATE", 25))
-	bin := harness.Binary(b)
-	env := harness.Start(b, harness.Options{Clusters: servers, Timeout: 5 * time.Hour})
-	ctx, f, loader := env.Ctx, env.Fleet, env.Loader
-	const namespaces = 10
-	perNS := per / 2 / namespaces
-	nodes := perNS * namespaces / 10
-	seedStart := time.Now()
-	n, err := loader.BulkSeed(ctx, fleet.BulkSpec{Namespaces: namespaces, PodsPerNamespace: perNS, ConfigMapsPerNamespace: perNS, Nodes: nodes})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("bulk-seeded %d objects in each of %d API servers in %s", n, servers, time.Since(seedStart).Round(time.Second))
-	seedTook := time.Since(seedStart)
-	dir := b.TempDir()
-	aliasPath := filepath.Join(dir, "aliases.kubeconfig")
-	names, err := f.WriteAliases(aliasPath, aliases)
-	if err != nil {
-		b.Fatal(err)
-	}
-	clusters, objects := len(names), n*len(names)
-	cfgPath := filepath.Join(dir, "multicache.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(scaleConfig, aliasPath)), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	// The writes of the latency probe go to a namespace of their own in every API server.
-	const latencyNS = "s1-latency"
-	writers := map[string]kubernetes.Interface{}
-	for _, name := range f.Names() {
-		cs, err := f.Clientset(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: latencyNS}}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		writers[name] = cs
-	}
-	rnd := rand.New(rand.NewPCG(1, 2))
-	page := func(int) string { return "/api/v1/pods?limit=500" }
-	byNode := func(int) string {
-		return "/api/v1/pods?limit=500&fieldSelector=spec.nodeName%3D" + fleet.NodeName(rnd.IntN(nodes))
-	}
-	waitAll := func(what string, p *scaleProc, within time.Duration, ok func(map[string]string) bool) time.Duration {
-		start := time.Now()
-		for {
-			if s, _ := p.synced(); len(s) == clusters && (ok == nil || ok(s)) {
-				return time.Since(start)
-			}
-			if time.Since(start) > within {
-				log, _ := os.ReadFile(p.log)
-				b.Fatalf("%s: not within %s; %s's log:\n%s", what, within, p.id, tail(string(log), 3000))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	const lease = 15 * time.Second
-	mgmt := writers[f.Names()[0]]
-
+	sf := newScaleFleet(b, servers, aliases, per, false)
+	clusters, objects, n, queries, writes, writeRate, seedTook := sf.clusters, sf.objects, sf.perServer, sf.queries, sf.writes, sf.writeRate, sf.seedTook
+	lease := scaleLease
 	round := func(k int) scaleRound {
-		var r scaleRound
-		// One replica.
-		start := time.Now()
-		one := startScaleProc(b, bin, fmt.Sprintf("single-%d", k), harness.FreePort(b), "--config", cfgPath)
-		for !one.ready() {
-			if time.Since(start) > 30*time.Minute {
-				b.Fatal("one replica: not ready in 30 minutes")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		r.oneReady = time.Since(start)
-		waitAll("one replica: every cluster synced", one, 30*time.Minute, nil)
-		r.oneSynced = time.Since(start)
-		// Once synced, the daemon collects and returns its sync's garbage to the OS (the
-		// collector ran at syncGCPercent meanwhile); give it 15 s, as the replicas below get.
-		time.Sleep(15 * time.Second)
-		r.oneHeap, r.oneRSS, r.onePeak = one.memory(b)
-		r.onePage50, r.onePage99 = one.latencies(b, queries, page)
-		r.oneNode50, r.oneNode99 = one.latencies(b, queries, byNode)
-		probe := names[len(names)/2]
-		r.oneWatch50, r.oneWatch99 = watchLatency(b, ctx, one, probe, writers[serverOf(probe)], latencyNS, fmt.Sprintf("one-%d", k), writes, writeRate)
-		b.Logf("round %d, one replica: ready in %s, heap %s, RSS %s, peak RSS %s; page of 500 p50 %s p99 %s; by node p50 %s p99 %s; write → watch (%s) p50 %s p99 %s",
-			k, r.oneReady.Round(10*time.Millisecond), gib(r.oneHeap), gib(r.oneRSS), gib(r.onePeak), r.onePage50, r.onePage99, r.oneNode50, r.oneNode99, probe, r.oneWatch50, r.oneWatch99)
-		one.stop(syscall.SIGTERM)
-
-		// Three replicas, sharded over Leases in the first API server (the management
-		// cluster), in a namespace of this round's own so that no earlier round's Lease counts.
-		shardNS := fmt.Sprintf("multicache-bench-%d", k)
-		if _, err := mgmt.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardNS}}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		start = time.Now()
-		var rs []*scaleProc
-		for _, id := range []string{"r1", "r2", "r3"} {
-			addr := harness.FreePort(b)
-			rs = append(rs, startScaleProc(b, bin, id, addr, "--config", cfgPath, "--sharding", "--management-kubeconfig", f.Kubeconfig(),
-				"--management-context", f.Names()[0], "--sharding-namespace", shardNS, "--advertise-url", "http://"+addr, "--replica-id", id))
-		}
-		defer func() {
-			for _, p := range rs {
-				p.stop(syscall.SIGTERM)
-			}
-		}()
-		for _, p := range rs {
-			for !p.ready() {
-				if time.Since(start) > 30*time.Minute {
-					b.Fatalf("%s: not ready in 30 minutes", p.id)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
-		waitAll("three replicas: every cluster synced", rs[0], 30*time.Minute, nil)
-		r.threeSynced = time.Since(start)
-		// Balanced: each replica owns a share, and the owners hold still for 3 lease durations.
-		stable, since := "", time.Now()
-		var owners map[string]string
-		waitAll("three replicas: ownership shared and stable", rs[0], 30*time.Minute, func(s map[string]string) bool {
-			count := map[string]int{}
-			for _, o := range s {
-				count[o]++
-			}
-			now := fmt.Sprint(count)
-			if now != stable {
-				stable, since = now, time.Now()
-			}
-			owners = s
-			return len(count) == 3 && time.Since(since) > 3*lease
-		})
-		r.balanced, r.owners = time.Since(start), stable
-		// A replica returns the memory moves freed once they have been quiet for 35 s
-		// (returnMemoryAfterMoves); the owners have held still for 45 s: give it 15 s more.
-		time.Sleep(15 * time.Second)
-		var lines []string
-		for _, p := range rs {
-			h, rss, peak := p.memory(b)
-			r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
-			lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s, free spans not returned to the OS %s, last returned %s before) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(p.lastIdle-p.lastReleased), p.lastReturn, gib(rss), gib(peak)))
-		}
-		r.perReplica = strings.Join(lines, ", ")
-		r.fanPage50, r.fanPage99 = rs[0].latencies(b, queries, page)
-		r.fanNode50, r.fanNode99 = rs[0].latencies(b, queries, byNode)
-		// The probe's cluster is one r1 does not own (r1 serves it from its owner): an alias of
-		// the one replica's probe's API server when there is one, so that both probes read the
-		// same server.
-		for _, c := range names {
-			if o := owners[c]; o != "" && o != rs[0].id && (r.watchCluster == "" || serverOf(c) == serverOf(probe) && serverOf(r.watchCluster) != serverOf(probe)) {
-				r.watchCluster, r.watchOwner = c, o
-			}
-		}
-		if r.watchCluster == "" {
-			b.Fatalf("round %d: r1 owns every cluster: %v", k, owners)
-		}
-		r.fanWatch50, r.fanWatch99 = watchLatency(b, ctx, rs[0], r.watchCluster, writers[serverOf(r.watchCluster)], latencyNS, fmt.Sprintf("three-%d", k), writes, writeRate)
-		b.Logf("round %d, three replicas: every cluster synced %s after start, shared and stable %s after; %s; page of 500 through r1 p50 %s p99 %s; by node p50 %s p99 %s; write → watch through r1 (%s, owned by %s) p50 %s p99 %s; owners %s",
-			k, r.threeSynced.Round(10*time.Millisecond), r.balanced.Round(10*time.Millisecond), r.perReplica, r.fanPage50, r.fanPage99, r.fanNode50, r.fanNode99, r.watchCluster, r.watchOwner, r.fanWatch50, r.fanWatch99, stable)
-
-		// Kill one: its clusters are owned, then served, by the others.
-		killed := rs[2]
-		var theirs []string
-		for c, o := range owners {
-			if o == killed.id {
-				theirs = append(theirs, c)
-			}
-		}
-		r.moved = len(theirs)
-		killed.stop(syscall.SIGKILL)
-		kill := time.Now()
-		for {
-			all := rs[0].clusters()
-			owned := len(all) == clusters
-			for _, c := range theirs {
-				if o := all[c].Owner; o == "" || o == killed.id {
-					owned = false
-				}
-			}
-			if owned && r.killOwned == 0 {
-				r.killOwned = time.Since(kill)
-			}
-			served := owned
-			for _, c := range all {
-				if c.State != "Synced" || c.Owner == killed.id {
-					served = false
-				}
-			}
-			if served {
-				r.killServed = time.Since(kill)
-				break
-			}
-			if time.Since(kill) > 10*time.Minute {
-				log, _ := os.ReadFile(rs[0].log)
-				b.Fatalf("round %d: not every cluster served 10 minutes after r3 was killed; r1's log:\n%s", k, tail(string(log), 3000))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		// The slowest relist: the longest initial list at a survivor of a cluster r3 had.
-		for _, p := range rs[:2] {
-			secs := p.syncSeconds(b)
-			for _, c := range theirs {
-				if d := time.Duration(secs[c] * float64(time.Second)); d > r.slowestRelist {
-					r.slowestRelist, r.slowestRelistCluster = d, c
-				}
-			}
-		}
-		b.Logf("round %d, r3 killed: its %d clusters owned again in %s, every cluster served in %s; slowest relist %s (%s; lease duration %s)",
-			k, r.moved, r.killOwned.Round(10*time.Millisecond), r.killServed.Round(10*time.Millisecond), r.slowestRelist.Round(10*time.Millisecond), r.slowestRelistCluster, lease)
-		return r
+		one := sf.single(k, "single")
+		return scaleRound{one, sf.sharded(k, one.probe)}
 	}
 	runStart := time.Now()
 	var rr []scaleRound
@@ -642,7 +851,7 @@ Each round:
 
 Last round, per replica: %s.
 
-Command: `+"`make bench-scale`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench FleetScale -benchtime 1x -timeout 5h -v ./test/bench/`"+`)
+Command: `+"`make bench-scale`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale$$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`)
 `, machineLine(), clusters, n, objects, servers, n, aliases, clusters, seedTook.Round(time.Second), rounds, roundTook.Round(time.Second),
 		queries, writes, writeRate, lease,
 		ceilingSpread(col(func(r scaleRound) float64 { return r.oneHeap / (1 << 30) }), "%.2f GiB"), ceilingSpread(col(func(r scaleRound) float64 { return r.maxHeap / (1 << 30) }), "%.2f GiB"), ceilingSpread(heapRatio, "%.2f×"),
