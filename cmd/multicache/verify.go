@@ -21,6 +21,7 @@ import (
 	"github.com/multicache/multicache/pkg/client"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/config"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/pkg/verify"
 )
 
@@ -38,7 +39,7 @@ The daemon follows writes with a small delay, so it compares again every second 
 sides agree or --timeout passes. It exits non-zero, naming the objects, if they never agree.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := clusterset.KubeconfigOptions{}
+			opts := sources.KubeconfigOptions{}
 			if cfgFile != "" {
 				cfg, err := config.Read(cfgFile)
 				if err != nil {
@@ -56,7 +57,7 @@ sides agree or --timeout passes. It exits non-zero, naming the objects, if they 
 			if fl.Changed("exclude-context") {
 				opts.Exclude = excludes
 			}
-			src, err := clusterset.NewKubeconfig(opts)
+			src, err := sources.NewKubeconfig(opts)
 			if err != nil {
 				return err
 			}

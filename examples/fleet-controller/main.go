@@ -31,6 +31,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/crcache"
+	"github.com/multicache/multicache/pkg/sources"
 )
 
 func main() {
@@ -65,7 +66,7 @@ func run() error {
 	ctrllog.SetLogger(zapr.NewLogger(log))
 
 	// The fleet, as multicache reads it: one Registry, one stack per cluster and resource.
-	src, err := clusterset.NewKubeconfig(clusterset.KubeconfigOptions{Paths: []string{*kubeconfig}, PollInterval: time.Second})
+	src, err := sources.NewKubeconfig(sources.KubeconfigOptions{Paths: []string{*kubeconfig}, PollInterval: time.Second})
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
-// Package clusterset turns a source of clusters (kubeconfig contexts, cluster Secrets,
-// ClusterProfiles of the Cluster Inventory API) into running client-go
+// Package clusterset turns a Source of clusters (package sources: kubeconfig contexts, cluster
+// Secrets, ClusterProfiles of the Cluster Inventory API; Static here) into running client-go
 // stacks, one Reflector → FIFO → Indexer (an informer.Informer: client-go's, with its handlers
 // called on its own goroutine) per cluster × resource, and feeds them into one
 // aggregate.Aggregate per resource.
@@ -24,16 +24,13 @@
 // client-go's REST client would have returned. The default transform drops managedFields and kubectl's
 // last-applied annotation and shares repeated parts across objects (package intern).
 //
-// Options types carry their defaults and validation (Options, KubeconfigOptions, ResourceSpec);
+// Options types carry their defaults and validation (Options, ResourceSpec);
 // package config maps the YAML file onto them.
 //
 // Invariants: a cluster's failure stays in that cluster's status and goroutines; no query waits
 // on a cluster; credentials never appear in errors or logs.
 //
-// Files: registry.go (Registry and Options), source.go (Source, the kubeconfig source, Multi),
-// secrets.go (the Secret source), profiles.go (the ClusterProfile source), profileaccess.go
-// (a profile's access provider and the consumer's provider file, turned into a client config
-// with an exec plugin), runner.go (one cluster's runner: probe, resolve the
+// Files: registry.go (Registry and Options), source.go (Source, ClusterConfig, Static), runner.go (one cluster's runner: probe, resolve the
 // resources, start and retire its stacks), stack.go (one cluster × resource: reflector,
 // DeltaFIFO, indexer, with its lists), resource.go (ResourceSpec and modes), transform.go (the
 // transform that trims and interns objects), unpaged.go (how first lists are made, and their

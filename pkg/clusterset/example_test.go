@@ -10,6 +10,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
+	"github.com/multicache/multicache/pkg/sources"
 )
 
 // Example embeds multicache in place of one informer factory per cluster: every context of a
@@ -19,7 +20,7 @@ func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	src, err := clusterset.NewKubeconfig(clusterset.KubeconfigOptions{
+	src, err := sources.NewKubeconfig(sources.KubeconfigOptions{
 		Paths:   []string{"/path/to/kubeconfig"},
 		Include: []string{"prod-*"},
 	})

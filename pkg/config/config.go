@@ -19,6 +19,7 @@ import (
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
 	"github.com/multicache/multicache/pkg/server"
+	"github.com/multicache/multicache/pkg/sources"
 )
 
 // Config is the whole file. See configs/multicache.yaml for a commented example.
@@ -88,7 +89,7 @@ type Sources struct {
 // Clusters are fleet sources that an inventory names.
 type Clusters struct {
 	// ClusterProfiles reads the fleet from the Cluster Inventory API (see
-	// clusterset.ClusterProfiles).
+	// sources.ClusterProfiles).
 	ClusterProfiles *ClusterProfilesSource `json:"clusterProfiles,omitempty"`
 }
 
@@ -117,7 +118,7 @@ func (p *ClusterProfilesSource) InventoryConfig(m Management) Management {
 }
 
 // SecretsSource reads clusters from kubeconfig Secrets in one namespace of the management
-// cluster (see clusterset.Secrets).
+// cluster (see sources.Secrets).
 type SecretsSource struct {
 	Namespace string   `json:"namespace"`
 	Include   []string `json:"include,omitempty"`
@@ -425,7 +426,7 @@ func (c *Config) Validate() error {
 		if s.Namespace == "" {
 			bad("sources.secrets.namespace", "required")
 		}
-		if err := (clusterset.KubeconfigOptions{Include: s.Include, Exclude: s.Exclude}).Validate(); err != nil {
+		if err := (sources.KubeconfigOptions{Include: s.Include, Exclude: s.Exclude}).Validate(); err != nil {
 			errs = append(errs, prefixed("sources.secrets.", err))
 		}
 	}
@@ -587,8 +588,8 @@ func (c *Config) ServerOptions() server.Options {
 }
 
 // KubeconfigOptions builds the kubeconfig source options.
-func (c *Config) KubeconfigOptions() clusterset.KubeconfigOptions {
-	return clusterset.KubeconfigOptions{
+func (c *Config) KubeconfigOptions() sources.KubeconfigOptions {
+	return sources.KubeconfigOptions{
 		Paths: c.Kubeconfig.Paths, Include: c.Kubeconfig.Include, Exclude: c.Kubeconfig.Exclude,
 		Rename: c.Kubeconfig.Rename, PollInterval: c.Kubeconfig.PollInterval.Duration,
 	}

@@ -101,7 +101,7 @@ func newLoopState(leases coordlisters.LeaseNamespaceLister) *loopState {
 }
 
 // loadSource loads the inner source. A partial load (an error that is not a CompleteError) is
-// completed with the clusters the source yielded before and misses now, as clusterset.Multi
+// completed with the clusters the source yielded before and misses now, as sources.Multi
 // does, and its error becomes a CompleteError: the Registry must remove what we stop offering.
 func (c *Coordinator) loadSource(st *loopState) {
 	cfgs, err := c.opts.Source.Load()

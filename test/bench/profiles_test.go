@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
@@ -83,7 +84,7 @@ func BenchmarkClusterProfilesJoin(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src, err := clusterset.NewClusterProfiles(clusterset.ClusterProfilesOptions{Client: dc, Namespace: harness.InventoryNamespace, ProviderFile: providers})
+	src, err := sources.NewClusterProfiles(sources.ClusterProfilesOptions{Client: dc, Namespace: harness.InventoryNamespace, ProviderFile: providers})
 	if err != nil {
 		b.Fatal(err)
 	}

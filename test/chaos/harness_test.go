@@ -22,6 +22,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/server"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
@@ -240,7 +241,7 @@ func setupEnv(t *testing.T, results *[]row) (*env, context.Context) {
 		e.proxies[c.Name] = p
 	}
 	e.writeKubeconfig()
-	src, err := clusterset.NewKubeconfig(clusterset.KubeconfigOptions{Paths: []string{e.kc}, PollInterval: 200 * time.Millisecond})
+	src, err := sources.NewKubeconfig(sources.KubeconfigOptions{Paths: []string{e.kc}, PollInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/multicache/multicache/pkg/api"
-	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
@@ -148,16 +148,16 @@ func TestManagementCluster(t *testing.T) {
 	must("namespace", err)
 	secrets := mgmt.CoreV1().Secrets(secretsNS)
 	ownSecret := func(name, cluster string, kubeconfig []byte) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{clusterset.ClusterLabel: cluster}},
-			Data: map[string][]byte{clusterset.ClusterKubeconfigKey: kubeconfig}}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{sources.ClusterLabel: cluster}},
+			Data: map[string][]byte{sources.ClusterKubeconfigKey: kubeconfig}}
 	}
 	capiSecret := func(name, cluster, key string, data []byte) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{clusterset.CAPIClusterLabel: cluster}},
-			Type: clusterset.CAPISecretType, Data: map[string][]byte{key: data}}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{sources.CAPIClusterLabel: cluster}},
+			Type: sources.CAPISecretType, Data: map[string][]byte{key: data}}
 	}
 	_, err = secrets.Create(ctx, ownSecret("member-2", m2, secretKubeconfig(t, c2, c2.Token)), metav1.CreateOptions{})
 	must("secret member-2", err)
-	_, err = secrets.Create(ctx, capiSecret(m3+"-kubeconfig", m3, clusterset.CAPIKubeconfigKey, secretKubeconfig(t, c3, c3.Token)), metav1.CreateOptions{})
+	_, err = secrets.Create(ctx, capiSecret(m3+"-kubeconfig", m3, sources.CAPIKubeconfigKey, secretKubeconfig(t, c3, c3.Token)), metav1.CreateOptions{})
 	must("capi secret", err)
 	_, err = secrets.Create(ctx, capiSecret(m3+"-ca", m3, "tls.crt", []byte("not a kubeconfig")), metav1.CreateOptions{})
 	must("capi ca secret", err)
@@ -358,7 +358,7 @@ readiness:
 		cs3admin, _ := kubernetes.NewForConfig(c3.AdminConfig())
 		tr, err := cs3admin.CoreV1().ServiceAccounts("multicache-system").CreateToken(ctx, "fleet-admin", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 		must("new token for fleet-3", err)
-		sec.Data[clusterset.CAPIKubeconfigKey] = secretKubeconfig(t, c3, tr.Status.Token)
+		sec.Data[sources.CAPIKubeconfigKey] = secretKubeconfig(t, c3, tr.Status.Token)
 		_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
 		must("rotate", err)
 		waitFor("fleet-3 restarted after its Secret rotated", func() bool {
@@ -383,7 +383,7 @@ readiness:
 		}
 		fixed, err := secrets.Get(ctx, "broken", metav1.GetOptions{})
 		must("get broken", err)
-		fixed.Data[clusterset.ClusterKubeconfigKey] = secretKubeconfig(t, c2, c2.Token)
+		fixed.Data[sources.ClusterKubeconfigKey] = secretKubeconfig(t, c2, c2.Token)
 		_, err = secrets.Update(ctx, fixed, metav1.UpdateOptions{})
 		must("fix broken", err)
 		waitFor("the fixed Secret's cluster synced", allSynced(bob, "broken"))

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/api"
-	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
@@ -178,8 +178,8 @@ func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) {
 	}
 	for _, m := range e.members {
 		c, _ := f.Cluster(m)
-		_, err := mgmt.CoreV1().Secrets(secretsNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "member-" + m, Labels: map[string]string{clusterset.ClusterLabel: m}},
-			Data: map[string][]byte{clusterset.ClusterKubeconfigKey: secretKubeconfig(t, c, c.Token)}}, metav1.CreateOptions{})
+		_, err := mgmt.CoreV1().Secrets(secretsNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "member-" + m, Labels: map[string]string{sources.ClusterLabel: m}},
+			Data: map[string][]byte{sources.ClusterKubeconfigKey: secretKubeconfig(t, c, c.Token)}}, metav1.CreateOptions{})
 		must("secret "+m, err)
 		cs, _ := f.Clientset(m)
 		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{})

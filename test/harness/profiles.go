@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/test/fleet"
 )
 
@@ -78,7 +78,7 @@ func InstallInventory(ctx context.Context, t testing.TB, cfg *rest.Config) *Inve
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Inventory{T: t, Ctx: ctx, Client: dc.Resource(clusterset.ClusterProfileGVR).Namespace(InventoryNamespace)}
+	return &Inventory{T: t, Ctx: ctx, Client: dc.Resource(sources.ClusterProfileGVR).Namespace(InventoryNamespace)}
 }
 
 // ProfileAccess is one access provider of a profile: the provider's name, the member's server
@@ -117,10 +117,10 @@ func (inv *Inventory) Set(name, health string, access ProfileAccess) {
 		inv.T.Fatal(err)
 	}
 	cluster := map[string]any{"server": access.Server, "certificate-authority-data": access.CA,
-		"extensions": []any{map[string]any{"name": clusterset.ExecExtension, "extension": map[string]any{"cluster": access.Member}}}}
+		"extensions": []any{map[string]any{"name": sources.ExecExtension, "extension": map[string]any{"cluster": access.Member}}}}
 	var status map[string]any
 	b, _ := json.Marshal(map[string]any{
-		"conditions": []any{map[string]any{"type": clusterset.ControlPlaneHealthy, "status": health, "reason": "Probed",
+		"conditions": []any{map[string]any{"type": sources.ControlPlaneHealthy, "status": health, "reason": "Probed",
 			"message": "probed by the test", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
 		"accessProviders": []any{map[string]any{"name": access.Provider, "cluster": cluster}},
 	})

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/multicache/multicache/pkg/clusterset"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
@@ -36,7 +37,7 @@ func TestAliasedFleet(t *testing.T) {
 	if _, err := f.WriteAliases(path, 0); err == nil {
 		t.Error("0 aliases per cluster was accepted")
 	}
-	src, err := clusterset.NewKubeconfig(clusterset.KubeconfigOptions{Paths: []string{path}})
+	src, err := sources.NewKubeconfig(sources.KubeconfigOptions{Paths: []string{path}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/index"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
@@ -128,7 +129,7 @@ func TestCoreOnLocalFleet(t *testing.T) {
 
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	writeKubeconfig(t, f, kubeconfig, f.Names(), nil)
-	src, err := clusterset.NewKubeconfig(clusterset.KubeconfigOptions{Paths: []string{kubeconfig}, Include: []string{"fleet-*", "broken"}, PollInterval: 200 * time.Millisecond})
+	src, err := sources.NewKubeconfig(sources.KubeconfigOptions{Paths: []string{kubeconfig}, Include: []string{"fleet-*", "broken"}, PollInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

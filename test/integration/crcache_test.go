@@ -30,6 +30,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/clusterset"
 	mcrcache "github.com/multicache/multicache/pkg/crcache"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/test/harness"
 )
 
@@ -67,7 +68,7 @@ func TestControllerRuntimeCache(t *testing.T) {
 		c.Contexts["broken"] = &clientcmdapi.Context{Cluster: "broken", AuthInfo: "broken"}
 	}
 	writeKubeconfig(t, f, kubeconfig, names, withBroken)
-	src, err := clusterset.NewKubeconfig(clusterset.KubeconfigOptions{Paths: []string{kubeconfig}, PollInterval: 200 * time.Millisecond})
+	src, err := sources.NewKubeconfig(sources.KubeconfigOptions{Paths: []string{kubeconfig}, PollInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

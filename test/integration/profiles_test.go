@@ -23,6 +23,7 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/clusterset"
 	mcrcache "github.com/multicache/multicache/pkg/crcache"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/pkg/verify"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
@@ -101,7 +102,7 @@ func TestClusterProfiles(t *testing.T) {
 	inv.Set("unknown", "True", harness.AccessTo(t, c3, "nobody"))
 	inv.Set("failing", "True", harness.AccessTo(t, c3, "broken"))
 
-	src, err := clusterset.NewClusterProfiles(clusterset.ClusterProfilesOptions{Client: dc, Namespace: harness.InventoryNamespace,
+	src, err := sources.NewClusterProfiles(sources.ClusterProfilesOptions{Client: dc, Namespace: harness.InventoryNamespace,
 		LabelSelector: "x-k8s.io/cluster-manager=test", ProviderFile: providers, Logger: zaptest.NewLogger(t).Named("profiles")})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/config"
 	"github.com/multicache/multicache/pkg/shard"
+	"github.com/multicache/multicache/pkg/sources"
 	"github.com/multicache/multicache/pkg/storage/peer"
 )
 
@@ -105,7 +106,7 @@ func managementConfig(m config.Management, field, version string) (*rest.Config,
 }
 
 // clusterProfiles is the ClusterProfiles source, started and listed.
-func clusterProfiles(ctx context.Context, cfg *config.Config, version string, log *zap.Logger) (*clusterset.ClusterProfiles, error) {
+func clusterProfiles(ctx context.Context, cfg *config.Config, version string, log *zap.Logger) (*sources.ClusterProfiles, error) {
 	p := cfg.Clusters.ClusterProfiles
 	field := "management"
 	if p.Kubeconfig != "" {
@@ -119,7 +120,7 @@ func clusterProfiles(ctx context.Context, cfg *config.Config, version string, lo
 	if err != nil {
 		return nil, fmt.Errorf("clusters.clusterProfiles: %w", err)
 	}
-	src, err := clusterset.NewClusterProfiles(clusterset.ClusterProfilesOptions{Client: dc, Namespace: p.Namespace, LabelSelector: p.LabelSelector,
+	src, err := sources.NewClusterProfiles(sources.ClusterProfilesOptions{Client: dc, Namespace: p.Namespace, LabelSelector: p.LabelSelector,
 		ProviderFile: p.ProviderFile, Logger: log.Named("clusterprofiles")})
 	if err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 	var srcs []clusterset.Source
 	inventory := cfg.Sources.Secrets != nil || cfg.Clusters.ClusterProfiles != nil
 	if !inventory || len(cfg.Kubeconfig.Paths) > 0 {
-		kc, err := clusterset.NewKubeconfig(cfg.KubeconfigOptions())
+		kc, err := sources.NewKubeconfig(cfg.KubeconfigOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +154,7 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 		srcs = append(srcs, kc)
 	}
 	if s := cfg.Sources.Secrets; s != nil {
-		sec, err := clusterset.NewSecrets(clusterset.SecretsOptions{Client: mgmt, Namespace: s.Namespace, Include: s.Include, Exclude: s.Exclude, Logger: log.Named("secrets")})
+		sec, err := sources.NewSecrets(sources.SecretsOptions{Client: mgmt, Namespace: s.Namespace, Include: s.Include, Exclude: s.Exclude, Logger: log.Named("secrets")})
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +173,7 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 	if len(srcs) == 1 {
 		return srcs[0], nil
 	}
-	return clusterset.NewMulti(srcs...), nil
+	return sources.NewMulti(srcs...), nil
 }
 
 // returnMemoryAfterMoves returns freed memory to the operating system once clusters have

@@ -1,4 +1,4 @@
-package clusterset
+package sources
 
 import (
 	"encoding/json"

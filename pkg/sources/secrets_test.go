@@ -1,4 +1,4 @@
-package clusterset
+package sources
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/multicache/multicache/pkg/clusterset"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -65,7 +66,7 @@ func TestSecretsSource(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	got := map[string]ClusterConfig{}
+	got := map[string]clusterset.ClusterConfig{}
 	var names []string
 	for _, c := range cfgs {
 		got[c.Name] = c
@@ -125,21 +126,21 @@ func TestSecretsSource(t *testing.T) {
 
 // erringSource yields its clusters with err.
 type erringSource struct {
-	cfgs []ClusterConfig
+	cfgs []clusterset.ClusterConfig
 	err  error
 }
 
-func (e *erringSource) Load() ([]ClusterConfig, error)          { return e.cfgs, e.err }
-func (e *erringSource) Changes(context.Context) <-chan struct{} { return nil }
+func (e *erringSource) Load() ([]clusterset.ClusterConfig, error) { return e.cfgs, e.err }
+func (e *erringSource) Changes(context.Context) <-chan struct{}   { return nil }
 
 func TestMultiSource(t *testing.T) {
-	a := &erringSource{cfgs: []ClusterConfig{{Name: "x", Origin: "A"}, {Name: "y", Origin: "A"}, {Name: "w", Origin: "A"}}}
-	b := &erringSource{cfgs: []ClusterConfig{{Name: "y", Origin: "B"}, {Name: "z", Origin: "B"}, {Name: "gone", Origin: "B"}}}
+	a := &erringSource{cfgs: []clusterset.ClusterConfig{{Name: "x", Origin: "A"}, {Name: "y", Origin: "A"}, {Name: "w", Origin: "A"}}}
+	b := &erringSource{cfgs: []clusterset.ClusterConfig{{Name: "y", Origin: "B"}, {Name: "z", Origin: "B"}, {Name: "gone", Origin: "B"}}}
 	m := NewMulti(a, b)
 	cfgs, err := m.Load()
-	var complete *CompleteError
+	var complete *clusterset.CompleteError
 	if !errors.As(err, &complete) || !strings.Contains(err.Error(), `B: cluster name "y" already used by A`) {
-		t.Errorf("want the clash named in a CompleteError, got %v", err)
+		t.Errorf("want the clash named in a clusterset.CompleteError, got %v", err)
 	}
 	if names(cfgs) != "gone,w,x,y,z" || cfgs[3].Origin != "A" {
 		t.Errorf("got %+v, want gone, w, x, y from A, z", cfgs)
@@ -150,6 +151,6 @@ func TestMultiSource(t *testing.T) {
 	b.cfgs = b.cfgs[:2]
 	cfgs, err = m.Load()
 	if !errors.As(err, &complete) || names(cfgs) != "w,x,y,z" {
-		t.Errorf("after a partial load of A and a removal from B: %s, %v; want w,x,y,z and a CompleteError", names(cfgs), err)
+		t.Errorf("after a partial load of A and a removal from B: %s, %v; want w,x,y,z and a clusterset.CompleteError", names(cfgs), err)
 	}
 }

@@ -1,4 +1,4 @@
-package clusterset
+package sources
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/clusterset"
 )
 
 // ClusterProfileGVR is the Cluster Inventory API's ClusterProfile (KEP-4322).
@@ -69,13 +70,13 @@ type ClusterProfilesOptions struct {
 // Every profile is in the fleet, so that replicas sharing the fleet agree on it whatever each
 // has seen. A profile that appears while the source runs starts once its ControlPlaneHealthy
 // condition is True; until then it is Waiting (it runs and lists nothing). Once started, a
-// later False or Unknown is reported as the cluster's Health (Degraded, its cache kept), not as
+// later False or Unknown is reported as the cluster's Health (clusterset.Degraded, its cache kept), not as
 // a removal. The profiles present at the first load are taken as started, whatever their
 // health: nothing in a profile tells whether it was ever healthy, and a restart, or a replica
 // taking a cluster over, must keep serving a cluster that is unhealthy at that moment (a
 // profile still being provisioned then starts at once). A changed server, CA, proxy, extension
 // or provider entry changes the cluster's Fingerprint, which restarts that cluster only. Start
-// it before the Registry loads it.
+// it before the clusterset.Registry loads it.
 type ClusterProfiles struct {
 	opts     ClusterProfilesOptions
 	informer cache.SharedIndexInformer
@@ -166,7 +167,7 @@ func (s *ClusterProfiles) Start(ctx context.Context, timeout time.Duration) erro
 // ClusterProfiles). A profile whose cluster cannot be reached as it says (no provider the file
 // names, a bad server) yields its cluster with Err set; the others are unaffected. A provider
 // file that cannot be read makes the load fail: the clusters running stay as they are.
-func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
+func (s *ClusterProfiles) Load() ([]clusterset.ClusterConfig, error) {
 	pf, err := LoadProviderFile(s.opts.ProviderFile)
 	if err != nil {
 		return nil, fmt.Errorf("clusterProfiles: %w", err)
@@ -175,7 +176,7 @@ func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	present := map[string]bool{}
-	var out []ClusterConfig
+	var out []clusterset.ClusterConfig
 	for _, obj := range objs {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -200,7 +201,7 @@ func (s *ClusterProfiles) Load() ([]ClusterConfig, error) {
 			out = append(out, failed(name, origin, fmt.Errorf("%s: %w", origin, err)))
 			continue
 		}
-		c := ClusterConfig{Name: name, Origin: origin}
+		c := clusterset.ClusterConfig{Name: name, Origin: origin}
 		switch health := profileHealth(&p); {
 		case !s.loaded:
 			// The fleet as this process finds it: a restart, or a replica taking a cluster
@@ -263,8 +264,8 @@ func profileHealth(p *clusterProfile) string {
 	return fmt.Sprintf("condition %s is not reported", ControlPlaneHealthy)
 }
 
-func failed(name, origin string, err error) ClusterConfig {
-	return ClusterConfig{Name: name, Origin: origin, Err: err, Fingerprint: fingerprint(err.Error())}
+func failed(name, origin string, err error) clusterset.ClusterConfig {
+	return clusterset.ClusterConfig{Name: name, Origin: origin, Err: err, Fingerprint: fingerprint(err.Error())}
 }
 
 // fingerprint hashes what reaches a cluster, so that it changes exactly when that does.

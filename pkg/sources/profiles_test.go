@@ -1,4 +1,4 @@
-package clusterset
+package sources
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/multicache/multicache/pkg/clusterset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -83,20 +84,20 @@ func TestClusterProfilesSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	changes := src.Changes(ctx)
-	load := func() map[string]ClusterConfig {
+	load := func() map[string]clusterset.ClusterConfig {
 		t.Helper()
 		cfgs, err := src.Load()
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]ClusterConfig{}
+		out := map[string]clusterset.ClusterConfig{}
 		for _, c := range cfgs {
 			out[c.Name] = c
 		}
 		return out
 	}
 	got := load()
-	// beta, unhealthy, was there at the first load: it is taken as started, Degraded.
+	// beta, unhealthy, was there at the first load: it is taken as started, clusterset.Degraded.
 	if len(got) != 4 || got["beta"].Waiting != "" || !strings.Contains(got["beta"].Health, "ControlPlaneHealthy is False (Probe: probed)") {
 		t.Fatalf("clusters %v, beta %+v: want alpha, beta, delta and gamma, beta started and unhealthy", keysOf(got), got["beta"])
 	}
@@ -144,7 +145,7 @@ func TestClusterProfilesSource(t *testing.T) {
 			t.Fatal("no change signalled")
 		}
 	}
-	waitLoad := func(cond func(map[string]ClusterConfig) bool) map[string]ClusterConfig {
+	waitLoad := func(cond func(map[string]clusterset.ClusterConfig) bool) map[string]clusterset.ClusterConfig {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -164,29 +165,29 @@ func TestClusterProfilesSource(t *testing.T) {
 	if err := client.Resource(ClusterProfileGVR).Namespace("inventory").Delete(ctx, "beta", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitLoad(func(m map[string]ClusterConfig) bool { _, ok := m["beta"]; return !ok })
+	waitLoad(func(m map[string]clusterset.ClusterConfig) bool { _, ok := m["beta"]; return !ok })
 	if _, err := client.Resource(ClusterProfileGVR).Namespace("inventory").Create(ctx, profile("beta", "u5", "False", access("tokens", "https://beta:6443")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Waiting != "" })
+	got = waitLoad(func(m map[string]clusterset.ClusterConfig) bool { return m["beta"].Waiting != "" })
 	if w := got["beta"].Waiting; !strings.Contains(w, "ClusterProfile inventory/beta") || !strings.Contains(w, "ControlPlaneHealthy is False (Probe: probed)") || got["beta"].Health != "" {
 		t.Fatalf("beta, created again unhealthy: waiting %q, health %q", w, got["beta"].Health)
 	}
 	// beta turns healthy: it starts.
 	update(profile("beta", "u5", "True", access("tokens", "https://beta:6443")))
-	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Waiting == "" })
+	got = waitLoad(func(m map[string]clusterset.ClusterConfig) bool { return m["beta"].Waiting == "" })
 	betaFP := got["beta"].Fingerprint
 	// beta turns unhealthy: it stays, with the condition as its health, and its fingerprint
 	// (so its stacks) unchanged.
 	update(profile("beta", "u5", "False", access("tokens", "https://beta:6443")))
-	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Health != "" })
+	got = waitLoad(func(m map[string]clusterset.ClusterConfig) bool { return m["beta"].Health != "" })
 	if b := got["beta"]; b.Fingerprint != betaFP || b.Waiting != "" || !strings.Contains(b.Health, "ControlPlaneHealthy is False (Probe: probed)") {
 		t.Fatalf("beta unhealthy: fingerprint %s (was %s), health %q, waiting %q", b.Fingerprint, betaFP, b.Health, b.Waiting)
 	}
 	// A changed server changes the fingerprint of that cluster only.
 	deltaFP := got["delta"].Fingerprint
 	update(profile("beta", "u5", "True", access("tokens", "https://beta-moved:6443")))
-	got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Fingerprint != betaFP })
+	got = waitLoad(func(m map[string]clusterset.ClusterConfig) bool { return m["beta"].Fingerprint != betaFP })
 	if got["beta"].Health != "" || got["delta"].Fingerprint != deltaFP || got["beta"].Config.Host != "https://beta-moved:6443" {
 		t.Fatalf("after beta's server moved: beta %+v, delta's fingerprint %s (was %s)", got["beta"], got["delta"].Fingerprint, deltaFP)
 	}
@@ -209,7 +210,7 @@ func TestClusterProfilesSource(t *testing.T) {
 		{"extension", profile("beta", "u5", "True", access("tokens", "https://beta-moved:6443", ext(ExecExtension, map[string]any{"cluster": "other"})))},
 	} {
 		update(change.p)
-		got = waitLoad(func(m map[string]ClusterConfig) bool { return m["beta"].Fingerprint != movedFP })
+		got = waitLoad(func(m map[string]clusterset.ClusterConfig) bool { return m["beta"].Fingerprint != movedFP })
 		if got["delta"].Fingerprint != deltaFP {
 			t.Fatalf("beta's %s changed delta's fingerprint", change.what)
 		}
@@ -235,7 +236,7 @@ func TestClusterProfilesSource(t *testing.T) {
 	if d := load()["delta"]; d.Fingerprint == deltaFP || d.Config.ExecProvider.Command != "/bin/tokens2" {
 		t.Fatalf("delta after the provider changed: fingerprint %s, command %q", d.Fingerprint, d.Config.ExecProvider.Command)
 	}
-	// A provider file broken mid-edit fails the load, so that the Registry keeps what runs.
+	// A provider file broken mid-edit fails the load, so that the clusterset.Registry keeps what runs.
 	if err := os.WriteFile(pfPath, []byte(`{"providers": [`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestClusterProfilesSource(t *testing.T) {
 	}
 }
 
-func keysOf(m map[string]ClusterConfig) []string {
+func keysOf(m map[string]clusterset.ClusterConfig) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)

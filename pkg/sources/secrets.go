@@ -1,4 +1,4 @@
-package clusterset
+package sources
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/clusterset"
 )
 
 // The Secrets a Secrets source reads.
@@ -53,7 +54,7 @@ type SecretsOptions struct {
 
 // Secrets is a Source over kubeconfig Secrets in a management cluster, followed by informers
 // (one per label), so clusters join, leave and rotate as Secrets are created, deleted and
-// updated. Start it before the Registry loads it.
+// updated. Start it before the clusterset.Registry loads it.
 //
 // A Secret's kubeconfig must be self-contained: file references, exec plugins and auth
 // providers are refused, since whoever may write Secrets in the namespace would otherwise read
@@ -148,7 +149,7 @@ func (s *Secrets) Start(ctx context.Context, timeout time.Duration) error {
 // Load returns one cluster per usable Secret, sorted by name. A Secret whose kubeconfig cannot
 // be used yields its cluster with Err set. Secrets naming a bad or duplicate cluster name are
 // logged and skipped: they cannot be shown as a cluster.
-func (s *Secrets) Load() ([]ClusterConfig, error) {
+func (s *Secrets) Load() ([]clusterset.ClusterConfig, error) {
 	own, err := s.own.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -183,7 +184,7 @@ func (s *Secrets) Load() ([]ClusterConfig, error) {
 		return a.Name < b.Name
 	})
 	byName := map[string]string{}
-	var out []ClusterConfig
+	var out []clusterset.ClusterConfig
 	for _, e := range entries {
 		origin := fmt.Sprintf("Secret %s/%s", e.sec.Namespace, e.sec.Name)
 		if err := aggregate.ValidateClusterName(e.name); err != nil {
@@ -200,7 +201,7 @@ func (s *Secrets) Load() ([]ClusterConfig, error) {
 		byName[e.name] = origin
 		data := e.sec.Data[e.key]
 		sum := sha256.Sum256(data)
-		c := ClusterConfig{Name: e.name, Origin: origin, Fingerprint: hex.EncodeToString(sum[:8])}
+		c := clusterset.ClusterConfig{Name: e.name, Origin: origin, Fingerprint: hex.EncodeToString(sum[:8])}
 		c.Config, c.Err = secretRESTConfig(data)
 		if c.Err != nil {
 			c.Config = nil
