@@ -270,8 +270,8 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		sent = make([]atomic.Int64, writes)
 		var ws []*idWatch
 		if restricted {
-			// Identities 4 at a time; each opens its first watch alone (filling its review
-			// cache), then the rest together.
+			// Identities 4 at a time; each opens its first watch (filling its review
+			// cache), then the rest one after another.
 			var mu sync.Mutex
 			sem := make(chan struct{}, 4)
 			var wg sync.WaitGroup
