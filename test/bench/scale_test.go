@@ -369,7 +369,7 @@ type scaleFleet struct {
 	// rolling also restarts the three replicas, one at a time, before the kill.
 	rolling bool
 	// profileDir, when set, receives a CPU profile of the first round's single replica over
-	// the profileFor after it was ready (sf.profile); the round waits for it.
+	// the profileFor from its start (sf.profile); the round waits for it.
 	profileDir string
 }
 
@@ -459,6 +459,23 @@ func (sf *scaleFleet) single(k int, label string) singleRun {
 	start := time.Now()
 	one := startScaleProc(b, sf.bin, fmt.Sprintf("%s-%d", label, k), harness.FreePort(b), "--config", sf.cfgPath)
 	defer one.stop(syscall.SIGTERM)
+	// The profile starts as soon as the daemon answers HTTP (it does before it is ready, which
+	// is when every cluster synced), so that it covers the initial sync.
+	profiled := make(chan struct{})
+	if sf.profileDir != "" && k == 1 {
+		go func() {
+			defer close(profiled)
+			for {
+				if _, _, err := one.get("/healthz"); err == nil || time.Since(start) > time.Minute {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			sf.profile(one, filepath.Join(sf.profileDir, label+"-sync.pprof"))
+		}()
+	} else {
+		close(profiled)
+	}
 	for !one.ready() {
 		if time.Since(start) > 30*time.Minute {
 			b.Fatalf("%s: not ready in 30 minutes", one.id)
@@ -466,15 +483,6 @@ func (sf *scaleFleet) single(k int, label string) singleRun {
 		time.Sleep(50 * time.Millisecond)
 	}
 	r.oneReady = time.Since(start)
-	profiled := make(chan struct{})
-	if sf.profileDir != "" && k == 1 {
-		go func() {
-			defer close(profiled)
-			sf.profile(one, filepath.Join(sf.profileDir, label+"-sync.pprof"))
-		}()
-	} else {
-		close(profiled)
-	}
 	sf.waitAll(one.id+": every cluster synced", one, 30*time.Minute, nil)
 	r.oneSynced = time.Since(start)
 	<-profiled
@@ -491,8 +499,8 @@ func (sf *scaleFleet) single(k int, label string) singleRun {
 	return r
 }
 
-// profile writes a CPU profile of p over the profileFor that follow its readiness (its
-// initial sync, and the idle time after it when the sync takes less) to path.
+// profile writes a CPU profile of p over the next profileFor (from its start: its initial
+// sync, and the time after it when the sync takes less) to path.
 func (sf *scaleFleet) profile(p *scaleProc, path string) {
 	// Not p.get: its client gives up after a minute.
 	resp, err := (&http.Client{Timeout: profileFor + time.Minute}).Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, int(profileFor/time.Second)))
@@ -510,7 +518,7 @@ func (sf *scaleFleet) profile(p *scaleProc, path string) {
 		sf.b.Logf("%s: CPU profile: %v", p.id, err)
 		return
 	}
-	sf.b.Logf("%s: CPU profile of the %s from ready written to %s", p.id, profileFor, path)
+	sf.b.Logf("%s: CPU profile of %s from its start written to %s", p.id, profileFor, path)
 }
 
 // replicaArgs are the flags of a sharded replica id listening on addr, its Leases in shardNS.
