@@ -28,8 +28,13 @@ import (
 // the objects and the version agree even though the informer stopped with events still
 // queued. Without it (the feature off) nothing is shelved.
 
-// ShelfTTL is how long a handed-off cluster's state waits for its next owner. Short: a state
-// is the cluster as it was when handed off, and its next owner replays from there.
+// ShelfTTL is how long a handed-off cluster's state waits for its next owner, counted from
+// when it was shelved or from the shelf's last take, whichever is later: while next owners keep
+// taking states (they warm their clusters a few at a time, sharding.maxWarmups, so that a
+// move of hundreds of clusters takes them one after another for minutes), every state waits;
+// once nobody has taken one for ShelfTTL, those left expire. A state is the cluster as it was
+// when handed off, and its next owner replays from there; one the member no longer has the
+// version of (410) is listed again, as it would have been without a state.
 var ShelfTTL = 30 * time.Second
 
 // HandedState is one resource of a cluster as a replica's stopped stack left it.
@@ -61,16 +66,19 @@ type Taker func(ctx context.Context, cluster, key string) (h *Handed, ok bool, e
 // SetTaker sets how stacks find handed state. Call it before Start.
 func (r *Registry) SetTaker(t Taker) { r.taker = t }
 
-// shelf holds the states of clusters handed off, until taken or ShelfTTL.
+// shelf holds the states of clusters handed off, until taken or expired (ShelfTTL).
 type shelf struct {
-	mu      sync.Mutex
-	entries map[string]shelfEntry // cluster + "\x00" + key
-	changed chan struct{}         // closed and replaced whenever entries shrink
+	mu       sync.Mutex
+	entries  map[string]shelfEntry // cluster + "\x00" + key
+	lastTake time.Time             // when a state was last taken
+	ttl      time.Duration         // ShelfTTL as of the last put
+	changed  chan struct{}         // closed and replaced whenever entries shrink
+	timer    *time.Timer           // expires the entries on time even if nothing touches the shelf
 }
 
 type shelfEntry struct {
 	state HandedState
-	until time.Time
+	put   time.Time
 }
 
 func shelfKey(cluster, key string) string { return cluster + "\x00" + key }
@@ -81,17 +89,12 @@ func (s *shelf) put(cluster string, states []HandedState) {
 	if s.entries == nil {
 		s.entries = map[string]shelfEntry{}
 	}
-	until := time.Now().Add(ShelfTTL)
+	now := time.Now()
+	s.ttl = ShelfTTL
 	for _, st := range states {
-		s.entries[shelfKey(cluster, st.Key)] = shelfEntry{state: st, until: until}
+		s.entries[shelfKey(cluster, st.Key)] = shelfEntry{state: st, put: now}
 	}
 	s.expireLocked()
-	// Expired on time even if nothing else touches the shelf: it holds whole stores.
-	time.AfterFunc(ShelfTTL+time.Millisecond, func() {
-		s.mu.Lock()
-		s.expireLocked()
-		s.mu.Unlock()
-	})
 }
 
 // take removes and returns cluster's state for key.
@@ -102,21 +105,50 @@ func (s *shelf) take(cluster, key string) (HandedState, bool) {
 	e, ok := s.entries[shelfKey(cluster, key)]
 	if ok {
 		delete(s.entries, shelfKey(cluster, key))
+		s.lastTake = time.Now()
 		s.shrunkLocked()
 	}
 	return e.state, ok
 }
 
+// expiresLocked is when e expires: ShelfTTL after its put or the shelf's last take.
+func (s *shelf) expiresLocked(e shelfEntry) time.Time {
+	from := e.put
+	if s.lastTake.After(from) {
+		from = s.lastTake
+	}
+	return from.Add(s.ttl)
+}
+
+// expireLocked drops the expired entries and sets the timer for the next expiry: the shelf
+// holds whole stores, which must not outlive their time because nothing touched it.
 func (s *shelf) expireLocked() {
 	now := time.Now()
 	n := len(s.entries)
+	var next time.Time
 	for k, e := range s.entries {
-		if now.After(e.until) {
+		at := s.expiresLocked(e)
+		if now.After(at) {
 			delete(s.entries, k)
+			continue
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
 		}
 	}
 	if len(s.entries) < n {
 		s.shrunkLocked()
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	if !next.IsZero() {
+		s.timer = time.AfterFunc(next.Sub(now)+time.Millisecond, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.expireLocked()
+		})
 	}
 }
 
@@ -135,26 +167,47 @@ func (r *Registry) Shelved(cluster, key string) (HandedState, bool) {
 
 // WaitShelfTaken waits until every handed-off state has been taken or has expired, or ctx
 // ends; it returns how many are left. A replica shutting down calls it after handing its
-// clusters off, so that their next owners can take them before it exits.
+// clusters off, so that their next owners can take them before it exits. Since a state waits
+// as long as the next owners keep taking (ShelfTTL), ctx should bound the wait.
 func (r *Registry) WaitShelfTaken(ctx context.Context) int {
+	return r.shelf.wait(ctx, 0)
+}
+
+// WaitShelfProgress is WaitShelfTaken that also returns once no state has been taken (nor
+// shelved) for idle: the next owners have stopped taking, and those left will list.
+func (r *Registry) WaitShelfProgress(ctx context.Context, idle time.Duration) int {
+	return r.shelf.wait(ctx, idle)
+}
+
+func (s *shelf) wait(ctx context.Context, idle time.Duration) int {
 	for {
-		r.shelf.mu.Lock()
-		r.shelf.expireLocked()
-		n := len(r.shelf.entries)
+		s.mu.Lock()
+		s.expireLocked()
+		n := len(s.entries)
 		if n == 0 {
-			r.shelf.mu.Unlock()
+			s.mu.Unlock()
 			return 0
 		}
-		if r.shelf.changed == nil {
-			r.shelf.changed = make(chan struct{})
+		last := s.lastTake
+		for _, e := range s.entries {
+			if e.put.After(last) {
+				last = e.put
+			}
 		}
-		ch := r.shelf.changed
-		r.shelf.mu.Unlock()
+		if idle > 0 && time.Since(last) >= idle {
+			s.mu.Unlock()
+			return n
+		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		ch := s.changed
+		s.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return n
-		case <-time.After(time.Second): // expiry
+		case <-time.After(100 * time.Millisecond): // expiry, idleness
 		}
 	}
 }

@@ -58,6 +58,46 @@ func TestShelf(t *testing.T) {
 	}
 }
 
+// TestShelfWaitsWhileTakersTake: a move of many clusters is taken a few at a time, for longer
+// than ShelfTTL; every state waits while states are being taken, the rest expire ShelfTTL after
+// the last take (the timer drops them with nothing touching the shelf), and WaitShelfProgress
+// returns once nothing has been taken for its idle time.
+func TestShelfWaitsWhileTakersTake(t *testing.T) {
+	defer func(d time.Duration) { ShelfTTL = d }(ShelfTTL)
+	ShelfTTL = 500 * time.Millisecond
+	r := &Registry{}
+	for _, c := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+		r.shelf.put(c, []HandedState{{Key: "k", ResourceVersion: c}})
+	}
+	// Eight taken 100 ms apart: the last 800 ms after the put, past ShelfTTL.
+	for _, c := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		time.Sleep(100 * time.Millisecond)
+		if st, ok := r.Shelved(c, "k"); !ok || st.ResourceVersion != c {
+			t.Fatalf("%s, taken while takers keep taking: %+v %t", c, st, ok)
+		}
+	}
+	// Idle for 100 ms, before the two left expire.
+	if left := r.WaitShelfProgress(context.Background(), 100*time.Millisecond); left != 2 {
+		t.Errorf("WaitShelfProgress: %d left, want i and j", left)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.shelf.mu.Lock()
+		n := len(r.shelf.entries)
+		r.shelf.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d states still shelved 5 s after the last take, ShelfTTL %s", n, ShelfTTL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, ok := r.Shelved("i", "k"); ok {
+		t.Error("a state was taken after it expired")
+	}
+}
+
 // fakeWatches records the watches a stack opens and answers each with a FakeWatcher.
 type fakeWatches struct {
 	mu     sync.Mutex

@@ -292,14 +292,23 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return err
 }
 
-// awaitHandovers waits, briefly, for the clusters' next owners to take the state this replica
-// kept of them (a handover costs their API servers no list), and not at all when no other
-// replica stays to take them (the whole fleet is stopping).
+// Handing off on shutdown: the replica waits while its clusters' next owners take the states
+// it kept (they take them a few at a time, sharding.maxWarmups), until none has been taken for
+// handoverIdle, and at most handoverWaitMax. deploy/sharded gives the Pod a termination grace
+// period above the sum of this and a lease duration (the clusters' stop).
+const (
+	handoverIdle    = 10 * time.Second
+	handoverWaitMax = 90 * time.Second
+)
+
+// awaitHandovers waits for the clusters' next owners to take the state this replica kept of
+// them (a handover costs their API servers no list), and not at all when no other replica
+// stays to take them (the whole fleet is stopping).
 func (d *Daemon) awaitHandovers() {
 	if d.coord == nil {
 		return
 	}
-	waitCtx, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+	waitCtx, cancelWait := context.WithTimeout(context.Background(), handoverWaitMax)
 	defer cancelWait()
 	go func() {
 		for waitCtx.Err() == nil {
@@ -317,8 +326,9 @@ func (d *Daemon) awaitHandovers() {
 			}
 		}
 	}()
-	if left := d.reg.WaitShelfTaken(waitCtx); left > 0 {
-		d.log.Info("handoff: states not taken by the next owners; they list from the clusters", zap.Int("left", left))
+	start := time.Now()
+	if left := d.reg.WaitShelfProgress(waitCtx, handoverIdle); left > 0 {
+		d.log.Info("handoff: states not taken by the next owners; they list from the clusters", zap.Int("left", left), zap.Duration("waited", time.Since(start)))
 	}
 }
 
