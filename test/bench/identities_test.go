@@ -270,10 +270,10 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		sent = make([]atomic.Int64, writes)
 		var ws []*idWatch
 		if restricted {
-			// Identities 4 at a time; each opens its first watch (filling its review
+			// Identities 8 at a time; each opens its first watch (filling its review
 			// cache), then the rest one after another.
 			var mu sync.Mutex
-			sem := make(chan struct{}, 4)
+			sem := make(chan struct{}, 8)
 			var wg sync.WaitGroup
 			for i := range identities {
 				wg.Add(1)
