@@ -73,6 +73,9 @@ type idPhase struct {
 	reviews           float64 // reviews the daemon sent meanwhile
 	writes, watches   int
 	eventsPerWriteAvg float64
+	// opened is how long opening the watches took, and openReviews the reviews sent meanwhile.
+	opened      time.Duration
+	openReviews float64
 }
 
 func BenchmarkIdentityWatches(b *testing.B) {
@@ -269,6 +272,7 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		writes := int(rate * float64(seconds))
 		sent = make([]atomic.Int64, writes)
 		var ws []*idWatch
+		openStart, reviewsBefore := time.Now(), reviews()
 		if restricted {
 			// Identities 8 at a time; each opens its first watch (filling its review
 			// cache), then the rest one after another.
@@ -296,6 +300,7 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		unrestricted := open(-1, allToken, label, everyone)
 		ws = append(ws, unrestricted)
 		ph.watches = len(ws)
+		ph.opened, ph.openReviews = time.Since(openStart), reviews()-reviewsBefore
 		time.Sleep(2 * time.Second)
 		reviews0 := reviews()
 		cpu0 := procCPU(d.cmd.Process.Pid)
@@ -367,8 +372,8 @@ func BenchmarkIdentityWatches(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		b.Logf("phase %s: %d watches, %d writes in %s: %d events (%.0f a write); p50 %s p99 %s (the unrestricted watch: p99 %s); daemon CPU %s (%.2f µs an event); reviews sent %.0f",
-			label, ph.watches, writes, ph.took.Round(100*time.Millisecond), ph.events, ph.eventsPerWriteAvg, ph.p50, ph.p99, ph.unrestricted99, ph.cpu, float64(ph.cpu.Microseconds())/float64(ph.events), ph.reviews)
+		b.Logf("phase %s: %d watches opened in %s (%.0f reviews sent); %d writes in %s: %d events (%.0f a write); p50 %s p99 %s (the unrestricted watch: p99 %s); daemon CPU %s (%.2f µs an event); reviews sent %.0f",
+			label, ph.watches, ph.opened.Round(100*time.Millisecond), ph.openReviews, writes, ph.took.Round(100*time.Millisecond), ph.events, ph.eventsPerWriteAvg, ph.p50, ph.p99, ph.unrestricted99, ph.cpu, float64(ph.cpu.Microseconds())/float64(ph.events), ph.reviews)
 		return ph
 	}
 	type idRound struct{ alone, width idPhase }
@@ -435,6 +440,7 @@ copies of the clusters its identity may read, none of another cluster (checked e
 | write → watch p99 | %s | %s (the unrestricted watch beside them: %s) | S2.8: %s (B ÷ A); %s (B ÷ the unrestricted beside) | ≤ 2× |
 | daemon CPU an event delivered to a watch | %s µs | %s µs (marginal over phase A: %s µs) | | |
 | daemon CPU while the writes ran | | %s of a core | | |
+| opening the watches (reviews sent meanwhile) | | %s (%s) | | |
 
 Each round:
 
@@ -449,5 +455,7 @@ Command: `+"`make bench-identities`"+` (`+"`MULTICACHE_BENCH_S28_RUNS=%d go test
 		msOf(func(r idRound) time.Duration { return r.alone.p99 }), msOf(func(r idRound) time.Duration { return r.width.p99 }), msOf(func(r idRound) time.Duration { return r.width.unrestricted99 }),
 		ceilingSpread(ratio, "%.2f×"), ceilingSpread(besideRatio, "%.2f×"),
 		ceilingSpread(aloneEvent, "%.2f"), ceilingSpread(perEvent, "%.2f"), ceilingSpread(marginal, "%.2f"),
-		ceilingSpread(cpuShare, "%.2f"), strings.Join(rows, "\n"), rounds))
+		ceilingSpread(cpuShare, "%.2f"),
+		ceilingSpread(col(func(r idRound) float64 { return r.width.opened.Seconds() }), "%.1f s"), ceilingSpread(col(func(r idRound) float64 { return r.width.openReviews }), "%.0f"),
+		strings.Join(rows, "\n"), rounds))
 }
