@@ -523,8 +523,11 @@ func (sf *scaleFleet) profile(p *scaleProc, path string) {
 
 // replicaArgs are the flags of a sharded replica id listening on addr, its Leases in shardNS.
 func (sf *scaleFleet) replicaArgs(shardNS, id, addr string) []string {
-	return []string{"--config", sf.cfgPath, "--sharding", "--management-kubeconfig", sf.f.Kubeconfig(),
+	args := []string{"--config", sf.cfgPath, "--sharding", "--management-kubeconfig", sf.f.Kubeconfig(),
 		"--management-context", sf.f.Names()[0], "--sharding-namespace", shardNS, "--advertise-url", "http://" + addr, "--replica-id", id}
+	// MULTICACHE_BENCH_SCALE_REPLICA_ARGS adds flags to every replica, for a check such as
+	// --max-warmups; a run with it is not the default configuration.
+	return append(args, strings.Fields(os.Getenv("MULTICACHE_BENCH_SCALE_REPLICA_ARGS"))...)
 }
 
 func (sf *scaleFleet) awaitReady(p *scaleProc, start time.Time) {
