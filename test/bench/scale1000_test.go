@@ -166,7 +166,7 @@ What the API servers served during each rolling restart:
 
 Last round, per replica: %s.
 
-Command: `+"`make bench-scale-1000`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench FleetScale1000 -benchtime 1x -timeout 5h -v ./test/bench/`"+`)
+Command: `+"`make bench-scale-1000`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale1000$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`)
 `, machineLine(), wide.clusters, wide.perServer, wide.objects, wide.servers, wide.perServer, wide.aliases,
 		ref.servers, ref.perServer, ref.aliases, ref.clusters, ref.objects,
 		ref.seedTook.Round(time.Second), wide.seedTook.Round(time.Second), rounds, roundTook.Round(time.Second), lease, fleetList,
