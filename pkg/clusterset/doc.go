@@ -30,8 +30,9 @@
 // Invariants: a cluster's failure stays in that cluster's status and goroutines; no query waits
 // on a cluster; credentials never appear in errors or logs.
 //
-// Files: registry.go (Registry and Options), source.go (Source, ClusterConfig, Static), runner.go (one cluster's runner: probe, resolve the
-// resources, start and retire its stacks), stack.go (one cluster × resource: reflector,
+// Files: registry.go (Registry and Options), source.go (Source, ClusterConfig, Static),
+// runner.go (one cluster's runner: probe, resolve the resources, start and retire its
+// stacks), stack.go (one cluster × resource: reflector,
 // DeltaFIFO, indexer, with its lists), resource.go (ResourceSpec and modes), transform.go (the
 // transform that trims and interns objects), unpaged.go (how first lists are made, and their
 // budget), listdecode.go (LIST bodies read into sized buffers), progress.go (sync progress of a

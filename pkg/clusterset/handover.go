@@ -37,6 +37,12 @@ import (
 // version of (410) is listed again, as it would have been without a state.
 var ShelfTTL = 30 * time.Second
 
+// ShelfMaxAge bounds how long a state waits however often other states are taken: one that no
+// next owner asks for (its key changed in a rollout that changed the configuration) must not
+// stay for as long as moves go on. By then its member has most likely compacted past its
+// resourceVersion anyway.
+var ShelfMaxAge = 5 * time.Minute
+
 // HandedState is one resource of a cluster as a replica's stopped stack left it.
 type HandedState struct {
 	// Key names the resource and everything that decides what its store holds: the
@@ -71,7 +77,6 @@ type shelf struct {
 	mu       sync.Mutex
 	entries  map[string]shelfEntry // cluster + "\x00" + key
 	lastTake time.Time             // when a state was last taken
-	ttl      time.Duration         // ShelfTTL as of the last put
 	changed  chan struct{}         // closed and replaced whenever entries shrink
 	timer    *time.Timer           // expires the entries on time even if nothing touches the shelf
 }
@@ -79,6 +84,8 @@ type shelf struct {
 type shelfEntry struct {
 	state HandedState
 	put   time.Time
+	// ttl and maxAge are ShelfTTL and ShelfMaxAge as of the put.
+	ttl, maxAge time.Duration
 }
 
 func shelfKey(cluster, key string) string { return cluster + "\x00" + key }
@@ -90,9 +97,8 @@ func (s *shelf) put(cluster string, states []HandedState) {
 		s.entries = map[string]shelfEntry{}
 	}
 	now := time.Now()
-	s.ttl = ShelfTTL
 	for _, st := range states {
-		s.entries[shelfKey(cluster, st.Key)] = shelfEntry{state: st, put: now}
+		s.entries[shelfKey(cluster, st.Key)] = shelfEntry{state: st, put: now, ttl: ShelfTTL, maxAge: ShelfMaxAge}
 	}
 	s.expireLocked()
 }
@@ -111,13 +117,18 @@ func (s *shelf) take(cluster, key string) (HandedState, bool) {
 	return e.state, ok
 }
 
-// expiresLocked is when e expires: ShelfTTL after its put or the shelf's last take.
+// expiresLocked is when e expires: ShelfTTL after its put or the shelf's last take, and no
+// later than ShelfMaxAge after its put.
 func (s *shelf) expiresLocked(e shelfEntry) time.Time {
 	from := e.put
 	if s.lastTake.After(from) {
 		from = s.lastTake
 	}
-	return from.Add(s.ttl)
+	at := from.Add(e.ttl)
+	if limit := e.put.Add(e.maxAge); limit.Before(at) {
+		at = limit
+	}
+	return at
 }
 
 // expireLocked drops the expired entries and sets the timer for the next expiry: the shelf
@@ -163,6 +174,14 @@ func (s *shelf) shrunkLocked() {
 // handed the cluster off.
 func (r *Registry) Shelved(cluster, key string) (HandedState, bool) {
 	return r.shelf.take(cluster, key)
+}
+
+// ShelvedStates is how many handed-off states wait on the shelf now.
+func (r *Registry) ShelvedStates() int {
+	r.shelf.mu.Lock()
+	defer r.shelf.mu.Unlock()
+	r.shelf.expireLocked()
+	return len(r.shelf.entries)
 }
 
 // WaitShelfTaken waits until every handed-off state has been taken or has expired, or ctx

@@ -3,6 +3,7 @@ package clusterset
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -60,8 +61,8 @@ func TestShelf(t *testing.T) {
 
 // TestShelfWaitsWhileTakersTake: a move of many clusters is taken a few at a time, for longer
 // than ShelfTTL; every state waits while states are being taken, the rest expire ShelfTTL after
-// the last take (the timer drops them with nothing touching the shelf), and WaitShelfProgress
-// returns once nothing has been taken for its idle time.
+// the last take (not before; the timer drops them with nothing touching the shelf), and
+// WaitShelfProgress returns once nothing has been taken for its idle time.
 func TestShelfWaitsWhileTakersTake(t *testing.T) {
 	defer func(d time.Duration) { ShelfTTL = d }(ShelfTTL)
 	ShelfTTL = 500 * time.Millisecond
@@ -76,8 +77,9 @@ func TestShelfWaitsWhileTakersTake(t *testing.T) {
 			t.Fatalf("%s, taken while takers keep taking: %+v %t", c, st, ok)
 		}
 	}
-	// Idle for 100 ms, before the two left expire.
-	if left := r.WaitShelfProgress(context.Background(), 100*time.Millisecond); left != 2 {
+	lastTake := time.Now()
+	// Idle for 100 ms, well before the two left expire.
+	if left := r.WaitShelfProgress(context.Background(), 100*time.Millisecond); left != 2 && time.Since(lastTake) < ShelfTTL {
 		t.Errorf("WaitShelfProgress: %d left, want i and j", left)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -91,10 +93,34 @@ func TestShelfWaitsWhileTakersTake(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d states still shelved 5 s after the last take, ShelfTTL %s", n, ShelfTTL)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	if _, ok := r.Shelved("i", "k"); ok {
-		t.Error("a state was taken after it expired")
+	if gone := time.Since(lastTake); gone < ShelfTTL {
+		t.Errorf("the states left expired %s after the last take, before ShelfTTL (%s)", gone, ShelfTTL)
+	}
+}
+
+// TestShelfMaxAge: however often other states are taken, one nobody asks for expires
+// ShelfMaxAge after it was kept.
+func TestShelfMaxAge(t *testing.T) {
+	defer func(ttl, age time.Duration) { ShelfTTL, ShelfMaxAge = ttl, age }(ShelfTTL, ShelfMaxAge)
+	ShelfTTL, ShelfMaxAge = 400*time.Millisecond, 700*time.Millisecond
+	r := &Registry{}
+	r.shelf.put("unasked", []HandedState{{Key: "k"}})
+	start := time.Now()
+	for i := 0; time.Since(start) < 1500*time.Millisecond; i++ {
+		c := fmt.Sprintf("c%d", i)
+		r.shelf.put(c, []HandedState{{Key: "k"}})
+		if _, ok := r.Shelved(c, "k"); !ok {
+			t.Fatalf("%s: not taken right after it was kept", c)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, ok := r.Shelved("unasked", "k"); ok {
+		t.Errorf("a state nobody asked for was still shelved %s after it was kept, ShelfMaxAge %s", time.Since(start), ShelfMaxAge)
+	}
+	if n := r.ShelvedStates(); n != 0 {
+		t.Errorf("%d states shelved, want none", n)
 	}
 }
 

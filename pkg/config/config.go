@@ -330,8 +330,8 @@ func Parse(b []byte) (*Config, error) {
 }
 
 // Default fills the fields only the file has: the listen address and logging. Every other
-// default belongs to the options the file maps onto (clusterset.Options, KubeconfigOptions,
-// server.Options), which apply their own.
+// default belongs to the options the file maps onto (clusterset.Options,
+// sources.KubeconfigOptions, server.Options), which apply their own.
 func (c *Config) Default() {
 	if c.Server.Listen == "" {
 		c.Server.Listen = "127.0.0.1:8080"

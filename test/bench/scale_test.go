@@ -82,13 +82,20 @@ func startScaleProc(b *testing.B, bin, id, addr string, args ...string) *scalePr
 	return p
 }
 
-// stop signals the process and waits for it (SIGKILL after 30 s).
+// stopGrace is how long stop waits before SIGKILL: above a sharded replica's whole shutdown
+// (a lease duration, the fence writes, up to 90 s while its states are taken, the HTTP drain),
+// as deploy/sharded's grace period is.
+const stopGrace = 150 * time.Second
+
+// stop signals the process and waits for it (SIGKILL after stopGrace, logged: a replica that
+// had to be killed did not hand its clusters over as a graceful stop does).
 func (p *scaleProc) stop(sig syscall.Signal) {
 	p.once.Do(func() {
 		_ = p.cmd.Process.Signal(sig)
 		select {
 		case <-p.done:
-		case <-time.After(30 * time.Second):
+		case <-time.After(stopGrace):
+			fmt.Fprintf(os.Stderr, "%s: still running %s after %s; killed\n", p.id, stopGrace, sig)
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
@@ -626,8 +633,9 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 	// Balanced: each replica owns a share, and the owners hold still for 3 lease durations.
 	owners, count := sf.stableOwners("three replicas: ownership shared and stable", rs[0], rs, 3*scaleLease)
 	r.balanced, r.owners = time.Since(start), count
-	// A replica returns the memory moves freed once they have been quiet for 35 s
-	// (returnMemoryAfterMoves); the owners have held still for 45 s: give it 15 s more.
+	// A replica returns the memory moves freed once they have been quiet for 15 s and the
+	// states it handed off are taken (returnMemoryAfterMoves); the owners have held still for
+	// 45 s: give it 15 s more.
 	time.Sleep(15 * time.Second)
 	var lines []string
 	for _, p := range rs {

@@ -485,10 +485,11 @@ func TestDeployShardedOverlay(t *testing.T) {
 	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
 		t.Errorf("replicas %v, want 3", dep.Spec.Replicas)
 	}
-	// A replica stopping waits up to a lease duration (15 s) for its clusters to stop, then up
-	// to 90 s while their next owners take their states: the kubelet must not kill it sooner.
-	if g := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g < 105 {
-		t.Errorf("terminationGracePeriodSeconds %v: want at least 105 s (a lease duration and the handover wait)", g)
+	// A replica stopping waits up to a lease duration (15 s) for its clusters to stop, writes
+	// their fences, waits up to 90 s while their next owners take their states, and drains its
+	// HTTP server (10 s): the kubelet must not kill it sooner.
+	if g := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g < 135 {
+		t.Errorf("terminationGracePeriodSeconds %v: want at least 135 s (a lease duration, the handover wait, the drain, and the fence writes)", g)
 	}
 	c := dep.Spec.Template.Spec.Containers[0]
 	flags := map[string]string{}

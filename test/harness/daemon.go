@@ -141,14 +141,18 @@ func (d *Daemon) Stop(t testing.TB) error {
 	case err := <-d.done:
 		d.done <- err
 		return err
-	case <-time.After(15 * time.Second):
+	case <-time.After(stopWithin):
 		_ = d.Cmd.Process.Kill()
 		err := <-d.done
 		d.done <- err
-		t.Errorf("daemon did not exit 15s after SIGTERM")
+		t.Errorf("daemon did not exit %s after SIGTERM", stopWithin)
 		return err
 	}
 }
+
+// stopWithin bounds a daemon's exit after SIGTERM. A sharded replica waits while its
+// clusters' next owners take the states it kept, 10 s past the last take (up to 90 s).
+const stopWithin = time.Minute
 
 // Get fetches path with query q and decodes a 200 into out; other codes return an *api.Error.
 func (d *Daemon) Get(ctx context.Context, path string, q url.Values, out any) (int, *api.Error, error) {

@@ -241,8 +241,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	if d.coord != nil {
 		// A sharded replica's clusters come and go (moves, a peer's death): each burst leaves
-		// the garbage of lists synced or of stores handed off. Once a burst has been quiet for
-		// longer than a handed-off state waits to be taken, return that memory too.
+		// the garbage of lists synced or of stores handed off. Once a burst has been quiet and
+		// the states it handed off have been taken or have expired, return that memory too.
 		go returnMemoryAfterMoves(regCtx, reg, returns, log)
 	}
 	serveErr := make(chan error, 1)
@@ -295,7 +295,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 // Handing off on shutdown: the replica waits while its clusters' next owners take the states
 // it kept (they take them a few at a time, sharding.maxWarmups), until none has been taken for
 // handoverIdle, and at most handoverWaitMax. deploy/sharded gives the Pod a termination grace
-// period above the sum of this and a lease duration (the clusters' stop).
+// period above the whole shutdown: a lease duration for the clusters to stop, the fence
+// writes, this wait, and the HTTP server's drain.
 const (
 	handoverIdle    = 10 * time.Second
 	handoverWaitMax = 90 * time.Second

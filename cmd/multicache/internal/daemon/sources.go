@@ -177,11 +177,12 @@ func clusterSource(ctx context.Context, cfg *config.Config, mgmt kubernetes.Inte
 }
 
 // returnMemoryAfterMoves returns freed memory to the operating system once clusters have
-// stopped joining, syncing and leaving this replica for a while.
+// stopped joining, syncing and leaving this replica for a while, and the states it handed off
+// have left its shelf (taken or expired: they are whole stores).
 func returnMemoryAfterMoves(ctx context.Context, reg *clusterset.Registry, returns *memoryReturns, log *zap.Logger) {
 	changes, stop := reg.Subscribe(256)
 	defer stop()
-	quiet := clusterset.ShelfTTL + 5*time.Second
+	const quiet = 15 * time.Second
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -193,6 +194,10 @@ func returnMemoryAfterMoves(ctx context.Context, reg *clusterset.Registry, retur
 				timer.Reset(quiet)
 			}
 		case <-timer.C:
+			if reg.ShelvedStates() > 0 {
+				timer.Reset(quiet) // still waiting for their next owners
+				continue
+			}
 			returns.free("moves")
 			log.Info("clusters moved; freed memory returned to the OS")
 		}
