@@ -85,9 +85,14 @@ func Build(cfg *config.Config, opts Options) (*Daemon, error) {
 	}
 	runCtx, stopRun := context.WithCancel(context.Background())
 	d.stopRun = stopRun
-	var mgmt kubernetes.Interface
+	var mgmt, reviews kubernetes.Interface
 	if cfg.NeedsManagement() {
 		if mgmt, err = managementClient(cfg.Management, opts.Version); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Delegated() {
+		if reviews, err = reviewClient(cfg.Management, opts.Version); err != nil {
 			return nil, err
 		}
 	}
@@ -114,7 +119,7 @@ func Build(cfg *config.Config, opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	sopts, err := d.serverOptions(mgmt, trust)
+	sopts, err := d.serverOptions(reviews, trust)
 	if err != nil {
 		return nil, err
 	}
@@ -153,8 +158,8 @@ func (d *Daemon) close() {
 func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
 
 // serverOptions are the server's options of the config: the Registry, the fleet and peer trust
-// when sharded, and the authentication mode.
-func (d *Daemon) serverOptions(mgmt kubernetes.Interface, trust *peer.Trust) (server.Options, error) {
+// when sharded, and the authentication mode (delegated: its reviews sent through reviews).
+func (d *Daemon) serverOptions(reviews kubernetes.Interface, trust *peer.Trust) (server.Options, error) {
 	cfg := d.cfg
 	sopts := cfg.ServerOptions()
 	sopts.Registry, sopts.Logger, sopts.Metrics = d.reg, d.log, d.metrics
@@ -178,7 +183,7 @@ func (d *Daemon) serverOptions(mgmt kubernetes.Interface, trust *peer.Trust) (se
 		if cfg.Server.TLS != nil {
 			ca = cfg.Server.TLS.ClientCAFile
 		}
-		if sopts.Authorizer, err = auth.New(auth.Options{Client: mgmt, ClientCAFile: ca, Metrics: sopts.Metrics}); err != nil {
+		if sopts.Authorizer, err = auth.New(auth.Options{Client: reviews, ClientCAFile: ca, Metrics: sopts.Metrics}); err != nil {
 			return sopts, err
 		}
 		d.authMode = config.AuthDelegated

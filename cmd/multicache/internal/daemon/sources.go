@@ -83,6 +83,26 @@ func managementClient(m config.Management, version string) (kubernetes.Interface
 	return cs, nil
 }
 
+// The access reviews of delegated auth have a rate of their own. A caller's first read of the
+// fleet asks one review per cluster (1,001 for 1,000 clusters), cached after that; at the
+// management client's 50/s that first read waited 20 s, and a hundred identities' first
+// reads over half an hour (S2.8, docs/BENCHMARKS.md).
+const reviewQPS, reviewBurst = 500, 1000
+
+// reviewClient reaches the management cluster as managementClient does, for access reviews.
+func reviewClient(m config.Management, version string) (kubernetes.Interface, error) {
+	rc, err := managementConfig(m, "management", version)
+	if err != nil {
+		return nil, err
+	}
+	rc.QPS, rc.Burst = reviewQPS, reviewBurst
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("management cluster: %w", err)
+	}
+	return cs, nil
+}
+
 // managementConfig is the client config of a cluster the daemon reads its own settings from
 // (the management cluster, an inventory): m's kubeconfig and context, else in cluster. field
 // names m in the config file, for errors.
