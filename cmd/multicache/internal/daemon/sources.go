@@ -86,7 +86,7 @@ func managementClient(m config.Management, version string) (kubernetes.Interface
 // The access reviews of delegated auth have a rate of their own. A caller's first read of the
 // fleet asks one review per cluster (1,001 for 1,000 clusters), cached after that; at the
 // management client's 50/s that first read waited 20 s, and a hundred identities' first
-// reads over half an hour (S2.8, docs/BENCHMARKS.md).
+// reads over half an hour (S2.8, docs/SCALING.md).
 const reviewQPS, reviewBurst = 500, 1000
 
 // reviewClient reaches the management cluster as managementClient does, for access reviews.
