@@ -39,6 +39,30 @@ type Access interface {
 	Cluster(ctx context.Context, cluster string, secrets bool) (bool, error)
 }
 
+// BatchAccess is an Access that answers for many clusters at once, as a fleet read asks. An
+// implementation whose answers each cost a round trip asks them side by side.
+type BatchAccess interface {
+	Access
+	// Clusters answers Cluster for each of clusters, in their order.
+	Clusters(ctx context.Context, clusters []string, secrets bool) ([]bool, error)
+}
+
+// Clusters answers a.Cluster for each of clusters, all at once when a is a BatchAccess.
+func Clusters(ctx context.Context, a Access, clusters []string, secrets bool) ([]bool, error) {
+	if b, ok := a.(BatchAccess); ok {
+		return b.Clusters(ctx, clusters, secrets)
+	}
+	out := make([]bool, len(clusters))
+	for i, c := range clusters {
+		ok, err := a.Cluster(ctx, c, secrets)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", c, err)
+		}
+		out[i] = ok
+	}
+	return out, nil
+}
+
 // ErrUnauthenticated marks a request without valid credentials.
 var ErrUnauthenticated = errors.New("unauthenticated")
 

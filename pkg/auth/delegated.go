@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -53,6 +59,9 @@ type Options struct {
 	DenyTTL time.Duration
 	// Timeout bounds one review request. Default 10s.
 	Timeout time.Duration
+	// Parallel bounds the access reviews one question about many clusters (a fleet read)
+	// sends side by side. Default 16.
+	Parallel int
 	// Metrics receives the review counters and latencies. Default: not registered.
 	Metrics prometheus.Registerer
 }
@@ -68,6 +77,9 @@ func (o *Options) Default() {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Second
 	}
+	if o.Parallel == 0 {
+		o.Parallel = 16
+	}
 }
 
 // Delegated is a Authorizer that asks the management cluster.
@@ -77,6 +89,12 @@ type Delegated struct {
 	m     *reviewMetrics
 	// timeout bounds each access review (token reviews are bounded by their authenticator).
 	timeout time.Duration
+	// parallel bounds the reviews one Clusters call sends at once.
+	parallel int
+	// inflight shares one review among the callers that ask the same question of the same
+	// user at once: the cache below only answers once the first review is back, and a
+	// caller's ten watches opened together would otherwise send ten reviews per cluster.
+	inflight singleflight.Group
 }
 
 var _ Authorizer = (*Delegated)(nil)
@@ -88,8 +106,8 @@ func New(opts Options) (*Delegated, error) {
 	if opts.Client == nil {
 		return nil, errors.New("auth: delegated auth needs the management cluster (management.kubeconfig, or run in a Pod)")
 	}
-	if opts.AllowTTL < 0 || opts.DenyTTL < 0 || opts.Timeout < 0 {
-		return nil, errors.New("auth: TTLs and timeout must not be negative")
+	if opts.AllowTTL < 0 || opts.DenyTTL < 0 || opts.Timeout < 0 || opts.Parallel < 0 {
+		return nil, errors.New("auth: TTLs, timeout and parallel must not be negative")
 	}
 	m, err := newReviewMetrics(opts.Metrics)
 	if err != nil {
@@ -120,7 +138,7 @@ func New(opts Options) (*Delegated, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: subject access review: %w", err)
 	}
-	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m, timeout: opts.Timeout}, nil
+	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m, timeout: opts.Timeout, parallel: opts.Parallel}, nil
 }
 
 // PeerAuthenticator reads who a peer replica says its caller is (PeerUserHeader,
@@ -186,7 +204,12 @@ func (d *Delegated) AccessFor(u user.Info) Access { return &access{d: d, user: u
 type access struct {
 	d    *Delegated
 	user user.Info
+
+	keyOnce sync.Once
+	key     string // user, as inflight's keys start
 }
+
+var _ BatchAccess = (*access)(nil)
 
 // User is the caller, as peers are told.
 func (a *access) User() user.Info { return a.user }
@@ -196,27 +219,108 @@ func (a *access) All(ctx context.Context) (bool, error) {
 }
 
 func (a *access) Cluster(ctx context.Context, cluster string, secrets bool) (bool, error) {
-	ok, err := a.All(ctx)
-	if err == nil && !ok {
-		ok, err = a.allowed(ctx, "get", "", cluster)
+	all, err := a.All(ctx)
+	if err != nil {
+		return false, err
 	}
-	if err != nil || !ok || !secrets {
-		return ok, err
+	return a.cluster(ctx, cluster, secrets, all)
+}
+
+// cluster is Cluster once All's answer is known.
+func (a *access) cluster(ctx context.Context, cluster string, secrets, all bool) (bool, error) {
+	ok := all
+	if !ok {
+		var err error
+		if ok, err = a.allowed(ctx, "get", "", cluster); err != nil {
+			return false, err
+		}
+	}
+	if !ok || !secrets {
+		return ok, nil
 	}
 	return a.allowed(ctx, "get", SecretsSubresource, cluster)
 }
 
+// Clusters asks about every cluster at once, at most Options.Parallel reviews side by side:
+// a fleet of 1,000 is 1,000 reviews for a caller who may not list every cluster, and one at a
+// time they take longer than a denial is cached.
+func (a *access) Clusters(ctx context.Context, clusters []string, secrets bool) ([]bool, error) {
+	out := make([]bool, len(clusters))
+	all, err := a.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if all && !secrets {
+		for i := range out {
+			out[i] = true
+		}
+		return out, nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(a.d.parallel)
+	for i, c := range clusters {
+		g.Go(func() error {
+			ok, err := a.cluster(gctx, c, secrets, all)
+			if err != nil {
+				return fmt.Errorf("cluster %q: %w", c, err)
+			}
+			out[i] = ok
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// userKey names the user in inflight's keys: every attribute a review sends.
+func (a *access) userKey() string {
+	a.keyOnce.Do(func() {
+		var b strings.Builder
+		b.WriteString(a.user.GetName())
+		b.WriteByte(0)
+		b.WriteString(a.user.GetUID())
+		for _, g := range a.user.GetGroups() {
+			b.WriteString("\x00g")
+			b.WriteString(g)
+		}
+		extra := a.user.GetExtra()
+		for _, k := range slices.Sorted(maps.Keys(extra)) {
+			b.WriteString("\x00e")
+			b.WriteString(k)
+			for _, v := range extra[k] {
+				b.WriteString("\x00v")
+				b.WriteString(v)
+			}
+		}
+		a.key = b.String()
+	})
+	return a.key
+}
+
 func (a *access) allowed(ctx context.Context, verb, sub, name string) (bool, error) {
 	a.d.m.lookups.WithLabelValues("access").Inc()
-	ctx, cancel := context.WithTimeout(ctx, a.d.timeout)
-	defer cancel()
-	dec, _, err := a.d.authz.Authorize(ctx, authorizer.AttributesRecord{
-		User: a.user, Verb: verb, APIGroup: Group, Resource: Resource, Subresource: sub, Name: name, ResourceRequest: true,
+	key := a.userKey() + "\x01" + verb + "\x00" + sub + "\x00" + name
+	// The review is shared, so no one caller's cancellation ends it: it is bounded by the
+	// timeout alone, and each caller stops waiting when its own context ends.
+	answer := a.d.inflight.DoChan(key, func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.d.timeout)
+		defer cancel()
+		dec, _, err := a.d.authz.Authorize(rctx, authorizer.AttributesRecord{
+			User: a.user, Verb: verb, APIGroup: Group, Resource: Resource, Subresource: sub, Name: name, ResourceRequest: true,
+		})
+		return dec == authorizer.DecisionAllow, err
 	})
-	if err != nil {
-		return false, errors.New("the management cluster could not be asked") // its address is not the caller's to read
+	select {
+	case <-ctx.Done():
+		return false, fmt.Errorf("access review: %w", ctx.Err())
+	case r := <-answer:
+		if r.Err != nil {
+			return false, errors.New("the management cluster could not be asked") // its address is not the caller's to read
+		}
+		return r.Val.(bool), nil
 	}
-	return dec == authorizer.DecisionAllow, nil
 }
 
 // reviewMetrics count review lookups (every check) and the reviews actually sent: the

@@ -6,13 +6,16 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -237,5 +240,105 @@ func TestAccessInContext(t *testing.T) {
 	a := &access{user: &user.DefaultInfo{Name: "alice"}}
 	if got := AccessOf(WithAccess(ctx, a)); got != a {
 		t.Errorf("AccessOf(WithAccess(a)) = %v, want a", got)
+	}
+}
+
+// slowManagement answers access reviews as management does, each only once a second one is in
+// flight beside it (or after a few seconds), and records whether any ever was.
+type slowManagement struct {
+	management
+	mu       sync.Mutex
+	inflight int
+	sawTwo   bool
+	second   chan struct{}
+}
+
+func (m *slowManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	m.inflight++
+	if m.inflight >= 2 && !m.sawTwo {
+		m.sawTwo = true
+		close(m.second)
+	}
+	m.mu.Unlock()
+	select {
+	case <-m.second:
+	case <-time.After(time.Second):
+	}
+	m.management.ServeHTTP(w, r)
+	m.mu.Lock()
+	m.inflight--
+	m.mu.Unlock()
+}
+
+// TestDelegatedFleetQuestion: one question about many clusters sends its reviews side by side,
+// and callers who ask the same questions at once share one review per question: a caller's
+// watches opened together cost the reviews of one.
+func TestDelegatedFleetQuestion(t *testing.T) {
+	mgmt := &slowManagement{second: make(chan struct{})}
+	srv := httptest.NewServer(mgmt)
+	t.Cleanup(srv.Close)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{Client: cs, Parallel: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 40)
+	for i := range names {
+		names[i] = fmt.Sprintf("fleet-%d", i)
+	}
+	// One caller's question is sent side by side.
+	if _, err := d.AccessFor(&user.DefaultInfo{Name: "dave"}).(BatchAccess).Clusters(context.Background(), names, false); err != nil {
+		t.Fatal(err)
+	}
+	mgmt.mu.Lock()
+	sawTwo := mgmt.sawTwo
+	mgmt.mu.Unlock()
+	if !sawTwo {
+		t.Error("the reviews of one fleet question were sent one at a time")
+	}
+
+	_, before := mgmt.counts()
+	alice := &user.DefaultInfo{Name: "alice", Groups: []string{"dev"}}
+	const callers = 5
+	answers := make([][]bool, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			// Each caller is a request of its own, with an Access of its own.
+			answers[i], errs[i] = d.AccessFor(alice).(BatchAccess).Clusters(context.Background(), names, false)
+		})
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		for j, ok := range answers[i] {
+			if want := names[j] == "fleet-1"; ok != want {
+				t.Errorf("caller %d: alice on %s: %v, want %v", i, names[j], ok, want)
+			}
+		}
+	}
+	if _, sars := mgmt.counts(); sars-before != 1+len(names) {
+		t.Errorf("%d callers asking about %d clusters at once sent %d access reviews, want %d (list on clusters, then get on each, once)",
+			callers, len(names), sars-before, 1+len(names))
+	}
+
+	// Through Clusters, an Access that cannot batch answers the same, one at a time.
+	got, err := Clusters(context.Background(), Everything{}, names, true)
+	if err != nil || len(got) != len(names) || slices.Contains(got, false) {
+		t.Errorf("Clusters(Everything) = %v, %v; want all true", got, err)
+	}
+
+	// A caller whose context ends stops waiting; the review it shared goes on for the others.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := d.AccessFor(&user.DefaultInfo{Name: "carol"}).(BatchAccess).Clusters(ctx, names, false); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled caller: %v, want context.Canceled", err)
 	}
 }

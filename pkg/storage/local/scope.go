@@ -21,20 +21,16 @@ const noCluster = "-"
 // them all (All), and never for Secrets: anyone else gets the explicit list (empty when none),
 // so that a cluster that joins later is not read on the strength of an earlier answer.
 func Scope(ctx context.Context, a auth.Access, secrets bool, named, candidates []string) (clusters, leftOut []string, err error) {
-	check := func(c string) (bool, error) {
-		ok, err := a.Cluster(ctx, c, secrets)
-		if err != nil {
-			return false, storage.Errorf(http.StatusServiceUnavailable, "cluster %q: authorization check failed: %v", c, err)
-		}
-		return ok, nil
+	failed := func(err error) error {
+		return storage.Errorf(http.StatusServiceUnavailable, "authorization check failed: %v", err)
 	}
 	if len(named) > 0 {
-		for _, c := range named {
-			ok, err := check(c)
-			if err != nil {
-				return nil, nil, err
-			}
-			if !ok {
+		ok, err := auth.Clusters(ctx, a, named, secrets)
+		if err != nil {
+			return nil, nil, failed(err)
+		}
+		for i, c := range named {
+			if !ok[i] {
 				what := "cluster"
 				if secrets {
 					what = "the Secrets of cluster"
@@ -47,19 +43,19 @@ func Scope(ctx context.Context, a auth.Access, secrets bool, named, candidates [
 	if !secrets {
 		all, err := a.All(ctx)
 		if err != nil {
-			return nil, nil, storage.Errorf(http.StatusServiceUnavailable, "authorization check failed: %v", err)
+			return nil, nil, failed(err)
 		}
 		if all {
 			return nil, nil, nil
 		}
 	}
+	ok, err := auth.Clusters(ctx, a, candidates, secrets)
+	if err != nil {
+		return nil, nil, failed(err)
+	}
 	clusters = []string{}
-	for _, c := range candidates {
-		ok, err := check(c)
-		if err != nil {
-			return nil, nil, err
-		}
-		if ok {
+	for i, c := range candidates {
+		if ok[i] {
 			clusters = append(clusters, c)
 		} else {
 			leftOut = append(leftOut, c)
