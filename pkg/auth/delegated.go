@@ -52,13 +52,17 @@ type Options struct {
 	// ClientCAFile, when set, makes client certificates signed by it valid credentials: the
 	// user is the certificate's CommonName, its groups its Organizations.
 	ClientCAFile string
-	// AllowTTL is how long an accepted token and an allowed access review are cached.
+	// AllowTTL is how long an accepted token and an allowed access review are cached (a
+	// review that answers part of a fleet question: from when the whole question is answered).
 	// Default 1m.
 	AllowTTL time.Duration
 	// DenyTTL is how long a rejected token and a denied access review are cached. Default 10s.
 	DenyTTL time.Duration
 	// Timeout bounds one review request. Default 10s.
 	Timeout time.Duration
+	// CacheEntries bounds the access reviews' answers kept: one per caller and cluster asked
+	// about. Default 262,144 (a fleet of 1,000 for 262 callers).
+	CacheEntries int
 	// Parallel bounds the access reviews one question about many clusters (a fleet read)
 	// sends side by side. Default 16.
 	Parallel int
@@ -77,6 +81,9 @@ func (o *Options) Default() {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Second
 	}
+	if o.CacheEntries == 0 {
+		o.CacheEntries = 1 << 18
+	}
 	if o.Parallel == 0 {
 		o.Parallel = 16
 	}
@@ -91,9 +98,11 @@ type Delegated struct {
 	timeout time.Duration
 	// parallel bounds the reviews one Clusters call sends at once.
 	parallel int
+	// answers caches the access reviews (the webhook authorizer's own cache is off).
+	answers *answers
 	// inflight shares one review among the callers that ask the same question of the same
-	// user at once: the cache below only answers once the first review is back, and a
-	// caller's ten watches opened together would otherwise send ten reviews per cluster.
+	// user at once: answers only has it once the first review is back, and a caller's ten
+	// watches opened together would otherwise send ten reviews per cluster.
 	inflight singleflight.Group
 }
 
@@ -106,8 +115,8 @@ func New(opts Options) (*Delegated, error) {
 	if opts.Client == nil {
 		return nil, errors.New("auth: delegated auth needs the management cluster (management.kubeconfig, or run in a Pod)")
 	}
-	if opts.AllowTTL < 0 || opts.DenyTTL < 0 || opts.Timeout < 0 || opts.Parallel < 0 {
-		return nil, errors.New("auth: TTLs, timeout and parallel must not be negative")
+	if opts.AllowTTL < 0 || opts.DenyTTL < 0 || opts.Timeout < 0 || opts.Parallel < 0 || opts.CacheEntries < 0 {
+		return nil, errors.New("auth: TTLs, timeout, cache entries and parallel must not be negative")
 	}
 	m, err := newReviewMetrics(opts.Metrics)
 	if err != nil {
@@ -132,13 +141,19 @@ func New(opts Options) (*Delegated, error) {
 		}
 		reqs = append([]authenticator.Request{x509.NewDynamic(ca.VerifyOptions, x509.CommonNameUserConversion)}, reqs...)
 	}
-	// As authorizerfactory.DelegatingAuthorizerConfig builds it, with metrics of our own.
-	authz, err := webhookauthz.NewFromInterface(opts.Client.AuthorizationV1(), opts.AllowTTL, opts.DenyTTL, backoff,
+	// As authorizerfactory.DelegatingAuthorizerConfig builds it, with metrics and a cache of
+	// our own (its TTLs zero: answers caches).
+	authz, err := webhookauthz.NewFromInterface(opts.Client.AuthorizationV1(), 0, 0, backoff,
 		authorizer.DecisionNoOpinion, sentAccessReviews{m: m}, authorizationcel.NewDefaultCompiler())
 	if err != nil {
 		return nil, fmt.Errorf("auth: subject access review: %w", err)
 	}
-	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m, timeout: opts.Timeout, parallel: opts.Parallel}, nil
+	ans, err := newAnswers(opts.CacheEntries, opts.AllowTTL, opts.DenyTTL)
+	if err != nil {
+		return nil, fmt.Errorf("auth: cache entries: %w", err)
+	}
+	return &Delegated{authn: group.NewAuthenticatedGroupAdder(union.New(reqs...)), authz: authz, m: m,
+		timeout: opts.Timeout, parallel: opts.Parallel, answers: ans}, nil
 }
 
 // PeerAuthenticator reads who a peer replica says its caller is (PeerUserHeader,
@@ -256,13 +271,25 @@ func (a *access) Clusters(ctx context.Context, clusters []string, secrets bool) 
 		}
 		return out, nil
 	}
+	// get[i] is the answer to get on clusters[i], when asked (not all).
+	get := make([]bool, len(clusters))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(a.d.parallel)
 	for i, c := range clusters {
 		g.Go(func() error {
-			ok, err := a.cluster(gctx, c, secrets, all)
-			if err != nil {
-				return fmt.Errorf("cluster %q: %w", c, err)
+			ok := all
+			if !ok {
+				var err error
+				if ok, err = a.allowed(gctx, "get", "", c); err != nil {
+					return fmt.Errorf("cluster %q: %w", c, err)
+				}
+				get[i] = ok
+			}
+			if ok && secrets {
+				var err error
+				if ok, err = a.allowed(gctx, "get", SecretsSubresource, c); err != nil {
+					return fmt.Errorf("cluster %q: %w", c, err)
+				}
 			}
 			out[i] = ok
 			return nil
@@ -270,6 +297,17 @@ func (a *access) Clusters(ctx context.Context, clusters []string, secrets bool) 
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	// The question is answered: its answers are kept for their TTL from now.
+	done := a.d.answers.now()
+	a.d.answers.put(a.questionKey("list", "", ""), all, done)
+	for i, c := range clusters {
+		if !all {
+			a.d.answers.put(a.questionKey("get", "", c), get[i], done)
+		}
+		if secrets && (all || get[i]) {
+			a.d.answers.put(a.questionKey("get", SecretsSubresource, c), out[i], done)
+		}
 	}
 	return out, nil
 }
@@ -299,18 +337,35 @@ func (a *access) userKey() string {
 	return a.key
 }
 
+// questionKey names a question about the caller in answers and inflight.
+func (a *access) questionKey(verb, sub, name string) string {
+	return a.userKey() + "\x01" + verb + "\x00" + sub + "\x00" + name
+}
+
 func (a *access) allowed(ctx context.Context, verb, sub, name string) (bool, error) {
 	a.d.m.lookups.WithLabelValues("access").Inc()
-	key := a.userKey() + "\x01" + verb + "\x00" + sub + "\x00" + name
+	key := a.questionKey(verb, sub, name)
+	if ok, cached := a.d.answers.get(key); cached {
+		return ok, nil
+	}
 	// The review is shared, so no one caller's cancellation ends it: it is bounded by the
 	// timeout alone, and each caller stops waiting when its own context ends.
 	answer := a.d.inflight.DoChan(key, func() (any, error) {
+		// A review that ended between the look-up above and this flight has answered.
+		if ok, cached := a.d.answers.get(key); cached {
+			return ok, nil
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.d.timeout)
 		defer cancel()
 		dec, _, err := a.d.authz.Authorize(rctx, authorizer.AttributesRecord{
 			User: a.user, Verb: verb, APIGroup: Group, Resource: Resource, Subresource: sub, Name: name, ResourceRequest: true,
 		})
-		return dec == authorizer.DecisionAllow, err
+		if err != nil {
+			return false, err
+		}
+		ok := dec == authorizer.DecisionAllow
+		a.d.answers.put(key, ok, a.d.answers.now())
+		return ok, nil
 	})
 	select {
 	case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,5 +341,81 @@ func TestDelegatedFleetQuestion(t *testing.T) {
 	cancel()
 	if _, err := d.AccessFor(&user.DefaultInfo{Name: "carol"}).(BatchAccess).Clusters(ctx, names, false); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled caller: %v, want context.Canceled", err)
+	}
+}
+
+// clockedManagement answers as management does, and each access review moves the clock a
+// second on: a fleet question takes longer than a denial is cached.
+type clockedManagement struct {
+	management
+	now atomic.Int64 // UnixNano
+}
+
+func (m *clockedManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/subjectaccessreviews") {
+		m.now.Add(int64(time.Second))
+	}
+	m.management.ServeHTTP(w, r)
+}
+
+// TestDelegatedAnswersOutlastTheQuestion: a fleet question's answers are kept for their TTL
+// from when the whole question was answered, however long it took, and as many as
+// CacheEntries allows (the webhook authorizer alone keeps 8,192).
+func TestDelegatedAnswersOutlastTheQuestion(t *testing.T) {
+	mgmt := &clockedManagement{}
+	mgmt.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	srv := httptest.NewServer(mgmt)
+	t.Cleanup(srv.Close)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{Client: cs, DenyTTL: 10 * time.Second, AllowTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.answers.now = func() time.Time { return time.Unix(0, mgmt.now.Load()) }
+	ctx := context.Background()
+	alice := &user.DefaultInfo{Name: "alice", Groups: []string{"dev"}}
+	ask := func(names []string) int {
+		t.Helper()
+		_, before := mgmt.counts()
+		got, err := d.AccessFor(alice).(BatchAccess).Clusters(ctx, names, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, ok := range got {
+			if want := names[i] == "fleet-1"; ok != want {
+				t.Fatalf("alice on %s: %v, want %v", names[i], ok, want)
+			}
+		}
+		_, after := mgmt.counts()
+		return after - before
+	}
+	names := make([]string, 40)
+	for i := range names {
+		names[i] = fmt.Sprintf("fleet-%d", i)
+	}
+	if sent := ask(names); sent != 41 {
+		t.Fatalf("the first question sent %d reviews, want 41", sent)
+	}
+	// 41 s of reviews, against a DenyTTL of 10 s: every answer is still current.
+	if sent := ask(names); sent != 0 {
+		t.Errorf("asked again at once: %d reviews sent, want 0 (the question's answers are kept from when it was answered)", sent)
+	}
+	mgmt.now.Add(int64(11 * time.Second))
+	// The denials (and list on clusters) have expired; fleet-1's allowance has not.
+	if sent := ask(names); sent != 40 {
+		t.Errorf("asked again after the DenyTTL: %d reviews sent, want 40 (list and the 39 denials)", sent)
+	}
+
+	// A fleet wider than the webhook authorizer's 8,192 answers is answered from the cache.
+	wide := make([]string, 9000)
+	for i := range wide {
+		wide[i] = fmt.Sprintf("fleet-%d", i)
+	}
+	ask(wide)
+	if sent := ask(wide); sent != 0 {
+		t.Errorf("a fleet of %d asked again: %d reviews sent, want 0", len(wide), sent)
 	}
 }
