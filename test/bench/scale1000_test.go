@@ -119,6 +119,10 @@ func BenchmarkFleetScale1000(b *testing.B) {
 	for i, r := range rr {
 		rolls = append(rolls, fmt.Sprintf("- round %d: %s", i+1, r.many.rollDetail))
 	}
+	var kills []string
+	for i, r := range rr {
+		kills = append(kills, fmt.Sprintf("- round %d: %s", i+1, r.many.killCPU))
+	}
 	last := rr[len(rr)-1]
 	writeSection(b, "S2: a thousand clusters, one replica and three", fmt.Sprintf(`%s
 
@@ -164,6 +168,10 @@ Each round:
 What the API servers served during each rolling restart:
 %s
 
+Where the CPU went after each kill (CPU seconds of the two survivors, and of the API servers
+with etcd; the machine's busy share counts every process):
+%s
+
 Last round, per replica: %s.
 
 Command: `+"`make bench-scale-1000`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale1000$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`)
@@ -186,7 +194,7 @@ Command: `+"`make bench-scale-1000`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go te
 		ceilingSpread(col(func(r s2Round) float64 { return float64(r.many.rollLists) }), "%.0f"), fleetList, ceilingSpread(rollRatio, "%.3f×"),
 		secs(func(r s2Round) time.Duration { return r.many.rollTook }),
 		secs(func(r s2Round) time.Duration { return r.many.killOwned }), secs(func(r s2Round) time.Duration { return r.many.killServed }), ceilingSpread(budget, "%.1f s"),
-		strings.Join(rows, "\n"), strings.Join(rolls, "\n"), last.many.perReplica, rounds))
+		strings.Join(rows, "\n"), strings.Join(rolls, "\n"), strings.Join(kills, "\n"), last.many.perReplica, rounds))
 	if dir := wide.profileDir; dir != "" {
 		b.Logf("CPU profiles of the first round's syncs: %s", filepath.Join(dir, "*-sync.pprof"))
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -339,6 +340,10 @@ type shardedRun struct {
 	killOwned, killServed, slowestRelist time.Duration
 	moved                                int
 	slowestRelistCluster                 string
+	// killCPU is where the CPU went from the kill until every cluster was served, and from
+	// their owners' return until then (the relists): the survivors', the API servers' (with
+	// etcd) and the machine's busy share.
+	killCPU string
 	// The rolling restart (scaleFleet.rolling): how long it took, and the full lists (LIST
 	// without continue, and watch-lists) the API servers served the replicas meanwhile.
 	rollTook    time.Duration
@@ -674,8 +679,24 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 		}
 	}
 	r.moved = len(theirs)
+	// CPU taken from a point on: the survivors, the API servers and etcd, the machine.
+	type cpuMark struct {
+		at                      time.Time
+		survivors, servers, all time.Duration
+	}
+	mark := func() cpuMark {
+		return cpuMark{time.Now(), procCPU(rs[0].cmd.Process.Pid) + procCPU(rs[1].cmd.Process.Pid), cpuOf(sf.f.PIDs()), ceilingBusy()}
+	}
+	since := func(from, to cpuMark) string {
+		wall := to.at.Sub(from.at)
+		return fmt.Sprintf("%s: survivors %.1f s, API servers %.1f s, machine busy %.0f%% of %d cores",
+			wall.Round(100*time.Millisecond), (to.survivors - from.survivors).Seconds(), (to.servers - from.servers).Seconds(),
+			100*(to.all-from.all).Seconds()/wall.Seconds()/float64(runtime.NumCPU()), runtime.NumCPU())
+	}
 	killed.stop(syscall.SIGKILL)
-	kill := time.Now()
+	atKill := mark()
+	kill := atKill.at
+	var atOwned cpuMark
 	for {
 		all := rs[0].clusters()
 		owned := len(all) == sf.clusters
@@ -686,6 +707,7 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 		}
 		if owned && r.killOwned == 0 {
 			r.killOwned = time.Since(kill)
+			atOwned = mark()
 		}
 		served := owned
 		for _, c := range all {
@@ -695,6 +717,8 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 		}
 		if served {
 			r.killServed = time.Since(kill)
+			atServed := mark()
+			r.killCPU = fmt.Sprintf("kill → served %s; owned → served %s", since(atKill, atServed), since(atOwned, atServed))
 			break
 		}
 		if time.Since(kill) > 10*time.Minute {
@@ -713,8 +737,8 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 			}
 		}
 	}
-	b.Logf("round %d, %s killed: its %d clusters owned again in %s, every cluster served in %s; slowest relist %s (%s; lease duration %s)",
-		k, killed.id, r.moved, r.killOwned.Round(10*time.Millisecond), r.killServed.Round(10*time.Millisecond), r.slowestRelist.Round(10*time.Millisecond), r.slowestRelistCluster, scaleLease)
+	b.Logf("round %d, %s killed: its %d clusters owned again in %s, every cluster served in %s; slowest relist %s (%s; lease duration %s); CPU %s",
+		k, killed.id, r.moved, r.killOwned.Round(10*time.Millisecond), r.killServed.Round(10*time.Millisecond), r.slowestRelist.Round(10*time.Millisecond), r.slowestRelistCluster, scaleLease, r.killCPU)
 	return r
 }
 
