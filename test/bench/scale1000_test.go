@@ -31,11 +31,13 @@ func BenchmarkFleetScale1000(b *testing.B) {
 	wide := newScaleFleet(b, servers, harness.EnvInt("MULTICACHE_BENCH_SCALE1000_ALIASES", 200), harness.EnvInt("MULTICACHE_BENCH_SCALE1000_OBJECTS", 2000), true)
 	wide.rolling = true
 	if os.Getenv("MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY") != "" {
-		// A check of the three replicas alone (moves, the rolling restart, the kill): no
-		// reference, no single replica, nothing written to the docs.
+		// The three replicas alone (moves, the rolling restart, the kill): no reference and
+		// no single replica, so only S2.6 and S2.7 are recorded.
+		var rr []shardedRun
 		for k := 1; k <= rounds; k++ {
-			wide.sharded(k, wide.names[len(wide.names)/2])
+			rr = append(rr, wide.sharded(k, wide.names[len(wide.names)/2]))
 		}
+		writeShardedOnly(b, wide, rr)
 		return
 	}
 	ref := newScaleFleet(b, servers, harness.EnvInt("MULTICACHE_BENCH_SCALE_ALIASES", 20), harness.EnvInt("MULTICACHE_BENCH_SCALE_OBJECTS", 20000), false)
@@ -198,4 +200,64 @@ Command: `+"`make bench-scale-1000`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go te
 	if dir := wide.profileDir; dir != "" {
 		b.Logf("CPU profiles of the first round's syncs: %s", filepath.Join(dir, "*-sync.pprof"))
 	}
+}
+
+// writeShardedOnly records S2.6 and S2.7 from rounds of the three replicas alone
+// (MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY), in a section of their own.
+func writeShardedOnly(b *testing.B, wide *scaleFleet, rr []shardedRun) {
+	col := func(get func(shardedRun) float64) []float64 {
+		var xs []float64
+		for _, r := range rr {
+			xs = append(xs, get(r))
+		}
+		return xs
+	}
+	lease := scaleLease
+	fleetList := 2 * wide.clusters
+	served := col(func(r shardedRun) float64 { return r.killServed.Seconds() })
+	budget := col(func(r shardedRun) float64 { return (2*lease + r.slowestRelist).Seconds() })
+	rollRatio := col(func(r shardedRun) float64 { return float64(r.rollLists) / float64(fleetList) })
+	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone (BENCHMARKS.md, \"S2: the three replicas alone\")", len(rr))
+	recordGoals(b,
+		goal{ID: "S2.6", Figure: "kill one of three: every cluster served again", Goal: "≤ 2 lease durations + the slowest relist",
+			Measured: fmt.Sprintf("%s against %s; %s", ceilingSpread(served, "%.1f s"), ceilingSpread(budget, "%.1f s"), note), Met: met(median(served) <= median(budget))},
+		goal{ID: "S2.7", Figure: "rolling restart of three: member LISTs ÷ one fleet list", Goal: "0 (handovers)",
+			Measured: fmt.Sprintf("%s (%s full lists of %d); %s", ceilingSpread(rollRatio, "%.3f×"), ceilingSpread(col(func(r shardedRun) float64 { return float64(r.rollLists) }), "%.0f"), fleetList, note), Met: met(median(rollRatio) == 0)},
+	)
+	var rows, detail []string
+	for i, r := range rr {
+		rows = append(rows, fmt.Sprintf("| %d | %s | %d (%s) | %s, %s, %s (%d clusters, slowest relist %s) | %s |",
+			i+1, r.threeSynced.Round(100*time.Millisecond), r.rollLists, r.rollTook.Round(time.Second),
+			r.killOwned.Round(100*time.Millisecond), r.killServed.Round(100*time.Millisecond), (2*lease+r.slowestRelist).Round(100*time.Millisecond), r.moved, r.slowestRelist.Round(100*time.Millisecond), r.owners))
+		detail = append(detail, fmt.Sprintf("- round %d: rolling restart: %s; kill: %s", i+1, r.rollDetail, r.killCPU))
+	}
+	writeSection(b, "S2: the three replicas alone", fmt.Sprintf(`%s
+
+S2's fleet (%d clusters × %d objects: %d kube-apiservers, each seen through %d contexts) and
+its three replicas (lease %s), as in the S2 section, without the single replicas: each round
+starts the three, restarts them one at a time as a rolling update does, and kills one with
+SIGKILL. Full lists are counted from the API servers' audit logs (one fleet list is %d).
+
+| figure | median (min–max) | goal |
+|---|---|---|
+| rolling restart: full lists served ÷ one fleet list | %s (%s lists) | S2.7: 0 |
+| rolling restart: time | %s | |
+| one replica killed: its clusters owned by survivors | %s | |
+| one replica killed: every cluster served again | %s against %s | S2.6: ≤ 2 lease durations + the slowest relist |
+
+| round | three synced | rolling restart: full lists (time) | kill: owned, served, budget | owners |
+|---|---|---|---|---|
+%s
+
+What the API servers served, and where the CPU went after each kill (CPU seconds of the two
+survivors, and of the API servers with etcd; the machine's busy share counts every process):
+%s
+
+Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale1000$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`
+`, machineLine(), wide.clusters, wide.perServer, wide.servers, wide.aliases, lease, fleetList,
+		ceilingSpread(rollRatio, "%.3f×"), ceilingSpread(col(func(r shardedRun) float64 { return float64(r.rollLists) }), "%.0f"),
+		ceilingSpread(col(func(r shardedRun) float64 { return r.rollTook.Seconds() }), "%.1f s"),
+		ceilingSpread(col(func(r shardedRun) float64 { return r.killOwned.Seconds() }), "%.1f s"),
+		ceilingSpread(served, "%.1f s"), ceilingSpread(budget, "%.1f s"),
+		strings.Join(rows, "\n"), strings.Join(detail, "\n"), len(rr)))
 }
