@@ -46,6 +46,8 @@ const identityConfig = `kubeconfig:
   paths: [%q]
 resources:
   - name: configmaps
+server:
+  maxWatches: %d
 `
 
 // identityNS holds the writes, in every API server.
@@ -92,7 +94,7 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, "multicache.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(identityConfig, aliasPath)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(identityConfig, aliasPath, identities*watchesEach+100)), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	writers := map[string]kubernetes.Interface{}
@@ -442,7 +444,7 @@ watch sees the copies of the clusters its identity may read (%.0f copies a write
 watches of phase B).
 
 The %d per-identity watches open once, before the rounds, and stay open; the watches of an
-identity open after its first, which sends its reviews (one per cluster, then cached). Each
+identity open after its first, which sends its reviews (one per cluster, 16 at a time, then cached). Each
 round: phase A, one unrestricted watch of A's own writes (the per-identity watches idle: their
 selector matches none of them); phase B, the per-identity watches and an unrestricted one
 beside them. The writes start 2 s after the phase's watches are open. Latency is per delivered copy: from just before the create to the line's
