@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,14 +68,17 @@ type idWatch struct {
 
 // idPhase is what one phase measured.
 type idPhase struct {
-	events, expected  int64
-	p50, p99          time.Duration
-	unrestricted99    time.Duration // phase B: the unrestricted watch beside the others
-	cpu               time.Duration // the daemon's CPU while the writes ran and drained
-	took              time.Duration
-	reviews           float64 // reviews the daemon sent meanwhile
-	writes, watches   int
-	eventsPerWriteAvg float64
+	events, expected int64
+	p50, p99         time.Duration
+	unrestricted99   time.Duration // phase B: the unrestricted watch beside the others
+	cpu              time.Duration // the daemon's CPU while the writes ran and drained
+	// Meanwhile, the CPU of this process (the watches' readers and the writer), of the API
+	// servers with etcd, and of the whole machine.
+	readersCPU, serversCPU, busy time.Duration
+	took                         time.Duration
+	reviews                      float64 // reviews the daemon sent meanwhile
+	writes, watches              int
+	eventsPerWriteAvg            float64
 }
 
 func BenchmarkIdentityWatches(b *testing.B) {
@@ -314,6 +318,7 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		time.Sleep(2 * time.Second)
 		reviews0 := reviews()
 		cpu0 := procCPU(d.cmd.Process.Pid)
+		readers0, servers0, busy0 := procCPU(os.Getpid()), cpuOf(f.PIDs()), ceilingBusy()
 		start := time.Now()
 		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 		var expected int64
@@ -350,6 +355,7 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		}
 		ph.took = time.Since(start)
 		ph.cpu = procCPU(d.cmd.Process.Pid) - cpu0
+		ph.readersCPU, ph.serversCPU, ph.busy = procCPU(os.Getpid())-readers0, cpuOf(f.PIDs())-servers0, ceilingBusy()-busy0
 		ph.reviews = reviews() - reviews0
 		var lat, unres []time.Duration
 		for _, w := range ws {
@@ -377,8 +383,9 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		ph.p50, ph.p99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
 		ph.unrestricted99 = unres[min(len(unres)-1, len(unres)*99/100)]
 		ph.eventsPerWriteAvg = float64(ph.events) / float64(writes)
-		b.Logf("phase %s: %d watches; %d writes in %s: %d events (%.0f a write); p50 %s p99 %s (the unrestricted watch: p99 %s); daemon CPU %s (%.2f µs an event); reviews sent %.0f",
-			label, ph.watches, writes, ph.took.Round(100*time.Millisecond), ph.events, ph.eventsPerWriteAvg, ph.p50, ph.p99, ph.unrestricted99, ph.cpu, float64(ph.cpu.Microseconds())/float64(ph.events), ph.reviews)
+		b.Logf("phase %s: %d watches; %d writes in %s: %d events (%.0f a write); p50 %s p99 %s (the unrestricted watch: p99 %s); daemon CPU %s (%.2f µs an event); readers %s, API servers %s, machine busy %.0f%%; reviews sent %.0f",
+			label, ph.watches, writes, ph.took.Round(100*time.Millisecond), ph.events, ph.eventsPerWriteAvg, ph.p50, ph.p99, ph.unrestricted99, ph.cpu, float64(ph.cpu.Microseconds())/float64(ph.events),
+			ph.readersCPU, ph.serversCPU, 100*ph.busy.Seconds()/ph.took.Seconds()/float64(runtime.NumCPU()), ph.reviews)
 		return ph
 	}
 	type idRound struct{ alone, width idPhase }
@@ -419,6 +426,14 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		return float64((r.width.cpu - r.alone.cpu).Nanoseconds()) / 1e3 / float64(r.width.events-r.alone.events)
 	})
 	cpuShare := col(func(r idRound) float64 { return r.width.cpu.Seconds() / r.width.took.Seconds() })
+	share := func(get func(idPhase) time.Duration, ph func(idRound) idPhase) string {
+		return ceilingSpread(col(func(r idRound) float64 { return get(ph(r)).Seconds() / ph(r).took.Seconds() }), "%.2f")
+	}
+	phA := func(r idRound) idPhase { return r.alone }
+	phB := func(r idRound) idPhase { return r.width }
+	readers := func(p idPhase) time.Duration { return p.readersCPU }
+	apiservers := func(p idPhase) time.Duration { return p.serversCPU }
+	busy := func(p idPhase) time.Duration { return p.busy }
 	note := fmt.Sprintf("median (min–max) of %d rounds", rounds)
 	recordGoals(b, goal{ID: "S2.8", Figure: "per-identity watch, write → watch p99 ÷ an unrestricted watch's", Goal: "≤ 2×",
 		Measured: fmt.Sprintf("%s (%s vs %s alone), %d identities × %d watches over %d clusters; %s", ceilingSpread(ratio, "%.2f×"), msOf(func(r idRound) time.Duration { return r.width.p99 }), msOf(func(r idRound) time.Duration { return r.alone.p99 }), identities, watchesEach, len(names), note),
@@ -457,7 +472,10 @@ copies of the clusters its identity may read, none of another cluster (checked e
 | write → watch p50 | %s | %s | | |
 | write → watch p99 | %s | %s (the unrestricted watch beside them: %s) | S2.8: %s (B ÷ A); %s (B ÷ the unrestricted beside) | ≤ 2× |
 | daemon CPU an event delivered to a watch | %s µs | %s µs (marginal over phase A: %s µs) | | |
-| daemon CPU while the writes ran | | %s of a core | | |
+| daemon CPU while the writes ran, in cores | | %s | | |
+| this process's CPU (the watches' readers, the writer), in cores | %s | %s | | |
+| the API servers' and etcds' CPU, in cores | %s | %s | | |
+| the machine's busy CPU, in cores of %d | %s | %s | | |
 | opening the per-identity watches, once (reviews sent meanwhile) | | %s (%s) | | |
 
 Each round:
@@ -474,6 +492,8 @@ Command: `+"`make bench-identities`"+` (`+"`MULTICACHE_BENCH_S28_RUNS=%d go test
 		ceilingSpread(ratio, "%.2f×"), ceilingSpread(besideRatio, "%.2f×"),
 		ceilingSpread(aloneEvent, "%.2f"), ceilingSpread(perEvent, "%.2f"), ceilingSpread(marginal, "%.2f"),
 		ceilingSpread(cpuShare, "%.2f"),
+		share(readers, phA), share(readers, phB), share(apiservers, phA), share(apiservers, phB),
+		runtime.NumCPU(), share(busy, phA), share(busy, phB),
 		opened.Round(100*time.Millisecond), fmt.Sprintf("%.0f", openReviews),
 		strings.Join(rows, "\n"), rounds))
 }
