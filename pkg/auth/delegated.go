@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -221,7 +222,7 @@ type access struct {
 	user user.Info
 
 	keyOnce sync.Once
-	key     string // user, as inflight's keys start
+	key     string // userKey's, computed once
 }
 
 var _ BatchAccess = (*access)(nil)
@@ -312,24 +313,28 @@ func (a *access) Clusters(ctx context.Context, clusters []string, secrets bool) 
 	return out, nil
 }
 
-// userKey names the user in inflight's keys: every attribute a review sends.
+// userKey names the user in the keys of answers and inflight: every attribute a review sends,
+// each length-prefixed, so that no name, group or extra value, whatever bytes it holds, makes
+// one user's key another's.
 func (a *access) userKey() string {
 	a.keyOnce.Do(func() {
 		var b strings.Builder
-		b.WriteString(a.user.GetName())
-		b.WriteByte(0)
-		b.WriteString(a.user.GetUID())
+		field := func(tag byte, v string) {
+			b.WriteByte(tag)
+			b.WriteString(strconv.Itoa(len(v)))
+			b.WriteByte(':')
+			b.WriteString(v)
+		}
+		field('n', a.user.GetName())
+		field('u', a.user.GetUID())
 		for _, g := range a.user.GetGroups() {
-			b.WriteString("\x00g")
-			b.WriteString(g)
+			field('g', g)
 		}
 		extra := a.user.GetExtra()
 		for _, k := range slices.Sorted(maps.Keys(extra)) {
-			b.WriteString("\x00e")
-			b.WriteString(k)
+			field('e', k)
 			for _, v := range extra[k] {
-				b.WriteString("\x00v")
-				b.WriteString(v)
+				field('v', v)
 			}
 		}
 		a.key = b.String()
@@ -337,9 +342,10 @@ func (a *access) userKey() string {
 	return a.key
 }
 
-// questionKey names a question about the caller in answers and inflight.
+// questionKey names a question about the caller in answers and inflight (verb and
+// subresource are this package's constants; name is length-prefixed as the user's fields are).
 func (a *access) questionKey(verb, sub, name string) string {
-	return a.userKey() + "\x01" + verb + "\x00" + sub + "\x00" + name
+	return a.userKey() + "|" + verb + "|" + sub + "|" + strconv.Itoa(len(name)) + ":" + name
 }
 
 func (a *access) allowed(ctx context.Context, verb, sub, name string) (bool, error) {

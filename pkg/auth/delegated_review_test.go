@@ -419,3 +419,26 @@ func TestDelegatedAnswersOutlastTheQuestion(t *testing.T) {
 		t.Errorf("a fleet of %d asked again: %d reviews sent, want 0", len(wide), sent)
 	}
 }
+
+// TestUserKeysDoNotCollide: users whose attributes differ only in where one field ends and the
+// next begins have keys of their own.
+func TestUserKeysDoNotCollide(t *testing.T) {
+	users := []user.Info{
+		&user.DefaultInfo{Name: "a", Groups: []string{"b"}},
+		&user.DefaultInfo{Name: "a\x00gb"},
+		&user.DefaultInfo{Name: "a", Groups: []string{"b", "c"}},
+		&user.DefaultInfo{Name: "a", Groups: []string{"b\x00gc"}},
+		&user.DefaultInfo{Name: "a", UID: "b"},
+		&user.DefaultInfo{Name: "a", Extra: map[string][]string{"b": {"c"}}},
+		&user.DefaultInfo{Name: "a", Extra: map[string][]string{"b": {"c", "d"}}},
+		&user.DefaultInfo{Name: "a", Extra: map[string][]string{"b": {"c1:d"}}},
+	}
+	seen := map[string]int{}
+	for i, u := range users {
+		k := (&access{user: u}).questionKey("get", "", "fleet-1")
+		if j, dup := seen[k]; dup {
+			t.Errorf("users %d and %d share the key %q", j, i, k)
+		}
+		seen[k] = i
+	}
+}
