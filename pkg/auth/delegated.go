@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -110,7 +111,8 @@ type Delegated struct {
 var _ Authorizer = (*Delegated)(nil)
 
 // New builds the authenticator (TokenReview, and client certificates when ClientCAFile is
-// set) and the authorizer (SubjectAccessReview), each behind k8s.io/apiserver's cache.
+// set) behind k8s.io/apiserver's token cache, and the authorizer (SubjectAccessReview) behind
+// answers, a cache of this package's own.
 func New(opts Options) (*Delegated, error) {
 	opts.Default()
 	if opts.Client == nil {
@@ -231,91 +233,94 @@ var _ BatchAccess = (*access)(nil)
 func (a *access) User() user.Info { return a.user }
 
 func (a *access) All(ctx context.Context) (bool, error) {
-	return a.allowed(ctx, "list", "", "")
+	ok, _, err := a.allowed(ctx, "list", "", "")
+	return ok, err
 }
 
 func (a *access) Cluster(ctx context.Context, cluster string, secrets bool) (bool, error) {
-	all, err := a.All(ctx)
-	if err != nil {
-		return false, err
+	ok, err := a.All(ctx)
+	if err == nil && !ok {
+		ok, _, err = a.allowed(ctx, "get", "", cluster)
 	}
-	return a.cluster(ctx, cluster, secrets, all)
-}
-
-// cluster is Cluster once All's answer is known.
-func (a *access) cluster(ctx context.Context, cluster string, secrets, all bool) (bool, error) {
-	ok := all
-	if !ok {
-		var err error
-		if ok, err = a.allowed(ctx, "get", "", cluster); err != nil {
-			return false, err
-		}
+	if err != nil || !ok || !secrets {
+		return ok, err
 	}
-	if !ok || !secrets {
-		return ok, nil
-	}
-	return a.allowed(ctx, "get", SecretsSubresource, cluster)
+	ok, _, err = a.allowed(ctx, "get", SecretsSubresource, cluster)
+	return ok, err
 }
 
 // Clusters asks about every cluster at once, at most Options.Parallel reviews side by side:
 // a fleet of 1,000 is 1,000 reviews for a caller who may not list every cluster, and one at a
-// time they take longer than a denial is cached.
+// time they take longer than a denial is cached. The answers it reviewed are kept from when it
+// has them all (answers.restamp).
 func (a *access) Clusters(ctx context.Context, clusters []string, secrets bool) ([]bool, error) {
-	out := make([]bool, len(clusters))
-	all, err := a.All(ctx)
-	if err != nil {
-		return nil, err
+	start := a.d.answers.now()
+	var mu sync.Mutex
+	var fresh []reviewedKey // the answers this question reviewed
+	ask := func(ctx context.Context, verb, sub, name string) (bool, error) {
+		ok, at, err := a.allowed(ctx, verb, sub, name)
+		if err == nil && !at.Before(start) {
+			mu.Lock()
+			fresh = append(fresh, reviewedKey{a.questionKey(verb, sub, name), at})
+			mu.Unlock()
+		}
+		return ok, err
 	}
-	if all && !secrets {
+	out := make([]bool, len(clusters))
+	all, err := ask(ctx, "list", "", "")
+	if err != nil {
+		return nil, fmt.Errorf("list on clusters: %w", err)
+	}
+	if !all || secrets {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(a.d.parallel)
+		for i, c := range clusters {
+			g.Go(func() error {
+				if err := gctx.Err(); err != nil {
+					return err // the question has failed: send no more reviews for it
+				}
+				ok := all
+				if !ok {
+					var err error
+					if ok, err = ask(gctx, "get", "", c); err != nil {
+						return fmt.Errorf("cluster %q: %w", c, err)
+					}
+				}
+				if ok && secrets {
+					var err error
+					if ok, err = ask(gctx, "get", SecretsSubresource, c); err != nil {
+						return fmt.Errorf("the Secrets of cluster %q: %w", c, err)
+					}
+				}
+				out[i] = ok
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+	} else {
 		for i := range out {
 			out[i] = true
 		}
-		return out, nil
 	}
-	// get[i] is the answer to get on clusters[i], when asked (not all).
-	get := make([]bool, len(clusters))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(a.d.parallel)
-	for i, c := range clusters {
-		g.Go(func() error {
-			ok := all
-			if !ok {
-				var err error
-				if ok, err = a.allowed(gctx, "get", "", c); err != nil {
-					return fmt.Errorf("cluster %q: %w", c, err)
-				}
-				get[i] = ok
-			}
-			if ok && secrets {
-				var err error
-				if ok, err = a.allowed(gctx, "get", SecretsSubresource, c); err != nil {
-					return fmt.Errorf("cluster %q: %w", c, err)
-				}
-			}
-			out[i] = ok
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	// The question is answered: its answers are kept for their TTL from now.
 	done := a.d.answers.now()
-	a.d.answers.put(a.questionKey("list", "", ""), all, done)
-	for i, c := range clusters {
-		if !all {
-			a.d.answers.put(a.questionKey("get", "", c), get[i], done)
-		}
-		if secrets && (all || get[i]) {
-			a.d.answers.put(a.questionKey("get", SecretsSubresource, c), out[i], done)
-		}
+	for _, f := range fresh {
+		a.d.answers.restamp(f.key, f.at, done)
 	}
 	return out, nil
 }
 
-// userKey names the user in the keys of answers and inflight: every attribute a review sends,
-// each length-prefixed, so that no name, group or extra value, whatever bytes it holds, makes
-// one user's key another's.
+// reviewedKey is a question's key and when its review came back.
+type reviewedKey struct {
+	key string
+	at  time.Time
+}
+
+// userKey names the user in the keys of answers and inflight: a SHA-256 of every attribute a
+// review sends, each length-prefixed, so that no name, group or extra value, whatever bytes it
+// holds, makes one user's key another's, and a key's size does not grow with the user's
+// groups.
 func (a *access) userKey() string {
 	a.keyOnce.Do(func() {
 		var b strings.Builder
@@ -337,29 +342,42 @@ func (a *access) userKey() string {
 				field('v', v)
 			}
 		}
-		a.key = b.String()
+		sum := sha256.Sum256([]byte(b.String()))
+		a.key = string(sum[:])
 	})
 	return a.key
 }
 
-// questionKey names a question about the caller in answers and inflight (verb and
-// subresource are this package's constants; name is length-prefixed as the user's fields are).
+// questionKey names a question about the caller in answers and inflight (the user's key has a
+// fixed size; verb and subresource are this package's constants; name is length-prefixed).
 func (a *access) questionKey(verb, sub, name string) string {
 	return a.userKey() + "|" + verb + "|" + sub + "|" + strconv.Itoa(len(name)) + ":" + name
 }
 
-func (a *access) allowed(ctx context.Context, verb, sub, name string) (bool, error) {
+// allowed answers one question, from answers or by a review shared with every caller asking
+// it at once; at is when its review came back.
+func (a *access) allowed(ctx context.Context, verb, sub, name string) (ok bool, at time.Time, err error) {
 	a.d.m.lookups.WithLabelValues("access").Inc()
 	key := a.questionKey(verb, sub, name)
-	if ok, cached := a.d.answers.get(key); cached {
-		return ok, nil
+	if ok, at, cached := a.d.answers.get(key); cached {
+		return ok, at, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, time.Time{}, fmt.Errorf("access review: %w", err) // start no review no one waits for
 	}
 	// The review is shared, so no one caller's cancellation ends it: it is bounded by the
 	// timeout alone, and each caller stops waiting when its own context ends.
-	answer := a.d.inflight.DoChan(key, func() (any, error) {
+	answer := a.d.inflight.DoChan(key, func() (v any, err error) {
+		defer func() {
+			// singleflight re-panics where no request's recovery reaches: a panic is this
+			// review's error instead.
+			if r := recover(); r != nil {
+				err = fmt.Errorf("access review panicked: %v", r)
+			}
+		}()
 		// A review that ended between the look-up above and this flight has answered.
-		if ok, cached := a.d.answers.get(key); cached {
-			return ok, nil
+		if ok, at, cached := a.d.answers.get(key); cached {
+			return reviewed{ok, at}, nil
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.d.timeout)
 		defer cancel()
@@ -367,21 +385,28 @@ func (a *access) allowed(ctx context.Context, verb, sub, name string) (bool, err
 			User: a.user, Verb: verb, APIGroup: Group, Resource: Resource, Subresource: sub, Name: name, ResourceRequest: true,
 		})
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		ok := dec == authorizer.DecisionAllow
-		a.d.answers.put(key, ok, a.d.answers.now())
-		return ok, nil
+		r := reviewed{dec == authorizer.DecisionAllow, a.d.answers.now()}
+		a.d.answers.put(key, r.allowed, r.at)
+		return r, nil
 	})
 	select {
 	case <-ctx.Done():
-		return false, fmt.Errorf("access review: %w", ctx.Err())
+		return false, time.Time{}, fmt.Errorf("access review: %w", ctx.Err())
 	case r := <-answer:
 		if r.Err != nil {
-			return false, errors.New("the management cluster could not be asked") // its address is not the caller's to read
+			return false, time.Time{}, errors.New("the management cluster could not be asked") // its address is not the caller's to read
 		}
-		return r.Val.(bool), nil
+		v := r.Val.(reviewed)
+		return v.allowed, v.at, nil
 	}
+}
+
+// reviewed is a review's answer and when it came back.
+type reviewed struct {
+	allowed bool
+	at      time.Time
 }
 
 // reviewMetrics count review lookups (every check) and the reviews actually sent: the

@@ -245,13 +245,15 @@ func TestAccessInContext(t *testing.T) {
 }
 
 // slowManagement answers access reviews as management does, each only once a second one is in
-// flight beside it (or after a few seconds), and records whether any ever was.
+// flight beside it (or after a second), and records whether any ever was. While hold is
+// open, it answers none.
 type slowManagement struct {
 	management
 	mu       sync.Mutex
 	inflight int
 	sawTwo   bool
 	second   chan struct{}
+	hold     chan struct{}
 }
 
 func (m *slowManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -261,10 +263,14 @@ func (m *slowManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.sawTwo = true
 		close(m.second)
 	}
+	hold := m.hold
 	m.mu.Unlock()
 	select {
 	case <-m.second:
 	case <-time.After(time.Second):
+	}
+	if hold != nil {
+		<-hold
 	}
 	m.management.ServeHTTP(w, r)
 	m.mu.Lock()
@@ -272,9 +278,30 @@ func (m *slowManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Unlock()
 }
 
+// holdUntil holds every review until cond, then answers them.
+func (m *slowManagement) holdUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	hold := make(chan struct{})
+	m.mu.Lock()
+	m.hold = hold
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.hold = nil
+		m.mu.Unlock()
+		close(hold)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the callers did not all ask within 30 s")
+		}
+	}
+}
+
 // TestDelegatedFleetQuestion: one question about many clusters sends its reviews side by side,
 // and callers who ask the same questions at once share one review per question: a caller's
-// watches opened together cost the reviews of one.
+// watches opened together cost the reviews of one. A caller who gives up does not end the
+// review for the others.
 func TestDelegatedFleetQuestion(t *testing.T) {
 	mgmt := &slowManagement{second: make(chan struct{})}
 	srv := httptest.NewServer(mgmt)
@@ -283,7 +310,8 @@ func TestDelegatedFleetQuestion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Options{Client: cs, Parallel: 8})
+	// The denials are kept for an hour: no answer expires while the test runs, however slowly.
+	d, err := New(Options{Client: cs, Parallel: 8, DenyTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +330,11 @@ func TestDelegatedFleetQuestion(t *testing.T) {
 		t.Error("the reviews of one fleet question were sent one at a time")
 	}
 
+	// Five callers ask at once: every one has asked (list on clusters) before the first review
+	// is answered, so the caches alone cannot explain one review per question.
+	lookups := func() float64 { return counterValue(d.m.lookups, "access") }
 	_, before := mgmt.counts()
+	asked := lookups()
 	alice := &user.DefaultInfo{Name: "alice", Groups: []string{"dev"}}
 	const callers = 5
 	answers := make([][]bool, callers)
@@ -314,6 +346,7 @@ func TestDelegatedFleetQuestion(t *testing.T) {
 			answers[i], errs[i] = d.AccessFor(alice).(BatchAccess).Clusters(context.Background(), names, false)
 		})
 	}
+	mgmt.holdUntil(t, func() bool { return lookups() >= asked+callers })
 	wg.Wait()
 	for i := range callers {
 		if errs[i] != nil {
@@ -336,34 +369,66 @@ func TestDelegatedFleetQuestion(t *testing.T) {
 		t.Errorf("Clusters(Everything) = %v, %v; want all true", got, err)
 	}
 
-	// A caller whose context ends stops waiting; the review it shared goes on for the others.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := d.AccessFor(&user.DefaultInfo{Name: "carol"}).(BatchAccess).Clusters(ctx, names, false); !errors.Is(err, context.Canceled) {
+	// Two callers wait for the same review; one gives up. It stops waiting; the other gets
+	// the answer of the one review.
+	_, before = mgmt.counts()
+	asked = lookups()
+	carol := &user.DefaultInfo{Name: "carol"}
+	quitter, cancel := context.WithCancel(context.Background())
+	var quitErr, stayErr error
+	var stayOK bool
+	wg.Go(func() { _, quitErr = d.AccessFor(carol).Cluster(quitter, "fleet-1", false) })
+	wg.Go(func() { stayOK, stayErr = d.AccessFor(carol).Cluster(context.Background(), "fleet-1", false) })
+	mgmt.holdUntil(t, func() bool {
+		if lookups() >= asked+2 {
+			cancel()
+			return true
+		}
+		return false
+	})
+	wg.Wait()
+	if !errors.Is(quitErr, context.Canceled) {
+		t.Errorf("the caller who gave up: %v, want context.Canceled", quitErr)
+	}
+	if stayErr != nil || stayOK {
+		t.Errorf("the caller who waited: %v, %v; want false (carol may read nothing)", stayOK, stayErr)
+	}
+	if _, sars := mgmt.counts(); sars-before != 2 {
+		t.Errorf("carol's two callers sent %d reviews, want 2 (list on clusters, get on fleet-1)", sars-before)
+	}
+	// A caller whose context has ended sends nothing.
+	_, before = mgmt.counts()
+	if _, err := d.AccessFor(&user.DefaultInfo{Name: "erin"}).(BatchAccess).Clusters(quitter, names, false); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled caller: %v, want context.Canceled", err)
+	}
+	if _, sars := mgmt.counts(); sars != before {
+		t.Errorf("a cancelled caller sent %d reviews, want none", sars-before)
 	}
 }
 
-// clockedManagement answers as management does, and each access review moves the clock a
-// second on: a fleet question takes longer than a denial is cached.
+// clockedManagement answers as management does, and each access review moves the clock on by
+// step: a fleet question can take longer than a denial is cached.
 type clockedManagement struct {
 	management
-	now atomic.Int64 // UnixNano
+	now  atomic.Int64 // UnixNano
+	step atomic.Int64
 }
 
 func (m *clockedManagement) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/subjectaccessreviews") {
-		m.now.Add(int64(time.Second))
+		m.now.Add(m.step.Load())
 	}
 	m.management.ServeHTTP(w, r)
 }
 
 // TestDelegatedAnswersOutlastTheQuestion: a fleet question's answers are kept for their TTL
-// from when the whole question was answered, however long it took, and as many as
-// CacheEntries allows (the webhook authorizer alone keeps 8,192).
+// from when the whole question was answered, however long it took; an answer read from the
+// cache is not kept longer for being read; and the cache holds as many as CacheEntries allows
+// (the webhook authorizer alone keeps 8,192).
 func TestDelegatedAnswersOutlastTheQuestion(t *testing.T) {
 	mgmt := &clockedManagement{}
 	mgmt.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	mgmt.step.Store(int64(time.Second))
 	srv := httptest.NewServer(mgmt)
 	t.Cleanup(srv.Close)
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, QPS: -1})
@@ -392,6 +457,7 @@ func TestDelegatedAnswersOutlastTheQuestion(t *testing.T) {
 		_, after := mgmt.counts()
 		return after - before
 	}
+	wait := func(d time.Duration) { mgmt.now.Add(int64(d)) }
 	names := make([]string, 40)
 	for i := range names {
 		names[i] = fmt.Sprintf("fleet-%d", i)
@@ -403,13 +469,25 @@ func TestDelegatedAnswersOutlastTheQuestion(t *testing.T) {
 	if sent := ask(names); sent != 0 {
 		t.Errorf("asked again at once: %d reviews sent, want 0 (the question's answers are kept from when it was answered)", sent)
 	}
-	mgmt.now.Add(int64(11 * time.Second))
-	// The denials (and list on clusters) have expired; fleet-1's allowance has not.
+	// Asked again within the DenyTTL: answered from the cache, and not kept longer for it.
+	wait(8 * time.Second)
+	if sent := ask(names); sent != 0 {
+		t.Errorf("asked again 8 s later: %d reviews sent, want 0", sent)
+	}
+	wait(8 * time.Second)
+	// 16 s after the question: the denials (and list on clusters) have expired; fleet-1's
+	// allowance has not.
 	if sent := ask(names); sent != 40 {
-		t.Errorf("asked again after the DenyTTL: %d reviews sent, want 40 (list and the 39 denials)", sent)
+		t.Errorf("asked again 16 s after the question: %d reviews sent, want 40 (list and the 39 denials; reading them did not keep them)", sent)
+	}
+	// Past the AllowTTL, the allowance has expired too.
+	wait(61 * time.Second)
+	if sent := ask(names); sent != 41 {
+		t.Errorf("asked again after the AllowTTL: %d reviews sent, want 41", sent)
 	}
 
 	// A fleet wider than the webhook authorizer's 8,192 answers is answered from the cache.
+	mgmt.step.Store(0)
 	wide := make([]string, 9000)
 	for i := range wide {
 		wide[i] = fmt.Sprintf("fleet-%d", i)
@@ -418,6 +496,48 @@ func TestDelegatedAnswersOutlastTheQuestion(t *testing.T) {
 	if sent := ask(wide); sent != 0 {
 		t.Errorf("a fleet of %d asked again: %d reviews sent, want 0", len(wide), sent)
 	}
+}
+
+// TestAnswersKeepTheLatestReview: a question extends only the answers it reviewed, by at most
+// AllowTTL, and an answer never replaces one from a later review.
+func TestAnswersKeepTheLatestReview(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	a, err := newAnswers(16, time.Minute, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.now = func() time.Time { return now }
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	check := func(when time.Duration, key string, wantOK, wantCached bool) {
+		t.Helper()
+		now = at(when)
+		ok, _, cached := a.get(key)
+		if cached != wantCached || cached && ok != wantOK {
+			t.Errorf("at %s, %s: allowed %v cached %v; want allowed %v cached %v", when, key, ok, cached, wantOK, wantCached)
+		}
+	}
+
+	// A denial reviewed at 0 by a question answered in full at 30 s is kept until 40 s.
+	a.put("deny", false, at(0))
+	a.restamp("deny", at(0), at(30*time.Second))
+	check(39*time.Second, "deny", false, true)
+	check(40*time.Second, "deny", false, false)
+
+	// A question of 10 minutes keeps its first denial at most AllowTTL longer: until 70 s.
+	a.put("long", false, at(0))
+	a.restamp("long", at(0), at(10*time.Minute))
+	check(69*time.Second, "long", false, true)
+	check(70*time.Second, "long", false, false)
+
+	// A later review's answer stands: neither an older put nor the older review's restamp
+	// replaces or extends it.
+	a.put("x", true, at(0))
+	a.put("x", false, at(5*time.Second)) // the grant was removed
+	a.put("x", true, at(3*time.Second))  // an older review, back late
+	a.restamp("x", at(0), at(50*time.Second))
+	check(14*time.Second, "x", false, true)
+	check(15*time.Second, "x", false, false)
 }
 
 // TestUserKeysDoNotCollide: users whose attributes differ only in where one field ends and the
