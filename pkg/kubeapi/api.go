@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -60,6 +61,7 @@ type Options struct {
 type API struct {
 	opts   Options
 	tables *table.Set
+	events *lru.Cache[eventKey, eventBytes] // watch events' encodings, shared (events.go)
 }
 
 // New makes the API.
@@ -67,7 +69,7 @@ func New(opts Options) *API {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &API{opts: opts, tables: table.NewSet(opts.Tables)}
+	return &API{opts: opts, tables: table.NewSet(opts.Tables), events: newEventCache()}
 }
 
 // request is a request of the Kubernetes API on a resource, decoded once.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,11 +33,14 @@ type encoder struct {
 	kr   *discovery.Resource
 	e    storage.Encoding
 	conv table.Convertor // for a Table
+	// shared holds watch events' encodings for every watch of the API (events.go); nil
+	// encodes each event for its own watch.
+	shared *lru.Cache[eventKey, eventBytes]
 }
 
 // encoder is the encoder of e for kr.
 func (a *API) encoder(ctx context.Context, e storage.Encoding, kr *discovery.Resource) (*encoder, error) {
-	en := &encoder{ctx: ctx, kr: kr, e: e}
+	en := &encoder{ctx: ctx, kr: kr, e: e, shared: a.events}
 	if e.As == "Table" {
 		var err error
 		if en.conv, err = a.convertor(kr); err != nil {

@@ -352,7 +352,7 @@ func (k *watchSink) Event(typ string, it storage.Item) error {
 		}
 		buf.WriteString("]}")
 		k.columnsSent = true
-	} else if err := k.en.Append(buf, it, it.RV); err != nil {
+	} else if err := k.en.appendEvent(buf, it, it.RV); err != nil {
 		return err
 	}
 	buf.WriteString("}\n")

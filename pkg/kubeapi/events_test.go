@@ -1,0 +1,85 @@
+package kubeapi
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/kubeapi/discovery"
+	"github.com/multicache/multicache/pkg/storage"
+)
+
+// TestWatchEventsEncodedOnce: the watches of one API that write the same event's object in
+// the same encoding share one encoding of it, and each writes exactly what encoding it alone
+// would have: at its own resourceVersion, with its cluster's annotation, in its form.
+func TestWatchEventsEncodedOnce(t *testing.T) {
+	a := New(Options{})
+	ctx := context.Background()
+	kr := &discovery.Resource{Name: "configmaps", GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}}
+	objects := storage.Encoding{API: storage.KubernetesAPI, TypeMeta: true}
+	metadata := storage.Encoding{API: storage.KubernetesAPI, As: "PartialObjectMetadata", TypeMeta: true}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "17"}, Data: map[string]string{"k": "v"}}
+	twin := cm.DeepCopy() // the same content, another object
+	item := func(cluster string, obj any) storage.Item {
+		return storage.Item{Key: aggregate.Key{Cluster: cluster, Namespace: "ns", Name: "a"}, Object: obj}
+	}
+	newEncoder := func(e storage.Encoding) *encoder {
+		en, err := a.encoder(ctx, e, kr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return en
+	}
+	alone := func(e storage.Encoding, it storage.Item, rv string) string {
+		var b bytes.Buffer
+		en := newEncoder(e)
+		en.shared = nil
+		if err := en.Append(&b, it, rv); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	watches := []*encoder{newEncoder(objects), newEncoder(objects), newEncoder(objects)}
+	for _, tc := range []struct {
+		name    string
+		en      *encoder
+		e       storage.Encoding
+		it      storage.Item
+		rv      string
+		entries int // in the shared cache after
+	}{
+		{"first watch", watches[0], objects, item("c1", cm), "p1", 1},
+		{"second watch, same event", watches[1], objects, item("c1", cm), "p1", 1},
+		{"third watch, another position", watches[2], objects, item("c1", cm), "p2", 1},
+		{"another cluster's copy", watches[0], objects, item("c2", cm), "p1", 2},
+		{"another object, same content", watches[1], objects, item("c1", twin), "p1", 3},
+		{"metadata only", newEncoder(metadata), metadata, item("c1", cm), "p1", 4},
+	} {
+		var b bytes.Buffer
+		if err := tc.en.appendEvent(&b, tc.it, tc.rv); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if want := alone(tc.e, tc.it, tc.rv); b.String() != want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, b.String(), want)
+		}
+		if n := a.events.Len(); n != tc.entries {
+			t.Errorf("%s: %d shared encodings, want %d", tc.name, n, tc.entries)
+		}
+	}
+	if cm.ResourceVersion != "17" || len(cm.Annotations) != 0 {
+		t.Errorf("the cache's object changed: %+v", cm.ObjectMeta)
+	}
+	// Not shared: an event without a resourceVersion, and an object that is not a pointer.
+	var b bytes.Buffer
+	if err := watches[0].appendEvent(&b, item("c3", cm), ""); err != nil || b.String() != alone(objects, item("c3", cm), "") {
+		t.Errorf("without a resourceVersion: %v: %s", err, b.String())
+	}
+	if n := a.events.Len(); n != 4 {
+		t.Errorf("%d shared encodings after events that are not shared, want 4", n)
+	}
+}
