@@ -242,6 +242,15 @@ func BenchmarkFleetSync(b *testing.B) {
 	}
 }
 
+// column is get of every round, in order: one figure's values, for ceilingSpread and median.
+func column[R any](rounds []R, get func(R) float64) []float64 {
+	xs := make([]float64, 0, len(rounds))
+	for _, r := range rounds {
+		xs = append(xs, get(r))
+	}
+	return xs
+}
+
 // machineLine says when and where a section was measured.
 func machineLine() string {
 	host, _ := os.Hostname()

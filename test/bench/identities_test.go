@@ -408,13 +408,7 @@ func BenchmarkIdentityWatches(b *testing.B) {
 		r.width = phase("b", append(slices.Clone(perIdentity), beside))
 		rr = append(rr, r)
 	}
-	col := func(get func(idRound) float64) []float64 {
-		var xs []float64
-		for _, r := range rr {
-			xs = append(xs, get(r))
-		}
-		return xs
-	}
+	col := func(get func(idRound) float64) []float64 { return column(rr, get) }
 	msOf := func(get func(idRound) time.Duration) string {
 		return ceilingSpread(col(func(r idRound) float64 { return float64(get(r)) / float64(time.Millisecond) }), "%.1f ms")
 	}

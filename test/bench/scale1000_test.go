@@ -60,13 +60,7 @@ func BenchmarkFleetScale1000(b *testing.B) {
 	}
 	roundTook := time.Since(runStart) / time.Duration(rounds)
 
-	col := func(get func(s2Round) float64) []float64 {
-		var xs []float64
-		for _, r := range rr {
-			xs = append(xs, get(r))
-		}
-		return xs
-	}
+	col := func(get func(s2Round) float64) []float64 { return column(rr, get) }
 	ms := func(get func(s2Round) time.Duration) string {
 		return ceilingSpread(col(func(r s2Round) float64 { return float64(get(r)) / float64(time.Millisecond) }), "%.0f ms")
 	}
@@ -205,13 +199,7 @@ Command: `+"`make bench-scale-1000`"+` (`+"`MULTICACHE_BENCH_SCALE_RUNS=%d go te
 // writeShardedOnly records S2.6 and S2.7 from rounds of the three replicas alone
 // (MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY), in a section of their own.
 func writeShardedOnly(b *testing.B, wide *scaleFleet, rr []shardedRun) {
-	col := func(get func(shardedRun) float64) []float64 {
-		var xs []float64
-		for _, r := range rr {
-			xs = append(xs, get(r))
-		}
-		return xs
-	}
+	col := func(get func(shardedRun) float64) []float64 { return column(rr, get) }
 	lease := scaleLease
 	fleetList := 2 * wide.clusters
 	served := col(func(r shardedRun) float64 { return r.killServed.Seconds() })

@@ -803,13 +803,7 @@ func BenchmarkFleetScale(b *testing.B) {
 	}
 	roundTook := time.Since(runStart) / time.Duration(rounds)
 
-	col := func(get func(scaleRound) float64) []float64 {
-		var xs []float64
-		for _, r := range rr {
-			xs = append(xs, get(r))
-		}
-		return xs
-	}
+	col := func(get func(scaleRound) float64) []float64 { return column(rr, get) }
 	dur := func(get func(scaleRound) time.Duration) []float64 {
 		return col(func(r scaleRound) float64 { return get(r).Seconds() })
 	}
