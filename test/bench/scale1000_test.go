@@ -34,6 +34,7 @@ func BenchmarkFleetScale1000(b *testing.B) {
 		// The three replicas alone (moves, the rolling restart, the kill): no reference and
 		// no single replica, so only S2.6 and S2.7 are recorded.
 		var rr []shardedRun
+		wide.profileDir = os.Getenv("MULTICACHE_BENCH_PROFILE_DIR")
 		for k := 1; k <= rounds; k++ {
 			rr = append(rr, wide.sharded(k, wide.names[len(wide.names)/2]))
 		}

@@ -385,8 +385,9 @@ type scaleFleet struct {
 	profileDir string
 }
 
-// profileFor bounds the CPU profile of a single replica's sync.
-const profileFor = 120 * time.Second
+// profileFor bounds the CPU profile of a single replica's sync; killProfileFor, a survivor's
+// after a kill.
+const profileFor, killProfileFor = 120 * time.Second, 40 * time.Second
 
 // scaleLatencyNS is the namespace, in every API server, of the write → watch probe's writes.
 const scaleLatencyNS = "s1-latency"
@@ -513,9 +514,12 @@ func (sf *scaleFleet) single(k int, label string) singleRun {
 
 // profile writes a CPU profile of p over the next profileFor (from its start: its initial
 // sync, and the time after it when the sync takes less) to path.
-func (sf *scaleFleet) profile(p *scaleProc, path string) {
+func (sf *scaleFleet) profile(p *scaleProc, path string) { sf.profileOver(p, path, profileFor) }
+
+// profileOver writes a CPU profile of p over the next d to path.
+func (sf *scaleFleet) profileOver(p *scaleProc, path string, d time.Duration) {
 	// Not p.get: its client gives up after a minute.
-	resp, err := (&http.Client{Timeout: profileFor + time.Minute}).Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, int(profileFor/time.Second)))
+	resp, err := (&http.Client{Timeout: d + time.Minute}).Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, int(d/time.Second)))
 	if err != nil {
 		sf.b.Logf("%s: CPU profile: %v", p.id, err)
 		return
@@ -530,7 +534,7 @@ func (sf *scaleFleet) profile(p *scaleProc, path string) {
 		sf.b.Logf("%s: CPU profile: %v", p.id, err)
 		return
 	}
-	sf.b.Logf("%s: CPU profile of %s from its start written to %s", p.id, profileFor, path)
+	sf.b.Logf("%s: CPU profile of %s written to %s", p.id, d, path)
 }
 
 // replicaArgs are the flags of a sharded replica id listening on addr, its Leases in shardNS.
@@ -695,6 +699,18 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 	}
 	killed.stop(syscall.SIGKILL)
 	atKill := mark()
+	// The first round's kill is profiled at one survivor, from the kill until about when
+	// every cluster is served again.
+	profiled := make(chan struct{})
+	if sf.profileDir != "" && k == 1 {
+		go func() {
+			defer close(profiled)
+			sf.profileOver(rs[0], filepath.Join(sf.profileDir, "s2-kill-"+rs[0].id+".pprof"), killProfileFor)
+		}()
+	} else {
+		close(profiled)
+	}
+	defer func() { <-profiled }()
 	kill := atKill.at
 	var atOwned cpuMark
 	for {
