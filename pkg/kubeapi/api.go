@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -61,7 +60,7 @@ type Options struct {
 type API struct {
 	opts   Options
 	tables *table.Set
-	events *lru.Cache[eventKey, eventBytes] // watch events' encodings, shared (events.go)
+	events *eventCache // watch events' encodings, shared (events.go)
 }
 
 // New makes the API.

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"reflect"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -35,7 +34,7 @@ type encoder struct {
 	conv table.Convertor // for a Table
 	// shared holds watch events' encodings for every watch of the API (events.go); nil
 	// encodes each event for its own watch.
-	shared *lru.Cache[eventKey, eventBytes]
+	shared *eventCache
 }
 
 // encoder is the encoder of e for kr.

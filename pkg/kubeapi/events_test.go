@@ -3,11 +3,14 @@ package kubeapi
 import (
 	"bytes"
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/kubeapi/discovery"
@@ -59,6 +62,7 @@ func TestWatchEventsEncodedOnce(t *testing.T) {
 		{"another cluster's copy", watches[0], objects, item("c2", cm), "p1", 2},
 		{"another object, same content", watches[1], objects, item("c1", twin), "p1", 3},
 		{"metadata only", newEncoder(metadata), metadata, item("c1", cm), "p1", 4},
+		{"metadata only, another watch and position", newEncoder(metadata), metadata, item("c1", cm), "p3", 4},
 	} {
 		var b bytes.Buffer
 		if err := tc.en.appendEvent(&b, tc.it, tc.rv); err != nil {
@@ -67,19 +71,55 @@ func TestWatchEventsEncodedOnce(t *testing.T) {
 		if want := alone(tc.e, tc.it, tc.rv); b.String() != want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, b.String(), want)
 		}
-		if n := a.events.Len(); n != tc.entries {
+		if n := a.events.lru.Len(); n != tc.entries {
 			t.Errorf("%s: %d shared encodings, want %d", tc.name, n, tc.entries)
 		}
 	}
 	if cm.ResourceVersion != "17" || len(cm.Annotations) != 0 {
 		t.Errorf("the cache's object changed: %+v", cm.ObjectMeta)
 	}
-	// Not shared: an event without a resourceVersion, and an object that is not a pointer.
-	var b bytes.Buffer
-	if err := watches[0].appendEvent(&b, item("c3", cm), ""); err != nil || b.String() != alone(objects, item("c3", cm), "") {
-		t.Errorf("without a resourceVersion: %v: %s", err, b.String())
+	// Not shared: an event without a resourceVersion, an object that is not a pointer, and
+	// an encoding larger than sharedEventMax.
+	big := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "ns"}, Data: map[string]string{"k": strings.Repeat("x", sharedEventMax)}}
+	for name, it := range map[string]storage.Item{
+		"without a resourceVersion": item("c3", cm),
+		"not a pointer":             item("c3", cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: cm}),
+		"too large":                 item("c3", big),
+	} {
+		rv := "p1"
+		if name == "without a resourceVersion" {
+			rv = ""
+		}
+		var b bytes.Buffer
+		if err := watches[0].appendEvent(&b, it, rv); err != nil || b.String() != alone(objects, it, rv) {
+			t.Errorf("%s: %v: %.200s", name, err, b.String())
+		}
 	}
-	if n := a.events.Len(); n != 4 {
+	if n := a.events.lru.Len(); n != 4 {
 		t.Errorf("%d shared encodings after events that are not shared, want 4", n)
+	}
+	if got, want := a.events.bytes.Load(), int64(0); got <= want {
+		t.Errorf("the shared encodings count %d bytes, want more than none", got)
+	}
+}
+
+// TestSharedEventsBoundedInBytes: the shared encodings never hold more than sharedEventBytes,
+// and count exactly the bytes of the entries they hold.
+func TestSharedEventsBoundedInBytes(t *testing.T) {
+	c := newEventCache()
+	raw := bytes.Repeat([]byte("x"), sharedEventMax)
+	for i := range 2 * sharedEventBytes / sharedEventMax {
+		c.add(eventKey{obj: &corev1.ConfigMap{}, cluster: strconv.Itoa(i)}, eventBytes{raw: raw, rv: "p"})
+		if n := c.bytes.Load(); n > sharedEventBytes {
+			t.Fatalf("after %d entries: %d bytes held, more than %d", i+1, n, sharedEventBytes)
+		}
+	}
+	var sum int64
+	for _, k := range c.lru.Keys() {
+		v, _ := c.lru.Peek(k)
+		sum += int64(len(v.raw))
+	}
+	if sum != c.bytes.Load() || sum != sharedEventBytes {
+		t.Errorf("held %d bytes, counted %d; want both %d", sum, c.bytes.Load(), sharedEventBytes)
 	}
 }
