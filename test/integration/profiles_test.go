@@ -95,6 +95,13 @@ func TestClusterProfiles(t *testing.T) {
 		}()
 	}
 	defer func() { stopWrites(); writers.Wait() }()
+	// flowing returns once writes land after it is called: each move below starts while the
+	// writers are writing, however fast the steps before it went.
+	flowing := func(move string) {
+		t.Helper()
+		w := writes.Load()
+		harness.WaitFor(t, "writes flowing before "+move, 30*time.Second, func() bool { return writes.Load() >= w+3 })
+	}
 
 	// Before the source starts: m2b (fleet-2, under another name) is unhealthy; unknown offers a
 	// provider the file does not name; failing's plugin fails.
@@ -183,6 +190,7 @@ func TestClusterProfiles(t *testing.T) {
 	}
 
 	// Healthy: they join and sync, and the Provider engages them.
+	flowing("m2 and m3 join")
 	inv.Set("m2", "True", harness.AccessTo(t, c2, "fleet-tokens"))
 	inv.Set("m3", "True", harness.AccessTo(t, c3, "fleet-tokens"))
 	members := func(names ...string) map[string]*rest.Config {
@@ -208,6 +216,7 @@ func TestClusterProfiles(t *testing.T) {
 
 	// m3 unhealthy: Degraded with the condition in its error, its cache kept and not restarted.
 	count := func(cluster string) int { n, _ := agg.Len(cluster); return n }
+	flowing("m3 turns unhealthy")
 	before := count("m3")
 	inv.Set("m3", "False", harness.AccessTo(t, c3, "fleet-tokens"))
 	harness.WaitFor(t, "m3 Degraded", 30*time.Second, func() bool { return status("m3").State == clusterset.Degraded })
@@ -220,6 +229,7 @@ func TestClusterProfiles(t *testing.T) {
 
 	// m2's CA and m2b's server change (the same API servers, reached another way): each
 	// restarts, alone.
+	flowing("m2 and m2b restart")
 	a2 := harness.AccessTo(t, c2, "fleet-tokens")
 	a2.CA = append(append([]byte{}, a2.CA...), a2.CA...) // the CA twice: another bundle, the same trust
 	inv.Set("m2", "True", a2)
@@ -236,6 +246,7 @@ func TestClusterProfiles(t *testing.T) {
 
 	// m3 deleted: it leaves, handlers see its deletes, and the Provider disengages it. m2b
 	// leaves the label selector: it leaves too.
+	flowing("m3 and m2b leave")
 	m3Keys := harness.InClusters(handler.InClusters(), "m3")
 	m2bKeys := harness.InClusters(handler.InClusters(), "m2b")
 	inv.Delete("m3")
@@ -256,11 +267,10 @@ func TestClusterProfiles(t *testing.T) {
 	})
 
 	// The writes stop; the final state of the cache and of the handler is what the members list.
+	flowing("the writes stop")
+	harness.WaitFor(t, "100 writes in all", time.Minute, func() bool { return writes.Load() >= 100 })
 	stopWrites()
 	writers.Wait()
-	if writes.Load() < 100 {
-		t.Fatalf("only %d writes went through", writes.Load())
-	}
 	final := members("m2")
 	harness.Converge(ctx, t, agg, harness.ConfigMaps, final, 30*time.Second)
 	truth := groundTruthOf(ctx, t, final)
