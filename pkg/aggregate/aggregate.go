@@ -75,7 +75,15 @@ type Options struct {
 	// DefaultLearnedIndexBytes; LearnedIndexes < 0 learns none.
 	LearnedIndexes    int
 	LearnedIndexBytes int64
+	// CountedKeys are summary keys whose counts are kept from the start (KeepCounts): the
+	// first summary by one reads counts, not objects. nil: DefaultCountedKeys; an empty
+	// slice keeps none. Keys of an index are kept with KeepCounts once it is added.
+	CountedKeys []string
 }
+
+// DefaultCountedKeys is Options.CountedKeys' default: objects per cluster and namespace, a
+// map per cluster kept by one handler.
+var DefaultCountedKeys = []string{"namespace"}
 
 // Aggregate is the fleet-wide, cluster-qualified cache of one resource type. Its read side has
 // the shape of cache.Indexer's, with Key strings for keys. It is safe for concurrent use.
@@ -117,15 +125,24 @@ func New(opts Options) (*Aggregate, *Membership, error) {
 		indexes:   map[string]IndexSpec{},
 		lifecycle: map[string]*sync.Mutex{},
 	}
-	if opts.LearnedIndexes >= 0 {
-		n, b := opts.LearnedIndexes, opts.LearnedIndexBytes
-		if n == 0 {
-			n = DefaultLearnedIndexes
+	n, b := opts.LearnedIndexes, opts.LearnedIndexBytes
+	switch {
+	case n < 0:
+		n = 0 // learns none; kept counts are kept still
+	case n == 0:
+		n = DefaultLearnedIndexes
+	}
+	if b <= 0 {
+		b = DefaultLearnedIndexBytes
+	}
+	a.learn = newLearner(n, b)
+	if opts.CountedKeys == nil {
+		opts.CountedKeys = DefaultCountedKeys
+	}
+	for i, by := range opts.CountedKeys {
+		if err := a.KeepCounts(by); err != nil {
+			return nil, nil, fmt.Errorf("aggregate %s: Options.CountedKeys[%d]: %w", opts.Resource, i, err)
 		}
-		if b <= 0 {
-			b = DefaultLearnedIndexBytes
-		}
-		a.learn = newLearner(n, b)
 	}
 	return a, &Membership{a: a}, nil
 }

@@ -1,6 +1,9 @@
 package aggregate
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -27,9 +30,12 @@ import (
 
 // Defaults of Options.LearnedIndexes and Options.LearnedIndexBytes.
 const (
-	DefaultLearnedIndexes     = 16
-	DefaultLearnedIndexBytes  = 64 << 20
-	learnAfterAsks            = 2 // the ask that starts an index; the next ones read it
+	DefaultLearnedIndexes    = 16
+	DefaultLearnedIndexBytes = 64 << 20
+	learnAfterAsks           = 2 // the ask that starts an index; the next ones read it
+	// keptMaxPending is a kept index's spare backlog, beyond the objects held when it starts:
+	// kept indexes start with the Aggregate, before its members' initial lists arrive.
+	keptMaxPending            = 10 * DefaultMaxPending
 	countEntryBytes           = 64
 	countClusterOverheadBytes = 128
 )
@@ -42,14 +48,17 @@ type LearnedIndex struct {
 	Clusters int
 	// Answers counts the summaries it answered.
 	Answers int64
+	// Kept: counted from the start (KeepCounts), never evicted.
+	Kept bool
 }
 
-// learner keeps the learned indexes of one Aggregate.
+// learner keeps the learned and the kept indexes of one Aggregate.
 type learner struct {
 	mu       sync.Mutex // taken before any countIndex's mu, never after
 	asked    *lru.Cache[string, *learned]
-	max      int
+	max      int // 0: learns none
 	maxBytes int64
+	kept     map[string]*countIndex // KeepCounts' keys, never evicted
 }
 
 // learned is one key's record: how often it was asked, and its index once started.
@@ -58,16 +67,16 @@ type learned struct {
 	idx  *countIndex
 }
 
-func newLearner(max int, maxBytes int64) *learner {
-	l := &learner{maxBytes: maxBytes}
+func newLearner(maxIndexes int, maxBytes int64) *learner {
+	l := &learner{maxBytes: maxBytes, kept: map[string]*countIndex{}}
 	// Keys asked once are remembered too (to learn them at their next ask), in twice the
 	// room; an index evicted is removed with its handler.
-	l.asked, _ = lru.NewWithEvict(2*max, func(_ string, v *learned) {
+	l.asked, _ = lru.NewWithEvict(max(2*maxIndexes, 1), func(_ string, v *learned) {
 		if v.idx != nil {
 			v.idx.remove()
 		}
 	})
-	l.max = max
+	l.max = maxIndexes
 	return l
 }
 
@@ -116,14 +125,28 @@ func learnableWhere(p selectPlan, keys []GroupKey) (GroupKey, bool) {
 	return FuncKey("where:"+ft.Where, func(_ string, obj any) []string { return b.Values(obj) }), true
 }
 
-// ask records a summary by k and returns its index when it answers for every cluster of
-// members; the second ask starts the index.
+// askLearned records a summary by k and returns its count index when one answers for every
+// cluster of members: a kept key's (KeepCounts) from the start, another's from its second ask,
+// which starts it.
 func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 	l := a.learn
-	if l == nil {
+	l.mu.Lock()
+	if idx, ok := l.kept[k.text]; ok {
+		l.mu.Unlock()
+		if idx.isRemoved() { // its backlog overflowed: counted again from now on
+			l.runKept(a)
+			return nil
+		}
+		if !idx.covers(members) {
+			return nil
+		}
+		idx.answers.Add(1)
+		return idx
+	}
+	if l.max == 0 {
+		l.mu.Unlock()
 		return nil
 	}
-	l.mu.Lock()
 	e, ok := l.asked.Get(k.text)
 	if !ok {
 		e = &learned{}
@@ -141,32 +164,12 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 	idx := e.idx
 	l.mu.Unlock()
 	if start {
-		// Every event, in order: a count moves from the value it was told to the new one,
-		// which merged events (an update then a delete, told as one delete of the newest
-		// state) would not say. A backlog past MaxPending loses events: the index removes
-		// itself and is learned again.
-		// Its backlog starts with every object held (the initial adds), so it may hold that
-		// many and DefaultMaxPending more.
-		held := 0
-		for _, c := range a.Clusters() {
-			if n, ok := a.Len(c); ok {
-				held += n
-			}
-		}
-		reg, err := a.AddEventHandlerWithOptions(idx, HandlerOptions{EveryEvent: true, MaxPending: held + DefaultMaxPending, OnOverflow: idx.remove})
-		if err != nil {
+		if err := a.startCounting(idx, DefaultMaxPending); err != nil {
 			l.mu.Lock()
 			e.idx = nil
 			l.mu.Unlock()
 			return nil
 		}
-		idx.mu.Lock()
-		if idx.removed {
-			reg.Remove() // evicted meanwhile
-		} else {
-			idx.reg = reg
-		}
-		idx.mu.Unlock()
 		l.bound()
 		return nil // it has not had any list yet
 	}
@@ -176,6 +179,163 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 	l.bound() // the index grew since it started, maybe
 	idx.answers.Add(1)
 	return idx
+}
+
+// startCounting adds idx's handler. Every event, in order: a count moves from the value it was
+// told to the new one, which merged events (an update then a delete, told as one delete of the
+// newest state) would not say. A backlog past its bound loses events: the index removes itself
+// and is counted again from its next ask. Its backlog starts with every object held (the
+// initial adds), so it may hold that many and spare more.
+func (a *Aggregate) startCounting(idx *countIndex, spare int) error {
+	return a.startCountingAll([]*countIndex{idx}, idx, spare)
+}
+
+// startCountingAll adds h, the handler of idxs, as startCounting does; an overflow removes
+// them all.
+func (a *Aggregate) startCountingAll(idxs []*countIndex, h Handler, spare int) error {
+	held := 0
+	for _, c := range a.Clusters() {
+		if n, ok := a.Len(c); ok {
+			held += n
+		}
+	}
+	removeAll := func() {
+		for _, idx := range idxs {
+			idx.remove()
+		}
+	}
+	reg, err := a.AddEventHandlerWithOptions(h, HandlerOptions{EveryEvent: true, MaxPending: held + spare, OnOverflow: removeAll})
+	if err != nil {
+		removeAll()
+		return err
+	}
+	for _, idx := range idxs {
+		idx.mu.Lock()
+		if idx.removed {
+			reg.Remove() // evicted meanwhile
+		} else {
+			idx.reg = reg
+		}
+		idx.mu.Unlock()
+	}
+	return nil
+}
+
+// keptHandler is the one handler of every kept index: each event is told to each of them in
+// turn, so that more kept keys add a count per event, not a queue and a goroutine each.
+type keptHandler []*countIndex
+
+func (h keptHandler) OnAdd(cluster string, obj any, initial bool) {
+	for _, idx := range h {
+		idx.OnAdd(cluster, obj, initial)
+	}
+}
+func (h keptHandler) OnUpdate(cluster string, oldObj, newObj any) {
+	for _, idx := range h {
+		idx.OnUpdate(cluster, oldObj, newObj)
+	}
+}
+func (h keptHandler) OnDelete(cluster string, obj any) {
+	for _, idx := range h {
+		idx.OnDelete(cluster, obj)
+	}
+}
+func (h keptHandler) OnListed(cluster string) {
+	for _, idx := range h {
+		idx.OnListed(cluster)
+	}
+}
+func (h keptHandler) OnLeft(cluster string) {
+	for _, idx := range h {
+		idx.OnLeft(cluster)
+	}
+}
+
+// ParseCountedKey reads a key whose counts can be kept (KeepCounts): one that reads the object
+// itself, namespace, label:K, field:PATH or index:NAME. Its error names the key.
+func ParseCountedKey(by string) (GroupKey, error) {
+	k, err := ParseGroupKey(by)
+	if err != nil {
+		return k, err
+	}
+	if _, ok := learnable([]GroupKey{k}); !ok {
+		return k, fmt.Errorf("key %q: counts are kept of a key that reads the object itself (namespace, label:K, field:PATH or index:NAME)", by)
+	}
+	return k, nil
+}
+
+// IndexName is the index an index:NAME key reads, and whether k is one.
+func (k GroupKey) IndexName() (string, bool) { return k.arg, k.kind == byIndex }
+
+// KeepCounts keeps the counts of summary key by (ParseGroupKey's text; one key, not cluster,
+// that reads the object itself: namespace, label:K, field:PATH or index:NAME of an index
+// added already) from now on, per cluster and value, as a learned index that is never
+// evicted: a summary by it (alone or with cluster, with no filter but clusters) reads counts,
+// not objects, from its first ask once the index has had every cluster's list. Its handler
+// runs while the Aggregate has members (it stops when the last leaves, and starts over at the
+// next join). Its memory is
+// per cluster and value, as a learned index's, and shows in LearnedIndexes; it is not counted
+// against the learned indexes' bounds. Keeping a key kept already does nothing.
+func (a *Aggregate) KeepCounts(by string) error {
+	k, err := ParseCountedKey(by)
+	if err != nil {
+		return err
+	}
+	if k.kind == byIndex {
+		if _, err := a.indexSpec(k.arg); err != nil {
+			return fmt.Errorf("key %q: %w", by, err)
+		}
+	}
+	l := a.learn
+	l.mu.Lock()
+	if _, ok := l.kept[k.text]; !ok {
+		l.kept[k.text] = &countIndex{key: k, agg: a, kept: true, removed: true} // runKept starts it
+	}
+	l.mu.Unlock()
+	if len(a.Clusters()) > 0 {
+		l.runKept(a)
+	}
+	return nil
+}
+
+// runKept starts the kept indexes' handler unless it runs with every kept key (it was not
+// started yet, stopped when the last member left, lost to an overflow, or a key was added):
+// then every kept index starts over, under one new handler.
+func (l *learner) runKept(a *Aggregate) {
+	l.mu.Lock()
+	restart := false
+	for _, idx := range l.kept {
+		restart = restart || idx.isRemoved()
+	}
+	if !restart {
+		l.mu.Unlock()
+		return
+	}
+	var h keptHandler
+	var old []*countIndex
+	for _, key := range slices.Sorted(maps.Keys(l.kept)) {
+		idx := l.kept[key]
+		old = append(old, idx)
+		idx = &countIndex{key: idx.key, agg: a, counts: map[string]*clusterCounts{}, kept: true}
+		l.kept[key] = idx
+		h = append(h, idx)
+	}
+	l.mu.Unlock()
+	for _, idx := range old {
+		idx.remove()
+	}
+	// On an error the indexes stay removed: tried again at the next join or ask.
+	_ = a.startCountingAll(h, h, keptMaxPending)
+}
+
+// stopKept removes the kept indexes' handlers.
+func (l *learner) stopKept() {
+	l.mu.Lock()
+	idxs := slices.Collect(maps.Values(l.kept))
+	l.mu.Unlock()
+	for _, idx := range idxs {
+		idx.remove()
+	}
 }
 
 // makeRoomLocked evicts the least recently asked indexes (other than keep's) until one more
@@ -219,13 +379,14 @@ func (l *learner) bound() {
 	}
 }
 
-// LearnedIndexes lists the learned indexes, least recently asked first.
+// LearnedIndexes lists the kept indexes (KeepCounts), then the learned ones, least recently
+// asked first.
 func (a *Aggregate) LearnedIndexes() []LearnedIndex {
-	if a.learn == nil {
-		return nil
-	}
 	a.learn.mu.Lock()
 	var idxs []*countIndex
+	for _, k := range slices.Sorted(maps.Keys(a.learn.kept)) {
+		idxs = append(idxs, a.learn.kept[k])
+	}
 	for _, e := range a.learn.asked.Values() {
 		if e.idx != nil {
 			idxs = append(idxs, e.idx)
@@ -242,15 +403,16 @@ func (a *Aggregate) LearnedIndexes() []LearnedIndex {
 			}
 		}
 		idx.mu.Unlock()
-		out = append(out, LearnedIndex{Key: idx.key.text, Bytes: idx.size.Load(), Clusters: n, Answers: idx.answers.Load()})
+		out = append(out, LearnedIndex{Key: idx.key.text, Bytes: idx.size.Load(), Clusters: n, Answers: idx.answers.Load(), Kept: idx.kept})
 	}
 	return out
 }
 
 // countIndex counts, per cluster, the objects with each value of one key.
 type countIndex struct {
-	key GroupKey
-	agg *Aggregate
+	key  GroupKey
+	agg  *Aggregate
+	kept bool // KeepCounts'
 
 	mu      sync.Mutex
 	reg     *Registration // nil until added

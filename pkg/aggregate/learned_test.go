@@ -4,11 +4,17 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/multicache/multicache/pkg/index"
 )
@@ -19,7 +25,7 @@ import (
 // A where filter asked again by cluster is learned the same way. Beyond LearnedIndexes the
 // least recently asked index is evicted, and its handler removed.
 func TestLearnedIndexes(t *testing.T) {
-	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, LearnedIndexes: 2})
+	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, LearnedIndexes: 2, CountedKeys: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,14 +181,14 @@ func TestLearnedIndexes(t *testing.T) {
 	}
 }
 
-// TestLearnedIndexesOff: LearnedIndexes < 0 learns none.
+// TestLearnedIndexesOff: LearnedIndexes < 0 learns none, and keeps the kept counts.
 func TestLearnedIndexesOff(t *testing.T) {
 	a, _, _ := New(Options{Resource: "configmaps", LearnedIndexes: -1})
 	for range 3 {
 		_, _ = a.Summarize(Query{}, "label:tier")
 	}
-	if li := a.LearnedIndexes(); len(li) != 0 {
-		t.Errorf("learned %+v with learning off", li)
+	if li := a.LearnedIndexes(); len(li) != 1 || li[0].Key != "namespace" || !li[0].Kept {
+		t.Errorf("learned %+v with learning off, want only the kept namespace counts", li)
 	}
 }
 
@@ -196,4 +202,309 @@ func waitUntil(f func() bool) bool {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return true
+}
+
+// TestKeptCounts: keys kept from the start (Options.CountedKeys, KeepCounts) answer their first
+// summary from counts, alone and with cluster, and equal counts by hand through an add, a change
+// of value, a delete and a cluster that leaves. A kept index that lost its handler (an
+// overflow) is counted again from its next ask, which scans. Keys that cannot be kept are
+// refused, naming the key.
+func TestKeptCounts(t *testing.T) {
+	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, CountedKeys: []string{"namespace", "label:tier"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tierIndex := func(obj any) ([]string, error) {
+		if v, ok := obj.(*corev1.ConfigMap).Labels["tier"]; ok {
+			return []string{v}, nil
+		}
+		return nil, nil
+	}
+	if err := a.AddIndex(IndexSpec{Name: "tier", Func: tierIndex}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.KeepCounts("index:tier"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.KeepCounts("index:tier"); err != nil {
+		t.Errorf("keeping a kept key again: %v", err)
+	}
+	// objects is what the test made: cluster → namespace/name → tier ("" for none).
+	objects := map[string]map[string]string{}
+	sources := map[string]*source{}
+	for _, c := range []string{"c1", "c2"} {
+		s := &source{}
+		objects[c] = map[string]string{}
+		for i := range 9 {
+			lbl := map[string]string{}
+			if i%3 != 0 {
+				lbl["tier"] = []string{"web", "db"}[i%2]
+			}
+			o := cm(fmt.Sprint("ns", i%2), fmt.Sprint("o", i), "1", lbl)
+			s.items = append(s.items, *o)
+			objects[c][o.Namespace+"/"+o.Name] = lbl["tier"]
+		}
+		inf, _ := startInformer(t, s)
+		if err := ms.Join(c, inf); err != nil {
+			t.Fatal(err)
+		}
+		sources[c] = s
+	}
+	a.WaitForSync(context.Background(), 5*time.Second)
+	byHand := func(key string, withCluster bool) map[string]int {
+		out := map[string]int{}
+		for c, objs := range objects {
+			for nn, tier := range objs {
+				v := tier
+				if key == "namespace" {
+					v, _, _ = strings.Cut(nn, "/")
+				}
+				if v == "" {
+					v = "<null>"
+				}
+				if withCluster {
+					v = c + "|" + v
+				}
+				out[v]++
+			}
+		}
+		return out
+	}
+	answers := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, li := range a.LearnedIndexes() {
+			if !li.Kept {
+				t.Errorf("%s learned: only kept keys were asked", li.Key)
+			}
+			out[li.Key] = li.Answers
+		}
+		return out
+	}
+	waitTrue(t, "the kept indexes have had both lists", func() bool {
+		li := a.LearnedIndexes()
+		return len(li) == 3 && li[0].Clusters == 2 && li[1].Clusters == 2 && li[2].Clusters == 2
+	})
+	agree := func(what string) {
+		t.Helper()
+		for _, key := range []string{"namespace", "label:tier", "index:tier"} {
+			hand := key
+			if key != "namespace" {
+				hand = "tier"
+			}
+			var got, gotC map[string]int
+			var before, after map[string]int64
+			if !waitUntil(func() bool {
+				before = answers()
+				s, err := a.Summarize(Query{}, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sc, err := a.Summarize(Query{}, "cluster", key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, gotC = groupsOf(s), groupsOf(sc)
+				after = answers()
+				return maps.Equal(got, byHand(hand, false)) && maps.Equal(gotC, byHand(hand, true)) && after[key] == before[key]+2
+			}) {
+				t.Fatalf("%s: by %s: %v and %v, want %v and %v; answers %v → %v", what, key, got, gotC, byHand(hand, false), byHand(hand, true), before, after)
+			}
+		}
+	}
+	agree("the first summaries read the kept counts")
+	s1 := sources["c1"]
+	s1.w.Add(cm("ns2", "new", "2", map[string]string{"tier": "cache"}))
+	s1.w.Modify(cm("ns1", "o1", "3", map[string]string{"tier": "db"}))
+	s1.w.Delete(cm("ns0", "o2", "4", map[string]string{"tier": "web"})) // its final state
+	objects["c1"]["ns2/new"], objects["c1"]["ns1/o1"] = "cache", "db"
+	delete(objects["c1"], "ns0/o2")
+	agree("after an add, a change of value and a delete")
+	ms.Leave("c2")
+	delete(objects, "c2")
+	agree("after c2 left")
+
+	// An overflow removes the index; the next ask scans and counts again.
+	a.learn.mu.Lock()
+	lost := a.learn.kept["namespace"]
+	a.learn.mu.Unlock()
+	lost.remove()
+	before := answers()["namespace"]
+	if s, err := a.Summarize(Query{}, "namespace"); err != nil || !maps.Equal(groupsOf(s), byHand("namespace", false)) {
+		t.Fatalf("the ask after an overflow: %v, %v; want %v by a scan", groupsOf(s), err, byHand("namespace", false))
+	}
+	if after := answers()["namespace"]; after != 0 {
+		t.Errorf("the ask after an overflow was answered by an index (answers %d → %d)", before, after)
+	}
+	select {
+	case <-lost.reg.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("the lost index's handler was not removed")
+	}
+	agree("counted again after an overflow")
+
+	// The last member leaves: the kept indexes' handlers stop. A join starts them again.
+	a.learn.mu.Lock()
+	running := slices.Collect(maps.Values(a.learn.kept))
+	a.learn.mu.Unlock()
+	ms.Leave("c1")
+	for _, idx := range running {
+		select {
+		case <-idx.reg.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: its handler runs on with no member", idx.key.text)
+		}
+	}
+	delete(objects, "c1")
+	s3 := &source{items: []corev1.ConfigMap{*cm("ns5", "x", "1", map[string]string{"tier": "web"})}}
+	inf, _ := startInformer(t, s3)
+	if err := ms.Join("c3", inf); err != nil {
+		t.Fatal(err)
+	}
+	objects["c3"] = map[string]string{"ns5/x": "web"}
+	agree("a join after the last member left")
+
+	for _, bad := range []string{"cluster", "index:nope", "bogus:x", "owner"} {
+		if err := a.KeepCounts(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("KeepCounts(%q): %v, want an error naming it", bad, err)
+		}
+	}
+	if _, _, err := New(Options{Resource: "configmaps", CountedKeys: []string{"namespace", "cluster"}}); err == nil || !strings.Contains(err.Error(), "Options.CountedKeys[1]") {
+		t.Errorf("New with a counted key of cluster: %v, want an error naming Options.CountedKeys[1]", err)
+	}
+}
+
+// BenchmarkKeptCounts measures what kept counts cost, side by side in each round: the same
+// fleet built three times, with no kept counts, with the default (namespace), and with three
+// (namespace, label:tier, index:app). For each: the process CPU from the first join until every
+// cluster is synced and every kept index has had every list, and the CPU per update once
+// synced, until a handler and the kept indexes have had every update. The rounds rotate the
+// order. MULTICACHE_BENCH_KEPT_CLUSTERS × MULTICACHE_BENCH_KEPT_OBJECTS objects,
+// MULTICACHE_BENCH_KEPT_UPDATES updates per cluster, MULTICACHE_BENCH_KEPT_ROUNDS rounds.
+func BenchmarkKeptCounts(b *testing.B) {
+	clusters, objects := envInt(b, "MULTICACHE_BENCH_KEPT_CLUSTERS", 4), envInt(b, "MULTICACHE_BENCH_KEPT_OBJECTS", 2000)
+	updates, rounds := envInt(b, "MULTICACHE_BENCH_KEPT_UPDATES", 2000), envInt(b, "MULTICACHE_BENCH_KEPT_ROUNDS", 1)
+	configs := []struct {
+		name string
+		keys []string
+	}{{"none", []string{}}, {"default", nil}, {"three", []string{"namespace", "label:tier", "index:app"}}}
+	appIndex := func(obj any) ([]string, error) {
+		if v, ok := obj.(*corev1.ConfigMap).Labels["app"]; ok {
+			return []string{v}, nil
+		}
+		return nil, nil
+	}
+	type figures struct{ build, perUpdate []time.Duration }
+	got := make([]figures, len(configs))
+	build := func(keys []string) (time.Duration, time.Duration) {
+		var base []string
+		for _, k := range keys {
+			if !strings.HasPrefix(k, "index:") {
+				base = append(base, k)
+			}
+		}
+		if keys != nil && base == nil {
+			base = []string{}
+		}
+		a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, CountedKeys: base})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.AddIndex(IndexSpec{Name: "app", Func: appIndex}); err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys {
+			if strings.HasPrefix(k, "index:") {
+				if err := a.KeepCounts(k); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		var told atomic.Int64 // the daemon's watch cache is a handler: here, one that counts
+		if _, err := a.AddEventHandler(HandlerFuncs{UpdateFunc: func(string, any, any) { told.Add(1) }}); err != nil {
+			b.Fatal(err)
+		}
+		kept := func(want int) bool {
+			for _, li := range a.LearnedIndexes() {
+				if li.Kept && li.Clusters != want {
+					return false
+				}
+			}
+			return true
+		}
+		runtime.GC()
+		ru0 := readRusage()
+		srcs := make([]*source, clusters)
+		for c := range clusters {
+			s := &source{rv: "1", w: watch.NewFakeWithChanSize(1024, false)}
+			for i := range objects {
+				s.items = append(s.items, *cm(fmt.Sprint("ns-", i%20), fmt.Sprint("o", i), "1", map[string]string{"tier": []string{"web", "db", "cache"}[i%3], "app": fmt.Sprint("app-", i%100)}))
+			}
+			srcs[c] = s
+			inf := newMemberInformer(b, s.lw())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go inf.RunWithContext(ctx)
+			if err := ms.Join(fmt.Sprint("c", c), inf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if unsynced := a.WaitForSync(context.Background(), 10*time.Minute); len(unsynced) > 0 {
+			b.Fatalf("unsynced: %v", unsynced)
+		}
+		for !kept(clusters) {
+			time.Sleep(time.Millisecond)
+		}
+		ru1 := readRusage()
+		var wg sync.WaitGroup
+		for c, s := range srcs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range updates {
+					s.w.Modify(cm(fmt.Sprint("ns-", i%20), fmt.Sprint("o", i%objects), fmt.Sprint(2+i), map[string]string{"tier": []string{"db", "cache", "web"}[(i+c)%3], "app": fmt.Sprint("app-", i%100)}))
+				}
+			}()
+		}
+		wg.Wait()
+		for told.Load() < int64(clusters*updates) {
+			time.Sleep(time.Millisecond)
+		}
+		for {
+			idle := true
+			a.learn.mu.Lock()
+			for _, idx := range a.learn.kept {
+				idle = idle && idx.reg.Pending() == 0
+			}
+			a.learn.mu.Unlock()
+			if idle {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ru2 := readRusage()
+		for _, c := range a.Clusters() {
+			ms.Leave(c)
+		}
+		return ru1.cpu - ru0.cpu, (ru2.cpu - ru1.cpu) / time.Duration(clusters*updates)
+	}
+	for range b.N {
+		for r := range rounds {
+			for i := range configs {
+				j := (i + r) % len(configs)
+				bc, pu := build(configs[j].keys)
+				got[j].build = append(got[j].build, bc)
+				got[j].perUpdate = append(got[j].perUpdate, pu)
+			}
+		}
+	}
+	med := func(d []time.Duration) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	for i, c := range configs {
+		b.Logf("%-8s build CPU %v (%v–%v), %.0f%% of none's; CPU per update %v (%v–%v), %.0f%% of none's", c.name,
+			med(got[i].build), slices.Min(got[i].build), slices.Max(got[i].build), 100*float64(med(got[i].build))/float64(med(got[0].build)),
+			med(got[i].perUpdate), slices.Min(got[i].perUpdate), slices.Max(got[i].perUpdate), 100*float64(med(got[i].perUpdate))/float64(med(got[0].perUpdate)))
+	}
 }

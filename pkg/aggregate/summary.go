@@ -197,7 +197,7 @@ func (a *Aggregate) SummarizeKeysContext(ctx context.Context, q Query, keys []Gr
 			idx.summary(keys, p.members, &sum)
 			return sum, nil
 		}
-	} else if k, ok := learnableWhere(p, keys); ok && a.learn != nil {
+	} else if k, ok := learnableWhere(p, keys); ok {
 		if idx := a.askLearned(k, p.members); idx != nil {
 			idx.passing(p.members, &sum)
 			return sum, nil

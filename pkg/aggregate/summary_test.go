@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/multicache/multicache/pkg/index"
 )
 
 // summaryFleet is two clusters of ConfigMaps in namespaces a, b and none (cluster-scoped, as
@@ -334,8 +336,16 @@ func FuzzGroupKey(f *testing.F) {
 //	  go test -run '^$' -bench SummarizeFleet -benchtime 5x -count 5 ./pkg/aggregate/
 func BenchmarkSummarizeFleet(b *testing.B) {
 	clusters, pods := envInt(b, "MULTICACHE_BENCH_SUMMARY_CLUSTERS", 4), envInt(b, "MULTICACHE_BENCH_SUMMARY_PODS", 5000)
-	a, _, err := New(Options{Resource: "pods", SyncPollInterval: 5 * time.Millisecond})
+	// Counts kept from the start: namespace (the default), the tier label and the image index,
+	// as a config's counts: [label:tier, index:image] would keep them.
+	a, _, err := New(Options{Resource: "pods", SyncPollInterval: 5 * time.Millisecond, CountedKeys: []string{"namespace", "label:tier"}})
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := a.AddIndex(IndexSpec{Name: "image", Func: index.ByImage}); err != nil {
+		b.Fatal(err)
+	}
+	if err := a.KeepCounts("index:image"); err != nil {
 		b.Fatal(err)
 	}
 	// As in the daemon, where the watch cache is always a handler: members are fed, and Len
@@ -343,6 +353,7 @@ func BenchmarkSummarizeFleet(b *testing.B) {
 	if _, err := a.AddEventHandler(HandlerFuncs{}); err != nil {
 		b.Fatal(err)
 	}
+	joined := time.Now()
 	for c := range clusters {
 		items := make([]runtime.Object, 0, pods)
 		for i := range pods {
@@ -366,12 +377,29 @@ func BenchmarkSummarizeFleet(b *testing.B) {
 	if unsynced := a.WaitForSync(context.Background(), 10*time.Minute); len(unsynced) > 0 {
 		b.Fatalf("unsynced: %v", unsynced)
 	}
+	synced := time.Since(joined)
+	for {
+		n := 0
+		for _, li := range a.LearnedIndexes() {
+			if li.Kept && li.Clusters == clusters {
+				n++
+			}
+		}
+		if n == 3 {
+			break
+		}
+		if time.Since(joined) > 10*time.Minute {
+			b.Fatalf("the kept counts have not had every list after 10 minutes: %+v", a.LearnedIndexes())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	kept := time.Since(joined)
 	objects := clusters * pods
 	tierWeb, _ := labels.Parse("tier=web")
-	// The scans first, without learning; then the same keys asked again, read from the
-	// indexes they became.
+	// The scans first, with neither kept counts nor learning; then the kept keys' first asks;
+	// then other keys asked again, read from the indexes they became.
 	learn := a.learn
-	a.learn = nil
+	a.learn = newLearner(0, DefaultLearnedIndexBytes)
 	for _, tc := range []struct {
 		name string
 		q    Query
@@ -384,6 +412,7 @@ func BenchmarkSummarizeFleet(b *testing.B) {
 		{"by-image-path", Query{}, []string{"field:spec.containers[*].image"}},
 		{"by-phase-path", Query{}, []string{"field:status.phase"}},
 		{"by-cluster-where-label", Query{Labels: tierWeb}, []string{"cluster"}},
+		{"by-image-index", Query{}, []string{"index:image"}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -403,7 +432,31 @@ func BenchmarkSummarizeFleet(b *testing.B) {
 		})
 	}
 	a.learn = learn
-	for _, by := range [][]string{{"namespace"}, {"cluster", "namespace"}, {"label:tier"}, {"field:spec.containers[*].image"}, {"field:status.phase"}} {
+	for _, by := range [][]string{{"namespace"}, {"cluster", "namespace"}, {"label:tier"}, {"index:image"}} {
+		b.Run("kept-by-"+strings.Join(by, ","), func(b *testing.B) {
+			var took []time.Duration
+			var answered int64
+			for b.Loop() {
+				before := answersOf(a, by[len(by)-1])
+				s := time.Now()
+				if _, err := a.Summarize(Query{}, by...); err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(s))
+				answered += answersOf(a, by[len(by)-1]) - before
+			}
+			if answered != int64(len(took)) {
+				b.Fatalf("%d of %d summaries read the kept counts", answered, len(took))
+			}
+			slices.Sort(took)
+			b.ReportMetric(synced.Seconds(), "synced-s")
+			b.ReportMetric(kept.Seconds(), "kept-s")
+			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(took[0].Microseconds())/1000, "min-ms")
+			b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms")
+		})
+	}
+	for _, by := range [][]string{{"field:spec.containers[*].image"}, {"field:status.phase"}} {
 		b.Run("again-by-"+strings.Join(by, ","), func(b *testing.B) {
 			for range 2 { // the second ask starts the index
 				if _, err := a.Summarize(Query{}, by...); err != nil {
@@ -433,6 +486,16 @@ func BenchmarkSummarizeFleet(b *testing.B) {
 			b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms")
 		})
 	}
+}
+
+// answersOf is how many summaries key's kept or learned index answered.
+func answersOf(a *Aggregate, key string) int64 {
+	for _, li := range a.LearnedIndexes() {
+		if li.Key == key {
+			return li.Answers
+		}
+	}
+	return 0
 }
 
 func envInt(b *testing.B, name string, def int) int {

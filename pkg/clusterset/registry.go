@@ -155,6 +155,11 @@ func New(opts Options) (*Registry, error) {
 				return nil, fmt.Errorf("resource %q: %w", spec.Name, err)
 			}
 		}
+		for j, by := range spec.Counts {
+			if err := agg.KeepCounts(by); err != nil {
+				return nil, fmt.Errorf("resource %q: counts[%d]: %w", spec.Name, j, err)
+			}
+		}
 		r.aggs[spec.Name], r.mems[spec.Name] = agg, mem
 	}
 	return r, nil

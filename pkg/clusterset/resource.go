@@ -47,10 +47,14 @@ type ResourceSpec struct {
 	Transform TransformOptions
 	// Indexes are added to this resource's aggregate, in every cluster they apply to.
 	Indexes []aggregate.IndexSpec
+	// Counts are summary keys whose counts per cluster and value the aggregate keeps from
+	// the start (aggregate.KeepCounts), beyond aggregate.DefaultCountedKeys: label:K,
+	// field:PATH, or index:NAME of one of Indexes.
+	Counts []string
 }
 
 // Validate reports the first bad field, named as in the config file after
-// "resources[i].": "name: required", "mode: …", "indexes[j]: …".
+// "resources[i].": "name: required", "mode: …", "indexes[j]: …", "counts[j]: …".
 func (r ResourceSpec) Validate() error {
 	if strings.TrimSpace(r.Name) == "" {
 		return fmt.Errorf("name: required")
@@ -78,6 +82,15 @@ func (r ResourceSpec) Validate() error {
 			return fmt.Errorf("indexes[%d]: duplicate index %q", j, ix.Name)
 		}
 		seen[ix.Name] = true
+	}
+	for j, by := range r.Counts {
+		k, err := aggregate.ParseCountedKey(by)
+		if err != nil {
+			return fmt.Errorf("counts[%d]: %w", j, err)
+		}
+		if name, ok := k.IndexName(); ok && !seen[name] {
+			return fmt.Errorf("counts[%d]: key %q: index %q is not among this resource's indexes", j, by, name)
+		}
 	}
 	return nil
 }

@@ -179,6 +179,9 @@ type Resource struct {
 	Transform Transform `json:"transform,omitempty"`
 	// Indexes names built-in indexes to install: label, owner, owner-uid, pod-node, image.
 	Indexes []string `json:"indexes,omitempty"`
+	// Counts names summary keys whose counts per cluster and value are kept from the start
+	// (label:K, field:PATH, index:NAME), beyond namespace, which is always kept.
+	Counts []string `json:"counts,omitempty"`
 }
 
 // Transform mirrors clusterset.TransformOptions.
@@ -554,6 +557,7 @@ func (c *Config) ResourceSpecs() ([]clusterset.ResourceSpec, error) {
 			Name: r.Name, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector,
 			Mode:      clusterset.Mode(r.Mode),
 			Transform: clusterset.TransformOptions{KeepManagedFields: r.Transform.KeepManagedFields, KeepLastApplied: r.Transform.KeepLastApplied, KeepDuplicates: r.Transform.KeepDuplicates},
+			Counts:    r.Counts,
 		}
 		for _, ix := range r.Indexes {
 			spec.Indexes = append(spec.Indexes, aggregate.IndexSpec{Name: ix, Func: builtins[ix]})

@@ -109,6 +109,8 @@ func (e *scaleEnv) summaryEqualsTruth(rs []replica, within time.Duration) {
 		keep  func(*corev1.ConfigMap) bool
 	}{
 		{by: []string{"cluster"}},
+		{by: []string{"namespace"}},            // kept counts (the default), from the first ask
+		{by: []string{"cluster", "namespace"}}, // the same
 		{by: []string{"cluster", "label:tier"}},
 		{by: []string{"namespace", "field:data.n"}},
 		{by: []string{"label:tier"}, query: url.Values{"labelSelector": {"tier"}}, keep: func(cm *corev1.ConfigMap) bool { _, ok := cm.Labels["tier"]; return ok }},
