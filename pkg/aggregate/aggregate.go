@@ -75,6 +75,11 @@ type Options struct {
 	// DefaultLearnedIndexBytes; LearnedIndexes < 0 learns none.
 	LearnedIndexes    int
 	LearnedIndexBytes int64
+	// SortIndexes bounds how many orders of sorted lists asked again become sort indexes
+	// (sorted.go); SortIndexBytes bounds their memory. Defaults DefaultSortIndexes and
+	// DefaultSortIndexBytes; SortIndexes < 0 learns none.
+	SortIndexes    int
+	SortIndexBytes int64
 	// CountedKeys are summary keys whose counts are kept from the start (KeepCounts): the
 	// first summary by one reads counts, not objects. nil: DefaultCountedKeys; an empty
 	// slice keeps none. Keys of an index are kept with KeepCounts once it is added.
@@ -101,7 +106,8 @@ type Aggregate struct {
 	sorted    atomic.Pointer[[]*member] // members by cluster name; replaced whole under mu
 	indexes   map[string]IndexSpec
 	regs      []*Registration
-	learn     *learner // nil: learns no index
+	learn     *learner
+	sorts     *sorts
 }
 
 // New returns an empty Aggregate, and the Membership through which its owner (whoever runs the
@@ -136,6 +142,17 @@ func New(opts Options) (*Aggregate, *Membership, error) {
 		b = DefaultLearnedIndexBytes
 	}
 	a.learn = newLearner(n, b)
+	n, b = opts.SortIndexes, opts.SortIndexBytes
+	switch {
+	case n < 0:
+		n = 0
+	case n == 0:
+		n = DefaultSortIndexes
+	}
+	if b <= 0 {
+		b = DefaultSortIndexBytes
+	}
+	a.sorts = newSorts(n, b)
 	if opts.CountedKeys == nil {
 		opts.CountedKeys = DefaultCountedKeys
 	}

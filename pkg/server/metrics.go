@@ -31,10 +31,11 @@ type statusCollector struct {
 	listLoaded, listExpected, listing  *prometheus.Desc
 	ringEvents, ringBytes              *prometheus.Desc
 	learnedBytes, learnedAnswers       *prometheus.Desc
+	sortBytes, sortAnswers             *prometheus.Desc
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds, c.hubResets, c.ringEvents, c.ringBytes, c.listLoaded, c.listExpected, c.listing, c.learnedBytes, c.learnedAnswers} {
+	for _, d := range []*prometheus.Desc{c.state, c.objects, c.restarts, c.lastSync, c.events, c.queue, c.watchOverflows, c.lag, c.syncSeconds, c.hubResets, c.ringEvents, c.ringBytes, c.listLoaded, c.listExpected, c.listing, c.learnedBytes, c.learnedAnswers, c.sortBytes, c.sortAnswers} {
 		ch <- d
 	}
 }
@@ -89,6 +90,10 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.learnedBytes, prometheus.GaugeValue, float64(li.Bytes), res, li.Key)
 				ch <- prometheus.MustNewConstMetric(c.learnedAnswers, prometheus.CounterValue, float64(li.Answers), res, li.Key)
 			}
+			for _, si := range agg.SortIndexes() {
+				ch <- prometheus.MustNewConstMetric(c.sortBytes, prometheus.GaugeValue, float64(si.Bytes), res, si.Name)
+				ch <- prometheus.MustNewConstMetric(c.sortAnswers, prometheus.CounterValue, float64(si.Answers), res, si.Name)
+			}
 		}
 	}
 }
@@ -119,6 +124,8 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		syncSeconds:    prometheus.NewDesc("multicache_initial_sync_seconds", "How long the initial list (sync) took per cluster × resource.", []string{"cluster", "resource"}, nil),
 		learnedBytes:   prometheus.NewDesc("multicache_learned_index_bytes", "Estimated memory of a learned index (a summary key asked again) or a kept one (counts: in the config; namespace always), counted per cluster and value.", []string{"resource", "key"}, nil),
 		learnedAnswers: prometheus.NewDesc("multicache_learned_index_answers_total", "Summaries a learned or kept index answered without a scan.", []string{"resource", "key"}, nil),
+		sortBytes:      prometheus.NewDesc("multicache_sort_index_bytes", "Estimated memory of a sort index: an order of sorted lists asked again, every object per cluster in that order.", []string{"resource", "order"}, nil),
+		sortAnswers:    prometheus.NewDesc("multicache_sort_index_answers_total", "Sorted pages a sort index answered without reading every object.", []string{"resource", "order"}, nil),
 		lag:            prometheus.NewDesc("multicache_handler_lag_seconds", "How long the last delivered event waited in the handler's queue.", []string{"resource", "handler"}, nil),
 		watchOverflows: prometheus.NewDesc("multicache_watch_overflows_total", "Watches ended with 410 because events they had not read were evicted from the watch ring.", []string{"resource"}, nil),
 		hubResets:      prometheus.NewDesc("multicache_watch_hub_resets_total", "Times the watch hub's backlog passed its bound: events were dropped, every watch ended with 410.", []string{"resource"}, nil),

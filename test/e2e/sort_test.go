@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/test/harness"
 )
 
 // sortRow is one ConfigMap as a sorted list orders it: its key, and the value of the path.
@@ -210,7 +211,8 @@ func show64(v *int64) string {
 // where it owns only some clusters), give every ConfigMap once, in the order a sort by hand of
 // what the API servers list gives, and every page's total is their count. The Kubernetes API's
 // pages say how many items follow each (remainingItemCount), and say nothing with a label
-// selector, as kube-apiserver's.
+// selector, as kube-apiserver's. Every order asked again becomes a sort index on each replica:
+// once one answers (its /metrics say so), every comparison runs again, from the indexes.
 func (e *scaleEnv) sortedLists(rs []replica, within time.Duration) {
 	e.t.Helper()
 	e.numberSome()
@@ -237,6 +239,7 @@ func (e *scaleEnv) sortedLists(rs []replica, within time.Duration) {
 		}},
 	}
 	deadline := time.Now().Add(within)
+	indexed := false
 	for {
 		var problems []string
 		for _, tc := range cases {
@@ -260,12 +263,28 @@ func (e *scaleEnv) sortedLists(rs []replica, within time.Duration) {
 				problems = append(problems, err.Error())
 			}
 		}
+		if len(problems) == 0 && !indexed {
+			// Each order was asked again: each replica learns a sort index of it. Once one
+			// answers, every comparison runs again, its pages read from the indexes.
+			for _, r := range rs {
+				harness.WaitFor(e.t, r.id+" answers sorted pages from a sort index", 30*time.Second, func() bool {
+					if _, err := e.sortedPages(r, "metadata.name", "", 7, len(e.sortTruth(cases[0].read, false))); err != nil {
+						return false
+					}
+					body, err := e.raw(r, "/metrics")
+					return err == nil && strings.Contains(body, `multicache_sort_index_answers_total{order="asc metadata.name",resource="`+scaleResource+`"}`) &&
+						!strings.Contains(body, `multicache_sort_index_answers_total{order="asc metadata.name",resource="`+scaleResource+`"} 0`)
+				})
+			}
+			indexed = true
+			continue
+		}
 		if len(problems) == 0 {
 			e.sortRefusals(rs[0])
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("sorted lists:\n%s", strings.Join(problems, "\n"))
+			e.t.Fatalf("sorted lists (sort indexes answering: %v):\n%s", indexed, strings.Join(problems, "\n"))
 		}
 		time.Sleep(time.Second)
 	}

@@ -139,7 +139,7 @@ func BenchmarkSortedPage(b *testing.B) {
 		var middle *sortedItem
 		b.Run("sort-"+tc.name+"-first-500", func(b *testing.B) {
 			measure(b, func() error {
-				pg, err := sortedPage(context.Background(), sel, srt, nil, 500)
+				pg, err := scanSortedPage(context.Background(), sel, srt, nil, 500)
 				if err == nil && (len(pg.items) != 500 || pg.total != int64(objects)) {
 					err = fmt.Errorf("page of %d items, total %d", len(pg.items), pg.total)
 				}
@@ -151,13 +151,57 @@ func BenchmarkSortedPage(b *testing.B) {
 		})
 		b.Run("sort-"+tc.name+"-next-500", func(b *testing.B) {
 			measure(b, func() error {
-				pg, err := sortedPage(context.Background(), sel, srt, middle, 500)
+				pg, err := scanSortedPage(context.Background(), sel, srt, middle, 500)
 				if err == nil && len(pg.items) != 500 {
 					err = fmt.Errorf("page of %d items", len(pg.items))
 				}
 				return err
 			})
 		})
+		// Asked again, the order becomes a sort index: the same two pages from it, equal to
+		// the scan's, once it has had every cluster's list ("learned in").
+		scanFirst, err := scanSortedPage(context.Background(), sel, srt, nil, 500)
+		if err != nil {
+			b.Fatal(err)
+		}
+		scanNext, err := scanSortedPage(context.Background(), sel, srt, middle, 500)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var learned time.Duration
+		b.Run("indexed-"+tc.name+"-first-500", func(b *testing.B) {
+			if learned == 0 {
+				start := time.Now()
+				for range 2 {
+					if _, err := sortedPage(context.Background(), sel, srt, nil, 500); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for !slices.ContainsFunc(podAgg.SortIndexes(), func(si aggregate.SortIndex) bool { return si.Name == "asc "+tc.by && si.Clusters == clusters }) {
+					if time.Since(start) > 10*time.Minute {
+						b.Fatal("no sort index after 10 minutes")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				learned = time.Since(start)
+			}
+			b.ReportMetric(learned.Seconds(), "learn-s")
+			measure(b, func() error {
+				pg, err := sortedPage(context.Background(), sel, srt, nil, 500)
+				return samePage(pg, scanFirst, err)
+			})
+		})
+		b.Run("indexed-"+tc.name+"-next-500", func(b *testing.B) {
+			measure(b, func() error {
+				pg, err := sortedPage(context.Background(), sel, srt, middle, 500)
+				return samePage(pg, scanNext, err)
+			})
+		})
+		for _, si := range podAgg.SortIndexes() {
+			if si.Name == "asc "+tc.by {
+				b.Logf("the sort index of %s: %.0f MiB estimated, %.1f bytes per object, %d pages answered", tc.by, float64(si.Bytes)/(1<<20), float64(si.Bytes)/float64(objects), si.Answers)
+			}
+		}
 	}
 	own := &owners{byKind: map[groupKind]map[string]ownerStore{}, self: map[string]map[string]groupKind{"pods": {}}}
 	for _, x := range []struct {
@@ -193,3 +237,19 @@ func BenchmarkSortedPage(b *testing.B) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// samePage is an error unless pg has the items, sort values and counts of want.
+func samePage(pg, want page, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(pg.items) != len(want.items) || pg.total != want.total || pg.before != want.before || pg.more != want.more {
+		return fmt.Errorf("page of %d items (total %d, before %d, more %v), want %d (%d, %d, %v)", len(pg.items), pg.total, pg.before, pg.more, len(want.items), want.total, want.before, want.more)
+	}
+	for i := range pg.items {
+		if pg.items[i].Key != want.items[i].Key || pg.sorts[i] != want.sorts[i] {
+			return fmt.Errorf("item %d: %v (%q), want %v (%q)", i, pg.items[i].Key, pg.sorts[i], want.items[i].Key, want.sorts[i])
+		}
+	}
+	return nil
+}
