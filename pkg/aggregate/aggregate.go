@@ -177,19 +177,29 @@ type Membership struct{ a *Aggregate }
 // delivered; queries keep reading it until inf has synced; then handlers are told only what
 // differs (an object whose name another UID now has: a delete, then an add).
 func (ms *Membership) Join(cluster string, inf cache.SharedIndexInformer) error {
-	return ms.a.join(cluster, inf)
+	if err := ms.a.join(cluster, inf); err != nil {
+		return err
+	}
+	ms.a.learn.runKept(ms.a) // once the member is published: the kept indexes' handler binds it
+	return nil
 }
 
 // Leave removes cluster: every handler is told, as a cache.DeletedFinalStateUnknown, that each
 // object it was told of is gone, whatever the informer holds. The owner stops the informer,
 // before or after.
-func (ms *Membership) Leave(cluster string) { ms.a.leave(cluster, false) }
+func (ms *Membership) Leave(cluster string) {
+	ms.a.leave(cluster, false)
+	ms.a.learn.stopKeptIfEmpty(ms.a)
+}
 
 // Handoff removes cluster because another replica serves it now, not because its objects or
 // the cluster are gone. Queries stop reading it at once, as after Leave. A handler that
 // implements HandoffHandler is told once, with OnHandoff; any other handler is told of each
 // object's removal as after Leave, so that its view stays equal to the Aggregate's.
-func (ms *Membership) Handoff(cluster string) { ms.a.leave(cluster, true) }
+func (ms *Membership) Handoff(cluster string) {
+	ms.a.leave(cluster, true)
+	ms.a.learn.stopKeptIfEmpty(ms.a)
+}
 
 // SetDegraded marks cluster's member as failing (true) or healthy again (false). While
 // degraded, the member still answers from its last state, and every answer lists it as

@@ -187,12 +187,12 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 // and is counted again from its next ask. Its backlog starts with every object held (the
 // initial adds), so it may hold that many and spare more.
 func (a *Aggregate) startCounting(idx *countIndex, spare int) error {
-	return a.startCountingAll([]*countIndex{idx}, idx, spare)
+	return a.startCountingAll([]*countIndex{idx}, idx, spare, nil)
 }
 
 // startCountingAll adds h, the handler of idxs, as startCounting does; an overflow removes
-// them all.
-func (a *Aggregate) startCountingAll(idxs []*countIndex, h Handler, spare int) error {
+// them all, then calls overflowed if set.
+func (a *Aggregate) startCountingAll(idxs []*countIndex, h Handler, spare int, overflowed func()) error {
 	held := 0
 	for _, c := range a.Clusters() {
 		if n, ok := a.Len(c); ok {
@@ -204,7 +204,11 @@ func (a *Aggregate) startCountingAll(idxs []*countIndex, h Handler, spare int) e
 			idx.remove()
 		}
 	}
-	reg, err := a.AddEventHandlerWithOptions(h, HandlerOptions{EveryEvent: true, MaxPending: held + spare, OnOverflow: removeAll})
+	onOverflow := removeAll
+	if overflowed != nil {
+		onOverflow = func() { removeAll(); overflowed() }
+	}
+	reg, err := a.AddEventHandlerWithOptions(h, HandlerOptions{EveryEvent: true, MaxPending: held + spare, OnOverflow: onOverflow})
 	if err != nil {
 		removeAll()
 		return err
@@ -273,9 +277,10 @@ func (k GroupKey) IndexName() (string, bool) { return k.arg, k.kind == byIndex }
 // evicted: a summary by it (alone or with cluster, with no filter but clusters) reads counts,
 // not objects, from its first ask once the index has had every cluster's list. Its handler
 // runs while the Aggregate has members (it stops when the last leaves, and starts over at the
-// next join). Its memory is
-// per cluster and value, as a learned index's, and shows in LearnedIndexes; it is not counted
-// against the learned indexes' bounds. Keeping a key kept already does nothing.
+// next join). Its memory is per cluster and distinct value, as a learned index's (a key with
+// a value per object, a name or a uid, costs memory per object), and shows in LearnedIndexes;
+// it is not counted against the learned indexes' bounds. Keeping a key kept already does
+// nothing.
 func (a *Aggregate) KeepCounts(by string) error {
 	k, err := ParseCountedKey(by)
 	if err != nil {
@@ -292,22 +297,22 @@ func (a *Aggregate) KeepCounts(by string) error {
 		l.kept[k.text] = &countIndex{key: k, agg: a, kept: true, removed: true} // runKept starts it
 	}
 	l.mu.Unlock()
-	if len(a.Clusters()) > 0 {
-		l.runKept(a)
-	}
+	l.runKept(a)
 	return nil
 }
 
-// runKept starts the kept indexes' handler unless it runs with every kept key (it was not
-// started yet, stopped when the last member left, lost to an overflow, or a key was added):
-// then every kept index starts over, under one new handler.
+// runKept starts the kept indexes' handler, if the Aggregate has members, unless it runs with
+// every kept key (it was not started yet, stopped when the last member left, lost to an
+// overflow, or a key was added): then every kept index starts over, under one new handler. A
+// handler that overflows starts over at once, its backlog bound then counting every object
+// held.
 func (l *learner) runKept(a *Aggregate) {
 	l.mu.Lock()
 	restart := false
 	for _, idx := range l.kept {
 		restart = restart || idx.isRemoved()
 	}
-	if !restart {
+	if !restart || len(a.Clusters()) == 0 {
 		l.mu.Unlock()
 		return
 	}
@@ -324,17 +329,23 @@ func (l *learner) runKept(a *Aggregate) {
 	for _, idx := range old {
 		idx.remove()
 	}
-	// On an error the indexes stay removed: tried again at the next join or ask.
-	_ = a.startCountingAll(h, h, keptMaxPending)
+	// On an error the indexes stay removed: tried again at the next join or ask. (A
+	// stopKeptIfEmpty meanwhile marks them removed; the handler is then removed once added.)
+	_ = a.startCountingAll(h, h, keptMaxPending, func() { go l.runKept(a) })
 }
 
-// stopKept removes the kept indexes' handlers.
-func (l *learner) stopKept() {
+// stopKeptIfEmpty removes the kept indexes' handler once the Aggregate has no member (checked
+// under l.mu, so that a join that publishes its member meanwhile starts them again): an
+// Aggregate its owner has done with leaves no kept index running. Their counts go with it.
+func (l *learner) stopKeptIfEmpty(a *Aggregate) {
 	l.mu.Lock()
-	idxs := slices.Collect(maps.Values(l.kept))
-	l.mu.Unlock()
-	for _, idx := range idxs {
+	defer l.mu.Unlock()
+	if len(a.Clusters()) > 0 {
+		return
+	}
+	for key, idx := range l.kept {
 		idx.remove()
+		l.kept[key] = &countIndex{key: idx.key, agg: a, kept: true, removed: true}
 	}
 }
 

@@ -323,35 +323,60 @@ func TestKeptCounts(t *testing.T) {
 	delete(objects, "c2")
 	agree("after c2 left")
 
-	// An overflow removes the index; the next ask scans and counts again.
-	a.learn.mu.Lock()
-	lost := a.learn.kept["namespace"]
-	a.learn.mu.Unlock()
-	lost.remove()
-	before := answers()["namespace"]
-	if s, err := a.Summarize(Query{}, "namespace"); err != nil || !maps.Equal(groupsOf(s), byHand("namespace", false)) {
-		t.Fatalf("the ask after an overflow: %v, %v; want %v by a scan", groupsOf(s), err, byHand("namespace", false))
+	// An overflow (the handler's own OnOverflow) removes every kept index and starts them over
+	// at once, with no ask.
+	kept := func() []*countIndex {
+		a.learn.mu.Lock()
+		defer a.learn.mu.Unlock()
+		return slices.Collect(maps.Values(a.learn.kept))
 	}
-	if after := answers()["namespace"]; after != 0 {
-		t.Errorf("the ask after an overflow was answered by an index (answers %d → %d)", before, after)
+	regOf := func(idx *countIndex) *Registration {
+		idx.mu.Lock()
+		defer idx.mu.Unlock()
+		return idx.reg
 	}
+	lost := kept()
+	lostReg := regOf(lost[0])
+	lostReg.opts.OnOverflow()
 	select {
-	case <-lost.reg.Done():
+	case <-lostReg.Done():
 	case <-time.After(5 * time.Second):
-		t.Error("the lost index's handler was not removed")
+		t.Error("the overflowed handler was not removed")
 	}
+	waitTrue(t, "the kept indexes started over after an overflow", func() bool {
+		now := kept()
+		for _, idx := range now {
+			if slices.Contains(lost, idx) || idx.isRemoved() || regOf(idx) == nil {
+				return false
+			}
+		}
+		return len(now) == len(lost)
+	})
 	agree("counted again after an overflow")
 
-	// The last member leaves: the kept indexes' handlers stop. A join starts them again.
-	a.learn.mu.Lock()
-	running := slices.Collect(maps.Values(a.learn.kept))
-	a.learn.mu.Unlock()
+	// The last member leaves: the kept indexes' handler stops, and they hold nothing. An ask
+	// with no member starts nothing; a join starts them again.
+	running := kept()
 	ms.Leave("c1")
-	for _, idx := range running {
-		select {
-		case <-idx.reg.Done():
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: its handler runs on with no member", idx.key.text)
+	select {
+	case <-regOf(running[0]).Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the kept indexes' handler runs on with no member")
+	}
+	a.mu.RLock()
+	regs := len(a.regs)
+	a.mu.RUnlock()
+	if _, err := a.Summarize(Query{}, "namespace"); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.RLock()
+	if len(a.regs) != regs {
+		t.Errorf("an ask with no member started a handler: %d registrations, %d before", len(a.regs), regs)
+	}
+	a.mu.RUnlock()
+	for _, li := range a.LearnedIndexes() {
+		if li.Clusters != 0 || li.Bytes != 0 {
+			t.Errorf("with no member, %s reports %d clusters and %d bytes", li.Key, li.Clusters, li.Bytes)
 		}
 	}
 	delete(objects, "c1")
@@ -362,6 +387,36 @@ func TestKeptCounts(t *testing.T) {
 	}
 	objects["c3"] = map[string]string{"ns5/x": "web"}
 	agree("a join after the last member left")
+
+	// A join that races the last leave never leaves the kept indexes stopped with a member.
+	for i := range 200 {
+		s4 := &source{items: []corev1.ConfigMap{*cm("ns6", "y", "1", nil)}}
+		inf, cancel := startInformer(t, s4)
+		name := fmt.Sprint("r", i)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); ms.Leave("c3") }()
+		go func() {
+			defer wg.Done()
+			if err := ms.Join(name, inf); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Wait()
+		for _, idx := range kept() {
+			if idx.isRemoved() {
+				t.Fatalf("round %d: %s stopped while %v are members", i, idx.key.text, a.Clusters())
+			}
+		}
+		ms.Leave(name)
+		cancel()
+		s3 = &source{items: []corev1.ConfigMap{*cm("ns5", "x", "1", map[string]string{"tier": "web"})}}
+		inf, _ = startInformer(t, s3)
+		if err := ms.Join("c3", inf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agree("after joins that raced the last leave")
 
 	for _, bad := range []string{"cluster", "index:nope", "bogus:x", "owner"} {
 		if err := a.KeepCounts(bad); err == nil || !strings.Contains(err.Error(), bad) {
@@ -472,10 +527,13 @@ func BenchmarkKeptCounts(b *testing.B) {
 		for {
 			idle := true
 			a.learn.mu.Lock()
-			for _, idx := range a.learn.kept {
-				idle = idle && idx.reg.Pending() == 0
-			}
+			idxs := slices.Collect(maps.Values(a.learn.kept))
 			a.learn.mu.Unlock()
+			for _, idx := range idxs {
+				idx.mu.Lock()
+				idle = idle && idx.reg != nil && idx.reg.Pending() == 0
+				idx.mu.Unlock()
+			}
 			if idle {
 				break
 			}

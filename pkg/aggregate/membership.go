@@ -85,7 +85,6 @@ func (a *Aggregate) join(cluster string, inf cache.SharedIndexInformer) error {
 	if old != nil && !old.informer.IsStopped() {
 		return fmt.Errorf("cluster %q: %s: the member's informer is still running; stop it before replacing it", cluster, a.resource)
 	}
-	a.learn.runKept(a) // before m is published, so that m binds their handlers
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{cluster: cluster, agg: a, informer: inf, ctx: ctx, stop: cancel, told: map[string]any{}, bindings: map[*Registration]struct{}{}}
 	m.store.Store(&storeRef{inf.GetIndexer()})
@@ -397,15 +396,9 @@ func (a *Aggregate) leave(cluster string, handoff bool) {
 	m := a.members[cluster]
 	delete(a.members, cluster)
 	a.resort()
-	last := len(a.members) == 0
 	a.mu.Unlock()
 	if m == nil {
 		return
-	}
-	if last {
-		// The kept indexes' handlers run while the Aggregate has members: an Aggregate its
-		// owner has done with (every cluster left) holds no goroutine.
-		a.learn.stopKept()
 	}
 	m.mu.Lock()
 	m.leaveLocked(handoff)

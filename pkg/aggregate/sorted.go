@@ -30,7 +30,12 @@ import (
 const (
 	DefaultSortIndexes    = 4
 	DefaultSortIndexBytes = 512 << 20
-	sortEntryBytes        = 72 // the entry, and its share of the tree's nodes
+	// sortEntryBytes is an entry's share of its tree, measured (104 bytes per entry of a
+	// million in random order), besides its sort value.
+	sortEntryBytes = 104
+	// MaxSortedPage is the largest page a sort index answers: a page holds the index's read
+	// lock while it reads its objects, which a list of everything would hold for long.
+	MaxSortedPage = 10000
 )
 
 // Sorter is an order of sorted lists: Value reads an object's sort value, which orders the
@@ -244,6 +249,9 @@ func (idx *sortIndex) OnLeft(cluster string) {
 // every cluster's list yet): the caller reads the objects. Each ask counts towards learning
 // the order.
 func (a *Aggregate) SortedAfter(q Query, s Sorter, after *SortPosition, limit int) (SortedPage, bool) {
+	if limit > MaxSortedPage {
+		return SortedPage{}, false
+	}
 	p, err := a.planSelect(q)
 	if err != nil || !p.plain() {
 		return SortedPage{}, false
@@ -277,21 +285,27 @@ func (a *Aggregate) askSorted(s Sorter) *sortIndex {
 	if e.idx != nil && e.idx.isRemoved() {
 		e.idx = nil // it overflowed: learned again from this ask on
 	}
-	start := e.idx == nil && e.asks >= learnAfterAsks
-	if start {
-		l.makeRoomLocked(e)
-		e.idx = newSortIndex(s)
-	}
-	idx := e.idx
-	l.mu.Unlock()
-	if !start {
-		return idx
-	}
 	held := 0
 	for _, c := range a.Clusters() {
 		if n, ok := a.Len(c); ok {
 			held += n
 		}
+	}
+	start := e.idx == nil && e.asks >= learnAfterAsks
+	if start {
+		// Room for one more, in number and, at sortEntryBytes an object, in bytes: an order
+		// whose index alone would pass maxBytes is not learned.
+		need := int64(held) * sortEntryBytes
+		start = need <= l.maxBytes
+		if start {
+			l.makeRoomLocked(e, need)
+			e.idx = newSortIndex(s)
+		}
+	}
+	idx := e.idx
+	l.mu.Unlock()
+	if !start {
+		return idx
 	}
 	// Every event, in order, as a count index has them: an entry moves from the state it was
 	// told.
@@ -310,21 +324,22 @@ func (a *Aggregate) askSorted(s Sorter) *sortIndex {
 	return nil // it has not had any list yet
 }
 
-// makeRoomLocked evicts the least recently asked indexes (other than keep's) until one more
-// fits under max.
-func (l *sorts) makeRoomLocked(keep *sortAsked) {
+// makeRoomLocked evicts the least recently asked indexes (other than keep's) until one more,
+// of need bytes, fits under max and maxBytes.
+func (l *sorts) makeRoomLocked(keep *sortAsked, need int64) {
 	for {
 		var oldest string
-		n := 0
+		n, total := 0, need
 		for _, k := range l.asked.Keys() { // oldest first
 			if e, ok := l.asked.Peek(k); ok && e.idx != nil && e != keep {
 				if n == 0 {
 					oldest = k
 				}
 				n++
+				total += e.idx.size.Load()
 			}
 		}
-		if n < l.max {
+		if n == 0 || (n < l.max && total <= l.maxBytes) {
 			return
 		}
 		l.asked.Remove(oldest)

@@ -180,3 +180,57 @@ func TestSortIndex(t *testing.T) {
 		t.Error("the evicted index's handler was not removed")
 	}
 }
+
+// TestSortIndexBounds: an order whose index alone would pass SortIndexBytes is never learned
+// (its lists keep reading objects), and a page larger than MaxSortedPage is not answered from
+// an index. A cursor that is no item (deleted since) continues where it would sort.
+func TestSortIndexBounds(t *testing.T) {
+	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, SortIndexBytes: 20 * sortEntryBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &source{}
+	for i := range 30 {
+		s.items = append(s.items, *cm("ns", fmt.Sprintf("o%02d", i), "1", nil))
+	}
+	inf, _ := startInformer(t, s)
+	if err := ms.Join("c1", inf); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitForSync(context.Background(), 5*time.Second)
+	byName := Sorter{Name: "asc name", Value: func(obj any) string { return obj.(*corev1.ConfigMap).Name }}
+	q := Query{Clusters: []string{"c1"}}
+	for range 4 {
+		if _, ok := a.SortedAfter(q, byName, nil, 5); ok {
+			t.Fatal("an index larger than SortIndexBytes answered")
+		}
+	}
+	if si := a.SortIndexes(); len(si) != 0 {
+		t.Fatalf("an index larger than SortIndexBytes was learned: %+v", si)
+	}
+	// 10 objects fit: learned; a cursor at the deleted o07 continues at o08.
+	ms.Leave("c1")
+	s = &source{}
+	for i := range 10 {
+		if i != 7 {
+			s.items = append(s.items, *cm("ns", fmt.Sprintf("o%02d", i), "1", nil))
+		}
+	}
+	inf, _ = startInformer(t, s)
+	if err := ms.Join("c1", inf); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitForSync(context.Background(), 5*time.Second)
+	var pg SortedPage
+	waitTrue(t, "the small index answers", func() bool {
+		var ok bool
+		pg, ok = a.SortedAfter(q, byName, &SortPosition{Value: "o07", Key: Key{Cluster: "c1", Namespace: "ns", Name: "o07"}}, 5)
+		return ok
+	})
+	if len(pg.Items) != 2 || pg.Items[0].Key.Name != "o08" || pg.Before != 7 || pg.Total != 9 || pg.More {
+		t.Errorf("after the deleted o07: %+v, want o08 and o09, 7 before of 9", pg)
+	}
+	if _, ok := a.SortedAfter(q, byName, nil, MaxSortedPage+1); ok {
+		t.Error("a page over MaxSortedPage was answered from the index")
+	}
+}

@@ -338,7 +338,7 @@ func BenchmarkSummarizeFleet(b *testing.B) {
 	clusters, pods := envInt(b, "MULTICACHE_BENCH_SUMMARY_CLUSTERS", 4), envInt(b, "MULTICACHE_BENCH_SUMMARY_PODS", 5000)
 	// Counts kept from the start: namespace (the default), the tier label and the image index,
 	// as a config's counts: [label:tier, index:image] would keep them.
-	a, _, err := New(Options{Resource: "pods", SyncPollInterval: 5 * time.Millisecond, CountedKeys: []string{"namespace", "label:tier"}})
+	a, ms, err := New(Options{Resource: "pods", SyncPollInterval: 5 * time.Millisecond, CountedKeys: []string{"namespace", "label:tier"}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func BenchmarkSummarizeFleet(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		b.Cleanup(cancel)
 		go inf.Run(ctx.Done())
-		if err := a.join(fmt.Sprint("c", c), inf); err != nil {
+		if err := ms.Join(fmt.Sprint("c", c), inf); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 // may read of it), ascending or descending (storage.CompareSorted).
 type sorting struct {
 	by   string
+	path string // by in one spelling: metadata.name for {.metadata.name} or .metadata.name
 	desc bool
 	read cache.IndexFunc
 	view func(any) any
@@ -40,7 +41,7 @@ func sortingOf(opts storage.ListOptions, sel *selected) (*sorting, error) {
 		}
 		return nil, nil
 	}
-	srt := &sorting{by: opts.SortBy, desc: opts.Desc, view: readView(sel.secrets, sel.allowSecretData)}
+	srt := &sorting{by: opts.SortBy, path: barePath(by), desc: opts.Desc, view: readView(sel.secrets, sel.allowSecretData)}
 	if read, ok := metaSort(by); ok {
 		srt.read = read
 		return srt, nil
@@ -61,7 +62,7 @@ func sortingOf(opts storage.ListOptions, sel *selected) (*sorting, error) {
 // fields (PathFields), not by reflection: the same values the JSONPath gives.
 func metaSort(path string) (cache.IndexFunc, bool) {
 	var get func(m metav1.Object) string
-	bare := strings.TrimPrefix(strings.TrimPrefix(strings.Trim(path, "{}"), "$"), ".")
+	bare := barePath(path)
 	switch bare {
 	case "metadata.name":
 		get = metav1.Object.GetName
@@ -98,6 +99,11 @@ func metaSort(path string) (cache.IndexFunc, bool) {
 		}
 		return nil, nil
 	}, true
+}
+
+// barePath is a sort path without its JSONPath braces, root and leading dot.
+func barePath(path string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(strings.Trim(path, "{}"), "$"), ".")
 }
 
 // value is obj's sort value.
@@ -162,7 +168,8 @@ func scanSortedPage(ctx context.Context, sel *selected, srt *sorting, cur *sorte
 // indexedPage answers a sorted page from the aggregate's sort index of its order, when it has
 // one that answers (aggregate.SortedAfter: an order asked again, a list with no filter but
 // clusters), and not where the sort value is read of a redacted view (Secrets), which is the
-// caller's. Each ask counts towards learning the order.
+// caller's, nor for pages over aggregate.MaxSortedPage. Each ask counts towards learning the
+// order.
 func indexedPage(sel *selected, srt *sorting, cur *sortedItem, limit int) (page, bool) {
 	clusters := sel.candidates()
 	if srt.view != nil || len(clusters) == 0 {
@@ -178,7 +185,7 @@ func indexedPage(sel *selected, srt *sorting, cur *sortedItem, limit int) (page,
 	if cur != nil {
 		after = &aggregate.SortPosition{Value: cur.sort, Key: cur.Key}
 	}
-	ip, ok := sel.agg.SortedAfter(q, aggregate.Sorter{Name: order + " " + srt.by, Value: srt.value, Desc: srt.desc}, after, limit)
+	ip, ok := sel.agg.SortedAfter(q, aggregate.Sorter{Name: order + " " + srt.path, Value: srt.value, Desc: srt.desc}, after, limit)
 	if !ok {
 		return page{}, false
 	}
