@@ -258,10 +258,11 @@ func (a *access) Clusters(ctx context.Context, clusters []string, secrets bool) 
 	var mu sync.Mutex
 	var fresh []reviewedKey // the answers this question reviewed
 	ask := func(ctx context.Context, verb, sub, name string) (bool, error) {
-		ok, at, err := a.allowed(ctx, verb, sub, name)
+		key := a.questionKey(verb, sub, name)
+		ok, at, err := a.allowedKey(ctx, key, verb, sub, name)
 		if err == nil && !at.Before(start) {
 			mu.Lock()
-			fresh = append(fresh, reviewedKey{a.questionKey(verb, sub, name), at})
+			fresh = append(fresh, reviewedKey{key, at})
 			mu.Unlock()
 		}
 		return ok, err
@@ -357,8 +358,12 @@ func (a *access) questionKey(verb, sub, name string) string {
 // allowed answers one question, from answers or by a review shared with every caller asking
 // it at once; at is when its review came back.
 func (a *access) allowed(ctx context.Context, verb, sub, name string) (ok bool, at time.Time, err error) {
+	return a.allowedKey(ctx, a.questionKey(verb, sub, name), verb, sub, name)
+}
+
+// allowedKey is allowed with the question's key (questionKey) computed by the caller.
+func (a *access) allowedKey(ctx context.Context, key, verb, sub, name string) (ok bool, at time.Time, err error) {
 	a.d.m.lookups.WithLabelValues("access").Inc()
-	key := a.questionKey(verb, sub, name)
 	if ok, at, cached := a.d.answers.get(key); cached {
 		return ok, at, nil
 	}

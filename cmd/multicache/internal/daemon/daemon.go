@@ -87,12 +87,12 @@ func Build(cfg *config.Config, opts Options) (*Daemon, error) {
 	d.stopRun = stopRun
 	var mgmt, reviews kubernetes.Interface
 	if cfg.NeedsManagement() {
-		if mgmt, err = managementClient(cfg.Management, opts.Version); err != nil {
+		if mgmt, err = managementClient(cfg.Management, opts.Version, 0, 0); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.Delegated() {
-		if reviews, err = reviewClient(cfg.Management, opts.Version); err != nil {
+		if reviews, err = managementClient(cfg.Management, opts.Version, reviewQPS, reviewBurst); err != nil {
 			return nil, err
 		}
 	}

@@ -70,11 +70,14 @@ func peerTrust(cfg *config.Config) (*peer.Trust, error) {
 }
 
 // managementClient reaches the management cluster: from its kubeconfig and context, or, when
-// none is given, from the Pod the daemon runs in.
-func managementClient(m config.Management, version string) (kubernetes.Interface, error) {
+// none is given, from the Pod the daemon runs in. A qps of 0 keeps client-go's default rate.
+func managementClient(m config.Management, version string, qps float32, burst int) (kubernetes.Interface, error) {
 	rc, err := managementConfig(m, "management", version)
 	if err != nil {
 		return nil, err
+	}
+	if qps > 0 {
+		rc.QPS, rc.Burst = qps, burst
 	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
@@ -83,25 +86,11 @@ func managementClient(m config.Management, version string) (kubernetes.Interface
 	return cs, nil
 }
 
-// The access reviews of delegated auth have a rate of their own. A caller's first read of the
-// fleet asks one review per cluster (1,001 for 1,000 clusters), cached after that; at the
-// management client's 50/s that first read waited 20 s, and a hundred identities' first
-// reads over half an hour (S2.8, docs/SCALING.md).
+// The access reviews of delegated auth have a rate of their own (a client of their own). A
+// caller's first read of the fleet asks one review per cluster (1,001 for 1,000 clusters),
+// cached after that; at the management client's 50/s that first read waited 20 s, and a
+// hundred identities' first reads over half an hour (S2.8, docs/SCALING.md).
 const reviewQPS, reviewBurst = 500, 1000
-
-// reviewClient reaches the management cluster as managementClient does, for access reviews.
-func reviewClient(m config.Management, version string) (kubernetes.Interface, error) {
-	rc, err := managementConfig(m, "management", version)
-	if err != nil {
-		return nil, err
-	}
-	rc.QPS, rc.Burst = reviewQPS, reviewBurst
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("management cluster: %w", err)
-	}
-	return cs, nil
-}
 
 // managementConfig is the client config of a cluster the daemon reads its own settings from
 // (the management cluster, an inventory): m's kubeconfig and context, else in cluster. field
