@@ -23,10 +23,18 @@
 // Membership. New returns, with the Aggregate, the Membership through which its owner (the
 // clusterset.Registry) joins, replaces and removes members; readers never see it.
 //
+// Answers kept by events. Summaries and sorted lists that would read every object keep live
+// indexes instead, each a handler like any other: kept counts (KeepCounts, namespace by
+// default) and learned counts (a summary key asked again) per cluster and value, and sort
+// indexes (an order of sorted lists asked again), a B-tree per cluster. Each answers once it
+// has had every cluster's list, trails the stores by its handler's lag, and is bounded (learned
+// and sort indexes are evicted least recently asked).
+//
 // Files: aggregate.go (the Aggregate: its reads, indexes and members), membership.go (a
 // member's informer: how it joins, is replaced, hands off and leaves), handlers.go (the fleet's
 // handlers and their registrations), queue.go (each handler's queue of pending events),
 // query.go (Query, Select and Matches), key.go (Key: cluster, namespace, name), workqueue.go
 // (QueueKeys, for client-go workqueues), summary.go (Summarize: counts in groups by cluster,
-// namespace, label, JSONPath or index).
+// namespace, label, JSONPath or index), learned.go (kept and learned count indexes), sorted.go
+// (sort indexes and SortedAfter).
 package aggregate
