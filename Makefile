@@ -122,6 +122,10 @@ bench-inventory: ## Issue 35's I1-I4: summaries, sorted pages and owners in proc
 	cd test/inventorybench && MULTICACHE_BENCH_INVENTORY_CLUSTERS=$(INVENTORY_CLUSTERS) MULTICACHE_BENCH_INVENTORY_PODS=$(INVENTORY_PODS) \
 	  MULTICACHE_BENCH_INVENTORY_RUNS=$(INVENTORY_RUNS) $(GO) test -run '^$$' -bench Inventory -benchtime 1x -timeout 120m -v .
 
+.PHONY: bench-summary-http
+bench-summary-http: tools ## I1 over HTTP: fleet summaries from one daemon over S1's fleet (100 clusters, 1M Pods), p50/p99 over loopback
+	$(GO) test -run '^$$' -bench 'SummaryHTTP$$' -benchtime 1x -timeout 1h -v ./test/bench/ | grep -v '^    fleet.go'
+
 .PHONY: bench-ready
 bench-ready: tools ## The daemon's start to /readyz vs B and L (3 x 20k and 3 x 50k Pods), and sync progress checked on 3 x 100k
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_READY_RUNS=$(BENCH_RUNS) \
