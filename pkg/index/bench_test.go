@@ -22,6 +22,7 @@ func benchPod() *corev1.Pod {
 		Spec: corev1.PodSpec{NodeName: "node-17",
 			InitContainers: []corev1.Container{c("init", "busybox:1.37")},
 			Containers:     []corev1.Container{c("app", "registry.example/web:2.4.1"), c("proxy", "envoyproxy/envoy:v1.31.0")}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 }
 
@@ -32,6 +33,14 @@ func benchPod() *corev1.Pod {
 func BenchmarkIndexFuncs(b *testing.B) {
 	pod := benchPod()
 	jp, err := Compile(Spec{Name: "jp-node", JSONPath: "{.spec.nodeName}"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	jpImages, err := Compile(Spec{Name: "jp-images", JSONPath: "{.spec.containers[*].image}"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	jpPhase, err := Compile(Spec{Name: "jp-phase", JSONPath: "{.status.phase}"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +59,8 @@ func BenchmarkIndexFuncs(b *testing.B) {
 	}{
 		{"ByLabel", ByLabel, 8}, {"ByOwner", ByOwner, 1}, {"ByOwnerUID", ByOwnerUID, 1},
 		{"ByNodeName", ByNodeName, 1}, {"ByImage", ByImage, 3},
-		{"JSONPath-spec.nodeName", jp, 1}, {"CEL-label", celTeam, 1}, {"CEL-images", celImages, 2},
+		{"JSONPath-spec.nodeName", jp, 1}, {"JSONPath-images", jpImages, 2}, {"JSONPath-phase", jpPhase, 1},
+		{"CEL-label", celTeam, 1}, {"CEL-images", celImages, 2},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -159,6 +159,11 @@ func appendValue(out []string, v reflect.Value) []string {
 	if v.Kind() == reflect.String && v.String() == "" {
 		return out
 	}
+	if v.Kind() == reflect.String && v.Type().NumMethod() == 0 && v.CanInterface() {
+		// What fmt.Sprint would print of a string type without a String or Error method
+		// (PodPhase, an image), without boxing or copying it.
+		return append(out, v.String())
+	}
 	if !v.CanInterface() {
 		// A recursive path (..x) walks into a typed object's unexported fields (a
 		// Quantity's, a Time's): those are not the object's JSON, so they index nothing.
