@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/index"
 )
 
 func TestParseResourceName(t *testing.T) {
@@ -58,11 +60,29 @@ func TestOptionsErrorsNameTheField(t *testing.T) {
 		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Mode: "fast"}}}, "resources[0].mode"},
 		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Indexes: []aggregate.IndexSpec{{Name: "x"}}}}}, "resources[0].indexes[0]"},
 		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods"}}, Burst: -1}, "burst"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Counts: []string{"owner"}}}}, "resources[0].counts[0]"},
+		{Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Counts: []string{"index:image"}}}}, `resources[0].counts[0]: key "index:image": index "image" is not among`},
 	} {
 		_, err := New(tc.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want it to name %q", err, tc.want)
 		}
+	}
+	// A resource's counts are kept by its aggregate, beside namespace.
+	reg, err := New(Options{Source: src, Resources: []ResourceSpec{{Name: "pods", Indexes: []aggregate.IndexSpec{{Name: "image", Func: index.ByImage}},
+		Counts: []string{"label:tier", "index:image"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, _ := reg.Aggregate("pods")
+	var kept []string
+	for _, li := range agg.LearnedIndexes() {
+		if li.Kept {
+			kept = append(kept, li.Key)
+		}
+	}
+	if !slices.Equal(kept, []string{"index:image", "label:tier", "namespace"}) {
+		t.Errorf("kept counts %v, want index:image, label:tier and namespace", kept)
 	}
 	// A negative QPS turns the client-side limit off, as in rest.Config (the benchmarks do).
 	if _, err := New(Options{Source: src, Resources: []ResourceSpec{{Name: "pods"}}, QPS: -1}); err != nil {
