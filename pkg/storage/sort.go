@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/multicache/multicache/pkg/watchcache"
 )
 
@@ -15,25 +17,24 @@ import (
 
 // SortValue encodes the value a list sorts an object by (the first of vals, the values its
 // sortBy path gives) so that comparing encodings as strings compares the values: no value first,
-// then numbers (a JSON number, such as a restart count) by value, then text bytewise, which
-// orders RFC 3339 timestamps (creationTimestamp) in time.
+// then numbers (a JSON number, such as a restart count, or a resource quantity, such as a CPU
+// request of 100m) by value, then text bytewise, which orders RFC 3339 timestamps
+// (creationTimestamp) in time.
 func SortValue(vals []string) string {
 	if len(vals) == 0 {
 		return ""
 	}
 	v := vals[0]
-	if isNumber(v) {
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			// IEEE 754 bits ordered as unsigned integers: negative numbers flipped whole,
-			// positive ones above them.
-			b := math.Float64bits(f)
-			if b>>63 == 1 {
-				b = ^b
-			} else {
-				b |= 1 << 63
-			}
-			return "1" + hex16(b)
+	if f, ok := numberOrQuantity(v); ok {
+		// IEEE 754 bits ordered as unsigned integers: negative numbers flipped whole,
+		// positive ones above them.
+		b := math.Float64bits(f)
+		if b>>63 == 1 {
+			b = ^b
+		} else {
+			b |= 1 << 63
 		}
+		return "1" + hex16(b)
 	}
 	return "2" + v
 }
@@ -47,6 +48,23 @@ func hex16(b uint64) string {
 		b >>= 4
 	}
 	return string(out[:])
+}
+
+// numberOrQuantity is v's value when v is a JSON number, or a resource quantity ("100m",
+// "2Gi"), which kubectl's --sort-by compares by value too.
+func numberOrQuantity(v string) (float64, bool) {
+	if isNumber(v) {
+		f, err := strconv.ParseFloat(v, 64)
+		return f, err == nil
+	}
+	if v == "" || (v[0] != '-' && v[0] != '+' && v[0] != '.' && (v[0] < '0' || v[0] > '9')) || !strings.ContainsAny(v, "0123456789") {
+		return 0, false // not a quantity either ("-" parses as one, as zero): no parse
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return 0, false
+	}
+	return q.AsApproximateFloat64(), true
 }
 
 // isNumber reports whether v is a JSON number.

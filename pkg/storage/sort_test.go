@@ -7,12 +7,13 @@ import (
 	"github.com/multicache/multicache/pkg/aggregate"
 )
 
-// TestSortValueOrders: encodings compare as the values do: none first, numbers by value
-// (negative, fractions, exponents, 9 before 10), then text bytewise (timestamps in time).
+// TestSortValueOrders: encodings compare as the values do: none first, numbers and resource
+// quantities by value (negative, fractions, exponents, 9 before 10, 100m before 0.25, 2Ki
+// before 1M), then text bytewise (timestamps in time).
 func TestSortValueOrders(t *testing.T) {
 	ordered := [][]string{
 		nil,
-		{"-1e3"}, {"-2.5"}, {"-0.5"}, {"0"}, {"0.25"}, {"9"}, {"10"}, {"1e3"}, {"12345678901"},
+		{"-1e3"}, {"-2.5"}, {"-0.5"}, {"0"}, {"100m"}, {"0.25"}, {"9"}, {"10"}, {"1e3"}, {"2Ki"}, {"1M"}, {"12345678901"}, {"1Ti"},
 		{"-"}, {"1.2.3"}, {"10abc"}, {"2026-01-02T00:00:00Z"}, {"2026-11-27T04:00:00Z"}, {"Inf"}, {"a"}, {"b", "0"},
 	}
 	for i := 1; i < len(ordered); i++ {
@@ -23,6 +24,9 @@ func TestSortValueOrders(t *testing.T) {
 	}
 	if SortValue([]string{"7", "1"}) != SortValue([]string{"7"}) {
 		t.Error("the first value does not decide")
+	}
+	if SortValue([]string{"1000m"}) != SortValue([]string{"1"}) || SortValue([]string{"1Ki"}) != SortValue([]string{"1024"}) {
+		t.Error("equal quantities do not sort as equal")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -24,7 +25,8 @@ type sortRow struct {
 }
 
 // compareSortValues orders two values as the daemon documents it, written here again from the
-// documentation: none first, then numbers by value, then text bytewise.
+// documentation: none first, then numbers and resource quantities by value, then text
+// bytewise.
 func compareSortValues(a, b *string) int {
 	rank := func(v *string) (int, float64) {
 		if v == nil {
@@ -32,6 +34,9 @@ func compareSortValues(a, b *string) int {
 		}
 		if f, err := strconv.ParseFloat(*v, 64); err == nil {
 			return 1, f
+		}
+		if q, err := resource.ParseQuantity(*v); err == nil && strings.ContainsAny(*v, "0123456789") {
+			return 1, q.AsApproximateFloat64()
 		}
 		return 2, 0
 	}
