@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/multicache/multicache/pkg/index"
 
@@ -34,8 +35,12 @@ const (
 	DefaultLearnedIndexBytes = 64 << 20
 	learnAfterAsks           = 2 // the ask that starts an index; the next ones read it
 	// keptMaxPending is a kept index's spare backlog, beyond the objects held when it starts:
-	// kept indexes start with the Aggregate, before its members' initial lists arrive.
-	keptMaxPending            = 10 * DefaultMaxPending
+	// kept indexes start with the first member, before the later members' lists arrive.
+	keptMaxPending = 10 * DefaultMaxPending
+	// keptRestartAfter is how long after an overflow the kept indexes start over (each start
+	// replays every object held): a handler that keeps falling behind restarts at most this
+	// often.
+	keptRestartAfter          = time.Second
 	countEntryBytes           = 64
 	countClusterOverheadBytes = 128
 )
@@ -304,8 +309,8 @@ func (a *Aggregate) KeepCounts(by string) error {
 // runKept starts the kept indexes' handler, if the Aggregate has members, unless it runs with
 // every kept key (it was not started yet, stopped when the last member left, lost to an
 // overflow, or a key was added): then every kept index starts over, under one new handler. A
-// handler that overflows starts over at once, its backlog bound then counting every object
-// held.
+// handler that overflows starts over keptRestartAfter later, its backlog bound then counting
+// every object held.
 func (l *learner) runKept(a *Aggregate) {
 	l.mu.Lock()
 	restart := false
@@ -331,7 +336,7 @@ func (l *learner) runKept(a *Aggregate) {
 	}
 	// On an error the indexes stay removed: tried again at the next join or ask. (A
 	// stopKeptIfEmpty meanwhile marks them removed; the handler is then removed once added.)
-	_ = a.startCountingAll(h, h, keptMaxPending, func() { go l.runKept(a) })
+	_ = a.startCountingAll(h, h, keptMaxPending, func() { time.AfterFunc(keptRestartAfter, func() { l.runKept(a) }) })
 }
 
 // stopKeptIfEmpty removes the kept indexes' handler once the Aggregate has no member (checked

@@ -33,6 +33,9 @@ const (
 	// sortEntryBytes is an entry's share of its tree, measured (104 bytes per entry of a
 	// million in random order), besides its sort value.
 	sortEntryBytes = 104
+	// sortValueGuess is a sort value's bytes as learning estimates them, before it has read
+	// any: a name's, a phase's, a timestamp's.
+	sortValueGuess = 24
 	// MaxSortedPage is the largest page a sort index answers: a page holds the index's read
 	// lock while it reads its objects, which a list of everything would hold for long.
 	MaxSortedPage = 10000
@@ -295,7 +298,7 @@ func (a *Aggregate) askSorted(s Sorter) *sortIndex {
 	if start {
 		// Room for one more, in number and, at sortEntryBytes an object, in bytes: an order
 		// whose index alone would pass maxBytes is not learned.
-		need := int64(held) * sortEntryBytes
+		need := int64(held) * (sortEntryBytes + sortValueGuess)
 		start = need <= l.maxBytes
 		if start {
 			l.makeRoomLocked(e, need)
@@ -346,23 +349,25 @@ func (l *sorts) makeRoomLocked(keep *sortAsked, need int64) {
 	}
 }
 
-// bound evicts the least recently asked indexes while their memory passes maxBytes.
+// bound evicts the least recently asked indexes while their memory passes maxBytes, but never
+// the most recently asked one: an index learned under its estimate that came out larger (its
+// sort values) would otherwise be built, answer once, and be built again two asks later.
 func (l *sorts) bound() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
 		var total int64
-		for _, e := range l.asked.Values() {
-			if e.idx != nil {
+		var withIndex []string
+		for _, k := range l.asked.Keys() { // oldest first
+			if e, ok := l.asked.Peek(k); ok && e.idx != nil {
 				total += e.idx.size.Load()
+				withIndex = append(withIndex, k)
 			}
 		}
-		if total <= l.maxBytes {
+		if total <= l.maxBytes || len(withIndex) < 2 {
 			return
 		}
-		if _, _, ok := l.asked.RemoveOldest(); !ok {
-			return
-		}
+		l.asked.Remove(withIndex[0])
 	}
 }
 

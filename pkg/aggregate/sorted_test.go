@@ -234,3 +234,32 @@ func TestSortIndexBounds(t *testing.T) {
 		t.Error("a page over MaxSortedPage was answered from the index")
 	}
 }
+
+// TestSortIndexOverItsEstimate: an index that came out larger than the estimate it was learned
+// under (long sort values) is not evicted while it is the only one: it keeps answering.
+func TestSortIndexOverItsEstimate(t *testing.T) {
+	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond, SortIndexBytes: 3 * (sortEntryBytes + sortValueGuess)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &source{}
+	for i := range 3 {
+		s.items = append(s.items, *cm("ns", fmt.Sprint("o", i), "1", map[string]string{"v": strings.Repeat("x", 60) + fmt.Sprint(i)}))
+	}
+	inf, _ := startInformer(t, s)
+	if err := ms.Join("c1", inf); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitForSync(context.Background(), 5*time.Second)
+	long := Sorter{Name: "asc v", Value: func(obj any) string { return obj.(*corev1.ConfigMap).Labels["v"] + strings.Repeat("y", 200) }}
+	q := Query{Clusters: []string{"c1"}}
+	waitTrue(t, "the index answers", func() bool { _, ok := a.SortedAfter(q, long, nil, 2); return ok })
+	for range 5 {
+		if pg, ok := a.SortedAfter(q, long, nil, 2); !ok || len(pg.Items) != 2 || !pg.More {
+			t.Fatalf("the index over its estimate: %+v, %v", pg, ok)
+		}
+	}
+	if si := a.SortIndexes(); len(si) != 1 || si[0].Bytes <= 3*(sortEntryBytes+sortValueGuess) || si[0].Answers < 6 {
+		t.Errorf("sort indexes %+v: want one over its estimate, answering", si)
+	}
+}

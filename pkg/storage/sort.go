@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,14 +58,44 @@ func numberOrQuantity(v string) (float64, bool) {
 		f, err := strconv.ParseFloat(v, 64)
 		return f, err == nil
 	}
-	if v == "" || (v[0] != '-' && v[0] != '+' && v[0] != '.' && (v[0] < '0' || v[0] > '9')) || !strings.ContainsAny(v, "0123456789") {
-		return 0, false // not a quantity either ("-" parses as one, as zero): no parse
+	if !quantityLike(v) {
+		return 0, false
 	}
 	q, err := resource.ParseQuantity(v)
 	if err != nil {
 		return 0, false
 	}
 	return q.AsApproximateFloat64(), true
+}
+
+// quantitySuffixes are the suffixes a quantity written by hand has (binary and decimal SI).
+var quantitySuffixes = []string{"", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}
+
+// quantityLike reports whether v has a quantity's plain form: at most 32 bytes, an optional
+// sign, digits with at most one point, then one suffix of quantitySuffixes. Exponent forms are
+// left to isNumber (a JSON number) or to text: resource.ParseQuantity raises 10 to a written
+// exponent, which a crafted value ("01e-2000000000", a valid name) makes take minutes.
+func quantityLike(v string) bool {
+	if len(v) == 0 || len(v) > 32 {
+		return false
+	}
+	i := 0
+	if v[0] == '+' || v[0] == '-' {
+		i++
+	}
+	digits, points := 0, 0
+	for ; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+			continue
+		case c == '.':
+			points++
+			continue
+		}
+		break
+	}
+	return digits > 0 && points <= 1 && slices.Contains(quantitySuffixes, v[i:])
 }
 
 // isNumber reports whether v is a JSON number.

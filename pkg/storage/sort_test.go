@@ -3,6 +3,7 @@ package storage
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 )
@@ -27,6 +28,18 @@ func TestSortValueOrders(t *testing.T) {
 	}
 	if SortValue([]string{"1000m"}) != SortValue([]string{"1"}) || SortValue([]string{"1Ki"}) != SortValue([]string{"1024"}) {
 		t.Error("equal quantities do not sort as equal")
+	}
+	// Exponent forms that are not JSON numbers are text: parsing them as quantities raises 10
+	// to the exponent (minutes for this one, a valid object name).
+	done := make(chan string, 1)
+	go func() { done <- SortValue([]string{"01e-2000000000"}) }()
+	select {
+	case v := <-done:
+		if v != "2"+"01e-2000000000" {
+			t.Errorf("01e-2000000000 sorts as %q, want it as text", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SortValue of 01e-2000000000 has not returned in 10 s")
 	}
 }
 
