@@ -10,13 +10,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/client"
 )
 
 func newSummary() *cobra.Command {
 	var cf clientFlags
-	var by, clusters []string
+	var by, byArgs, clusters []string
 	var allNS, byKey bool
 	var ns, labelSel, fieldSel, where, owner, output string
 	var limit int
@@ -43,6 +44,9 @@ Examples:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "table" && output != "json" {
 				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			for _, v := range byArgs {
+				by = append(by, aggregate.SplitGroupKeys(v)...)
 			}
 			if len(by) == 0 {
 				return fmt.Errorf("--by: at least one key is required")
@@ -88,7 +92,7 @@ Examples:
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringSliceVar(&by, "by", nil, "keys to group by, comma-separated: cluster, namespace, label:<key>, field:<path>, index:<name>, owner (the top-level owner)")
+	fl.StringArrayVar(&byArgs, "by", nil, "keys to group by, comma-separated or repeated: cluster, namespace, label:<key>, field:<path>, index:<name>, owner (the top-level owner); a comma inside a path's brackets belongs to the path")
 	fl.BoolVar(&byKey, "sort-by-key", false, "order groups by key instead of by count (most first)")
 	fl.IntVar(&limit, "limit", 0, "keep only the first groups (0: all)")
 	fl.BoolVarP(&allNS, "all-namespaces", "A", false, "every namespace (the default unless -n is given)")

@@ -67,6 +67,42 @@ const (
 // String is the key as written.
 func (k GroupKey) String() string { return k.text }
 
+// SplitGroupKeys splits keys written one after another with commas ("cluster,field:a.b") at the
+// commas that separate keys: not those inside brackets, braces or parentheses, or quotes, which
+// belong to a key's path (field:{.spec.containers[0,1].image}). Empty keys are dropped.
+func SplitGroupKeys(s string) []string {
+	var out []string
+	depth, start := 0, 0
+	var quote byte
+	add := func(k string) {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++ // an escaped character, the quote included
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '[' || c == '{' || c == '(':
+			depth++
+		case (c == ']' || c == '}' || c == ')') && depth > 0:
+			depth--
+		case c == ',' && depth == 0:
+			add(s[start:i])
+			start = i + 1
+		}
+	}
+	add(s[start:])
+	return out
+}
+
 // ParseGroupKey reads one key; its error names the key and what is wrong with it.
 func ParseGroupKey(text string) (GroupKey, error) {
 	k := GroupKey{text: text}

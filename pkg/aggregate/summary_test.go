@@ -570,3 +570,22 @@ func TestSummarizeStopsWithItsContext(t *testing.T) {
 		t.Errorf("a summary with a live context: %v, total %d", err, s.Total)
 	}
 }
+
+// TestSplitGroupKeys: keys split at the commas between them, not at those inside a path's
+// brackets, braces, parentheses or quotes.
+func TestSplitGroupKeys(t *testing.T) {
+	for in, want := range map[string][]string{
+		"cluster,namespace":                           {"cluster", "namespace"},
+		" cluster , , label:app ":                     {"cluster", "label:app"},
+		"field:{.spec.containers[0,1].image},cluster": {"field:{.spec.containers[0,1].image}", "cluster"},
+		"field:{.a[?(@.b in ['x,y'])].c},namespace":   {"field:{.a[?(@.b in ['x,y'])].c}", "namespace"},
+		`field:{.metadata.labels['a\',b']},cluster`:   {`field:{.metadata.labels['a\',b']}`, "cluster"},
+		"field:spec.containers[*].image":              {"field:spec.containers[*].image"},
+		"field:a],cluster":                            {"field:a]", "cluster"},
+		"":                                            nil,
+	} {
+		if got := SplitGroupKeys(in); !slices.Equal(got, want) {
+			t.Errorf("SplitGroupKeys(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,11 +165,7 @@ func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var by []string
 	for _, v := range q["by"] {
-		for k := range strings.SplitSeq(v, ",") {
-			if k = strings.TrimSpace(k); k != "" {
-				by = append(by, k)
-			}
-		}
+		by = append(by, aggregate.SplitGroupKeys(v)...)
 	}
 	byKey := false
 	switch sort := q.Get("sort"); sort {

@@ -195,6 +195,14 @@ func (e *scaleEnv) summaryRefusals(r replica) {
 			e.t.Errorf("summary?%s: %v; want a 400 naming %s", q, err, want)
 		}
 	}
+	// A comma inside a path's brackets belongs to the path: two keys, not three.
+	var union api.Summary
+	if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"/summary?"+url.Values{"by": {"field:{.metadata.labels['tier','none']},cluster"}}.Encode(), &union); err != nil {
+		e.t.Fatal(err)
+	}
+	if len(union.By) != 2 || union.By[1] != "cluster" {
+		e.t.Errorf("by a union path and cluster: keys %q, want the path and cluster", union.By)
+	}
 	var top api.Summary
 	if err := e.get(r, api.ResourcesPath+"/"+scaleResource+"/summary?by=cluster,namespace&sort=key&limit=2", &top); err != nil {
 		e.t.Fatal(err)
