@@ -82,10 +82,10 @@ func SplitGroupKeys(s string) []string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
+		case quote != 0 && c == '\\':
+			i++ // an escaped character, the quote included
 		case quote != 0:
-			if c == '\\' {
-				i++ // an escaped character, the quote included
-			} else if c == quote {
+			if c == quote {
 				quote = 0
 			}
 		case c == '\'' || c == '"':
