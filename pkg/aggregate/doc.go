@@ -36,5 +36,5 @@
 // query.go (Query, Select and Matches), key.go (Key: cluster, namespace, name), workqueue.go
 // (QueueKeys, for client-go workqueues), summary.go (Summarize: counts in groups by cluster,
 // namespace, label, JSONPath or index), learned.go (kept and learned count indexes), sorted.go
-// (sort indexes and SortedAfter).
+// (sort indexes and SortedAfter), indexset.go (the bounds both kinds of learned index share).
 package aggregate

@@ -10,7 +10,6 @@ import (
 
 	"github.com/multicache/multicache/pkg/index"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -57,32 +56,15 @@ type LearnedIndex struct {
 	Kept bool
 }
 
-// learner keeps the learned and the kept indexes of one Aggregate.
+// learner keeps the learned and the kept indexes of one Aggregate. Its mu (indexSet's) guards
+// kept too.
 type learner struct {
-	mu       sync.Mutex // taken before any countIndex's mu, never after
-	asked    *lru.Cache[string, *learned]
-	max      int // 0: learns none
-	maxBytes int64
-	kept     map[string]*countIndex // KeepCounts' keys, never evicted
-}
-
-// learned is one key's record: how often it was asked, and its index once started.
-type learned struct {
-	asks int
-	idx  *countIndex
+	*indexSet[*countIndex]
+	kept map[string]*countIndex // KeepCounts' keys, never evicted
 }
 
 func newLearner(maxIndexes int, maxBytes int64) *learner {
-	l := &learner{maxBytes: maxBytes, kept: map[string]*countIndex{}}
-	// Keys asked once are remembered too (to learn them at their next ask), in twice the
-	// room; an index evicted is removed with its handler.
-	l.asked, _ = lru.NewWithEvict(max(2*maxIndexes, 1), func(_ string, v *learned) {
-		if v.idx != nil {
-			v.idx.remove()
-		}
-	})
-	l.max = maxIndexes
-	return l
+	return &learner{indexSet: newIndexSet[*countIndex](maxIndexes, maxBytes, false), kept: map[string]*countIndex{}}
 }
 
 // learnable is the key a count index would keep for a summary by keys of a plan that reads
@@ -152,18 +134,10 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 		l.mu.Unlock()
 		return nil
 	}
-	e, ok := l.asked.Get(k.text)
-	if !ok {
-		e = &learned{}
-		l.asked.Add(k.text, e)
-	}
-	e.asks++
-	if e.idx != nil && e.idx.isRemoved() {
-		e.idx = nil // it overflowed: learned again from this ask on
-	}
-	start := e.idx == nil && e.asks >= learnAfterAsks
+	e := l.askLocked(k.text)
+	start := l.startsLocked(e)
 	if start {
-		l.makeRoomLocked(e)
+		l.makeRoomLocked(e, 0)
 		e.idx = &countIndex{key: k, agg: a, counts: map[string]*clusterCounts{}}
 	}
 	idx := e.idx
@@ -354,47 +328,6 @@ func (l *learner) stopKeptIfEmpty(a *Aggregate) {
 	}
 }
 
-// makeRoomLocked evicts the least recently asked indexes (other than keep's) until one more
-// fits under max.
-func (l *learner) makeRoomLocked(keep *learned) {
-	for {
-		var oldest string
-		n := 0
-		for _, k := range l.asked.Keys() { // oldest first
-			if e, ok := l.asked.Peek(k); ok && e.idx != nil && e != keep {
-				if n == 0 {
-					oldest = k
-				}
-				n++
-			}
-		}
-		if n < l.max {
-			return
-		}
-		l.asked.Remove(oldest)
-	}
-}
-
-// bound evicts the least recently asked indexes while the indexes' memory passes maxBytes.
-func (l *learner) bound() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for {
-		var total int64
-		for _, e := range l.asked.Values() {
-			if e.idx != nil {
-				total += e.idx.size.Load()
-			}
-		}
-		if total <= l.maxBytes {
-			return
-		}
-		if _, _, ok := l.asked.RemoveOldest(); !ok {
-			return
-		}
-	}
-}
-
 // LearnedIndexes lists the kept indexes (KeepCounts), then the learned ones, least recently
 // asked first.
 func (a *Aggregate) LearnedIndexes() []LearnedIndex {
@@ -403,11 +336,7 @@ func (a *Aggregate) LearnedIndexes() []LearnedIndex {
 	for _, k := range slices.Sorted(maps.Keys(a.learn.kept)) {
 		idxs = append(idxs, a.learn.kept[k])
 	}
-	for _, e := range a.learn.asked.Values() {
-		if e.idx != nil {
-			idxs = append(idxs, e.idx)
-		}
-	}
+	idxs = append(idxs, a.learn.indexesLocked()...)
 	a.learn.mu.Unlock()
 	out := make([]LearnedIndex, 0, len(idxs))
 	for _, idx := range idxs {
@@ -438,6 +367,8 @@ type countIndex struct {
 	answers atomic.Int64
 	size    atomic.Int64 // estimated bytes, kept as values come and go
 }
+
+func (ci *countIndex) bytes() int64 { return ci.size.Load() }
 
 func (ci *countIndex) isRemoved() bool {
 	ci.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/tidwall/btree"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
@@ -82,26 +81,10 @@ type sortEntry struct {
 }
 
 // sorts keeps the sort indexes of one Aggregate.
-type sorts struct {
-	mu       sync.Mutex // taken before any sortIndex's mu, never after
-	asked    *lru.Cache[string, *sortAsked]
-	max      int // 0: learns none
-	maxBytes int64
-}
-
-type sortAsked struct {
-	asks int
-	idx  *sortIndex
-}
+type sorts = indexSet[*sortIndex]
 
 func newSorts(maxIndexes int, maxBytes int64) *sorts {
-	s := &sorts{max: maxIndexes, maxBytes: maxBytes}
-	s.asked, _ = lru.NewWithEvict(max(2*maxIndexes, 1), func(_ string, v *sortAsked) {
-		if v.idx != nil {
-			v.idx.remove()
-		}
-	})
-	return s
+	return newIndexSet[*sortIndex](maxIndexes, maxBytes, true)
 }
 
 // sortIndex is one order's index: per cluster, a B-tree of its objects.
@@ -154,6 +137,8 @@ func (idx *sortIndex) remove() {
 		idx.reg.Remove()
 	}
 }
+
+func (idx *sortIndex) bytes() int64 { return idx.size.Load() }
 
 func (idx *sortIndex) isRemoved() bool {
 	idx.mu.RLock()
@@ -279,22 +264,14 @@ func (a *Aggregate) askSorted(s Sorter) *sortIndex {
 		l.mu.Unlock()
 		return nil
 	}
-	e, ok := l.asked.Get(s.Name)
-	if !ok {
-		e = &sortAsked{}
-		l.asked.Add(s.Name, e)
-	}
-	e.asks++
-	if e.idx != nil && e.idx.isRemoved() {
-		e.idx = nil // it overflowed: learned again from this ask on
-	}
+	e := l.askLocked(s.Name)
 	held := 0
 	for _, c := range a.Clusters() {
 		if n, ok := a.Len(c); ok {
 			held += n
 		}
 	}
-	start := e.idx == nil && e.asks >= learnAfterAsks
+	start := l.startsLocked(e)
 	if start {
 		// Room for one more, in number and, at sortEntryBytes an object, in bytes: an order
 		// whose index alone would pass maxBytes is not learned.
@@ -327,50 +304,6 @@ func (a *Aggregate) askSorted(s Sorter) *sortIndex {
 	return nil // it has not had any list yet
 }
 
-// makeRoomLocked evicts the least recently asked indexes (other than keep's) until one more,
-// of need bytes, fits under max and maxBytes.
-func (l *sorts) makeRoomLocked(keep *sortAsked, need int64) {
-	for {
-		var oldest string
-		n, total := 0, need
-		for _, k := range l.asked.Keys() { // oldest first
-			if e, ok := l.asked.Peek(k); ok && e.idx != nil && e != keep {
-				if n == 0 {
-					oldest = k
-				}
-				n++
-				total += e.idx.size.Load()
-			}
-		}
-		if n == 0 || (n < l.max && total <= l.maxBytes) {
-			return
-		}
-		l.asked.Remove(oldest)
-	}
-}
-
-// bound evicts the least recently asked indexes while their memory passes maxBytes, but never
-// the most recently asked one: an index learned under its estimate that came out larger (its
-// sort values) would otherwise be built, answer once, and be built again two asks later.
-func (l *sorts) bound() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for {
-		var total int64
-		var withIndex []string
-		for _, k := range l.asked.Keys() { // oldest first
-			if e, ok := l.asked.Peek(k); ok && e.idx != nil {
-				total += e.idx.size.Load()
-				withIndex = append(withIndex, k)
-			}
-		}
-		if total <= l.maxBytes || len(withIndex) < 2 {
-			return
-		}
-		l.asked.Remove(withIndex[0])
-	}
-}
-
 // SortIndex describes one sort index.
 type SortIndex struct {
 	Name     string
@@ -382,12 +315,7 @@ type SortIndex struct {
 // SortIndexes lists the sort indexes, least recently asked first.
 func (a *Aggregate) SortIndexes() []SortIndex {
 	a.sorts.mu.Lock()
-	var idxs []*sortIndex
-	for _, e := range a.sorts.asked.Values() {
-		if e.idx != nil {
-			idxs = append(idxs, e.idx)
-		}
-	}
+	idxs := a.sorts.indexesLocked()
 	a.sorts.mu.Unlock()
 	out := make([]SortIndex, 0, len(idxs))
 	for _, idx := range idxs {
