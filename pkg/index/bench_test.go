@@ -52,6 +52,10 @@ func BenchmarkIndexFuncs(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	where, err := CompileFilter("object.spec.containers.exists(c, c.image.startsWith('registry.example/'))")
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		fn   cache.IndexFunc
@@ -61,6 +65,7 @@ func BenchmarkIndexFuncs(b *testing.B) {
 		{"ByNodeName", ByNodeName, 1}, {"ByImage", ByImage, 3},
 		{"JSONPath-spec.nodeName", jp, 1}, {"JSONPath-images", jpImages, 2}, {"JSONPath-phase", jpPhase, 1},
 		{"CEL-label", celTeam, 1}, {"CEL-images", celImages, 2},
+		{"CEL-where", func(obj any) ([]string, error) { return where.BindWatch().Values(obj), nil }, 1},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()

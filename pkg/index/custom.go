@@ -4,17 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
-	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/jsonpath"
 )
@@ -215,66 +212,17 @@ func compileCEL(expr string) (cache.IndexFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	fields := topLevelFields(ast.NativeRep().Expr())
 	return func(obj any) ([]string, error) {
-		data, err := objectData(obj, fields)
+		object, err := objectValue(obj, nil)
 		if err != nil {
 			return nil, fmt.Errorf("cel index: %w", err)
 		}
-		val, _, err := prg.Eval(map[string]any{"object": data})
+		val, _, err := prg.Eval(&objectActivation{object: object})
 		if err != nil {
 			return nil, nil // missing fields and the like: nothing to index
 		}
 		return celValues(val), nil
 	}, nil
-}
-
-// objectData is obj as CEL's `object`: JSON-like data. Of a typed object only fields (the
-// top-level fields an expression reads, when known) are converted: converting is nearly all of
-// an evaluation's cost.
-func objectData(obj any, fields []string) (map[string]any, error) {
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		return o.Object, nil
-	case runtime.Object:
-		if data, ok := partialUnstructured(o, fields); ok {
-			return data, nil
-		}
-		return runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-	}
-	return nil, fmt.Errorf("%T is not a Kubernetes object", obj)
-}
-
-// topLevelFields returns the fields of `object` that e reads (object.metadata → "metadata"),
-// or nil when e uses `object` other than through a field selection, so all of it is needed.
-func topLevelFields(e celast.Expr) []string {
-	var fields []string
-	selected := map[int64]bool{} // ids of `object` idents that are a selection's operand
-	var idents []int64
-	celast.PostOrderVisit(e, celast.NewExprVisitor(func(x celast.Expr) {
-		switch x.Kind() {
-		case celast.SelectKind:
-			if op := x.AsSelect().Operand(); op.Kind() == celast.IdentKind && op.AsIdent() == "object" {
-				selected[op.ID()] = true
-				if f := x.AsSelect().FieldName(); !slices.Contains(fields, f) {
-					fields = append(fields, f)
-				}
-			}
-		case celast.IdentKind:
-			if x.AsIdent() == "object" {
-				idents = append(idents, x.ID())
-			}
-		}
-	}))
-	for _, id := range idents {
-		if !selected[id] {
-			return nil
-		}
-	}
-	if fields == nil {
-		fields = []string{} // `object` is not read at all
-	}
-	return fields
 }
 
 // jsonField is where a JSON field of a struct type lives.
@@ -307,44 +255,6 @@ func fieldsOf(t reflect.Type) map[string]jsonField {
 	}
 	jsonFields.Store(t, m)
 	return m
-}
-
-// partialUnstructured converts only the named top-level fields of a typed object. It reports
-// false when it cannot (fields unknown, or a field that is not a struct or a string); the
-// caller then converts the whole object.
-func partialUnstructured(obj runtime.Object, fields []string) (map[string]any, bool) {
-	if fields == nil {
-		return nil, false
-	}
-	v := reflect.ValueOf(obj)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil, false
-	}
-	v = v.Elem()
-	byName := fieldsOf(v.Type())
-	out := make(map[string]any, len(fields))
-	for _, name := range fields {
-		jf, ok := byName[name]
-		if !ok {
-			continue // absent: as in the full conversion
-		}
-		f := v.FieldByIndex(jf.index)
-		switch {
-		case f.Kind() == reflect.String:
-			if f.String() != "" || !jf.omitEmpty {
-				out[name] = f.String()
-			}
-		case f.Kind() == reflect.Struct && f.CanAddr():
-			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(f.Addr().Interface())
-			if err != nil {
-				return nil, false
-			}
-			out[name] = m
-		default:
-			return nil, false
-		}
-	}
-	return out, true
 }
 
 func celValues(v ref.Val) []string {

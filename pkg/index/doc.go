@@ -9,5 +9,8 @@
 // indexes, are the aggregate's business.
 //
 // Files: builtin.go (the built-in index functions), custom.go (index functions from JSONPath
-// and CEL), filter.go (where filters: CEL predicates under a cost limit).
+// and CEL), fastpath.go (plain JSONPaths walked without the JSONPath interpreter),
+// celobject.go (typed objects as CEL reads them: views that convert a field when it is read),
+// filter.go (where filters: CEL predicates under a cost limit, evaluated untracked when an
+// estimate bounds their cost).
 package index

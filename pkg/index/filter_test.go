@@ -1,11 +1,13 @@
 package index
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/cel-go/common/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -215,5 +217,138 @@ func TestJSONPathReadsTimesAndQuantitiesAsJSON(t *testing.T) {
 				t.Errorf("%s of the %s Pod: %q, %v; want %q", path, kind, got, err, want)
 			}
 		}
+	}
+}
+
+// trackedCost evaluates f's tracked program on obj: its value and actual cost.
+func trackedCost(t *testing.T, f *Filter, obj any) (bool, uint64, error) {
+	t.Helper()
+	object, err := objectValue(obj, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val, det, err := f.prg.Eval(&objectActivation{object: object})
+	return val == types.True, *det.ActualCost(), err
+}
+
+// TestFilterFastPath: a filter whose estimated cost at some size bound is within the limit
+// evaluates untracked objects whose values are all within the bound, with the answer the
+// tracked program gives, at a cost the estimate covers; an object with a larger value is
+// evaluated tracked.
+func TestFilterFastPath(t *testing.T) {
+	var many []string
+	for range 100 {
+		many = append(many, "x")
+	}
+	long := filterPod("long")
+	long.Labels["note"] = strings.Repeat("n", 70_000)
+	objs := append(viewObjects(), filterPod("wide", many...), long, unstr(t, benchPod()))
+	fastOnes := 0
+	for _, expr := range []string{
+		"object.spec.containers.exists(c, c.image.startsWith('registry'))",
+		"object.metadata.name == 'web-7db6d8ff4d-abcde'",
+		"object.metadata.labels.exists(k, object.metadata.labels[k].contains('n'))",
+		"object.spec.containers.all(a, object.spec.containers.all(b, a.image == b.image))",
+		"has(object.status) && object.status.phase == 'Running'",
+		"size(object.metadata.labels) > 2 && 'app' in object.metadata.labels",
+		"object.metadata.labels.all(k, k + object.metadata.labels[k] != '')",
+	} {
+		f, err := CompileFilter(expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.fast == nil {
+			t.Errorf("%s: no size bound keeps its estimate within the limit", expr)
+			continue
+		}
+		ast, _ := celEnv.Compile(expr)
+		est, err := celEnv.EstimateCost(ast, sizeEstimator(f.bound))
+		if err != nil || 2*est.Max > FilterCostLimit {
+			t.Fatalf("%s: bound %d estimated at %v (%v)", expr, f.bound, est, err)
+		}
+		b := f.BindWatch()
+		objs := objs
+		if f.bound <= 1024 {
+			objs = append(objs, atBound(f.bound))
+		}
+		for _, o := range objs {
+			want, cost, err := trackedCost(t, f, o)
+			if err != nil {
+				want = false
+			}
+			pass, ok := b.matchesFast(o)
+			if !ok {
+				continue // a value over the bound: evaluated tracked
+			}
+			fastOnes++
+			if pass != want {
+				t.Errorf("%s on %T %v: untracked %v, tracked %v", expr, o, name(o), pass, want)
+			}
+			if cost > 2*est.Max {
+				t.Errorf("%s on %T %v: cost %d, over twice the estimate %d at bound %d", expr, o, name(o), cost, est.Max, f.bound)
+			}
+			if b.Matches(o) != want {
+				t.Errorf("%s on %T %v: Matches disagrees with the tracked program", expr, o, name(o))
+			}
+		}
+		if _, ok := b.matchesFast(objs[len(objs)-1]); f.bound <= 1024 && !ok {
+			t.Errorf("%s: the Pod at bound %d is not evaluated untracked", expr, f.bound)
+		}
+		if _, ok := b.matchesFast(long); ok && strings.Contains(expr, "labels.all") {
+			t.Errorf("%s: a label of 70,000 bytes is within bound %d", expr, f.bound)
+		}
+	}
+	if fastOnes == 0 {
+		t.Fatal("no evaluation took the untracked path")
+	}
+}
+
+// atBound is a Pod whose lists, maps and strings are as large as bound allows: the
+// evaluation the estimate is for.
+func atBound(bound int) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", bound), Labels: map[string]string{}}}
+	for i := range bound - 16 { // metadata has 16 fields, within the bound too
+		p.Labels[fmt.Sprintf("%0*d", bound, i)] = strings.Repeat("v", bound)
+	}
+	for range bound {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: strings.Repeat("c", bound), Image: strings.Repeat("i", bound)})
+	}
+	return p
+}
+
+func name(o any) string {
+	if m, ok := o.(interface{ GetName() string }); ok {
+		return m.GetName()
+	}
+	return ""
+}
+
+// TestFilterBudgetCountsSampledCost: a request whose evaluations run untracked still spends
+// its budget, at the cost the tracked program measures (one evaluation in costSample, counted
+// costSample times).
+func TestFilterBudgetCountsSampledCost(t *testing.T) {
+	f, err := CompileFilter("object.spec.containers.all(a, object.spec.containers.all(b, a.image == b.image))")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filterPod("p", "x", "x", "x", "x", "x", "x", "x", "x")
+	_, cost, err := trackedCost(t, f, p)
+	if err != nil || cost == 0 {
+		t.Fatalf("tracked cost %d, %v", cost, err)
+	}
+	b := f.Bind()
+	b.budget = 2000 * cost // two thousand evaluations' worth
+	evals := 0
+	for b.Err() == nil && evals < 10_000 {
+		if !b.Matches(p) && b.Err() == nil {
+			t.Fatal("a passing object failed within the budget")
+		}
+		evals++
+	}
+	if err := b.Err(); err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("after %d evaluations: Err %v, want the budget spent", evals, err)
+	}
+	if evals < 2000-costSample || evals > 2000+costSample {
+		t.Errorf("the budget of 2,000 evaluations was spent after %d", evals)
 	}
 }

@@ -1,12 +1,10 @@
 package index
 
 import (
-	"fmt"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/google/cel-go/cel"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -117,60 +115,4 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 			t.Errorf("%+v: error %v, want it to mention %q", tc.spec, err, tc.want)
 		}
 	}
-}
-
-// TestCELPartialConversionMatchesFull: converting only the top-level fields an expression reads
-// gives the same values as converting the whole typed object.
-func TestCELPartialConversionMatchesFull(t *testing.T) {
-	pod := benchPod()
-	pod.Status.Phase = corev1.PodRunning
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: "shop", Labels: map[string]string{"team": "a"}},
-		Data: map[string]string{"mode": "fast"}}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: corev1.NodeSpec{PodCIDR: "10.0.0.0/24"}}
-	objs := []runtime.Object{pod, cm, node}
-	for _, expr := range []string{
-		"object.metadata.labels['team']",
-		"object.spec.nodeName",
-		"[object.metadata.namespace, object.metadata.name]",
-		"object.spec.containers.map(c, c.image)",
-		"has(object.status) ? 'with-status' : 'without'",
-		"has(object.spec.podCIDR) ? object.spec.podCIDR : 'none'",
-		"object.status.phase",
-		"object.data['mode']",
-		"object.kind",
-		"size(object) > 3 ? 'big' : 'small'",
-		"'constant'",
-	} {
-		ast, iss := celEnv.Compile(expr)
-		if iss.Err() != nil {
-			t.Fatalf("%s: %v", expr, iss.Err())
-		}
-		prg, _ := celEnv.Program(ast)
-		fields := topLevelFields(ast.NativeRep().Expr())
-		if expr == "size(object) > 3 ? 'big' : 'small'" && fields != nil {
-			t.Errorf("%s reads object whole, but fields %v were found", expr, fields)
-		}
-		for _, o := range objs {
-			full, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := evalValues(prg, full)
-			part, ok := partialUnstructured(o, fields)
-			if !ok {
-				continue // the index function falls back to the full conversion
-			}
-			if got := evalValues(prg, part); fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("%s on %T: partial conversion gives %v, full %v", expr, o, got, want)
-			}
-		}
-	}
-}
-
-func evalValues(prg cel.Program, data map[string]any) []string {
-	val, _, err := prg.Eval(map[string]any{"object": data})
-	if err != nil {
-		return nil
-	}
-	return celValues(val)
 }

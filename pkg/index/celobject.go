@@ -1,0 +1,625 @@
+package index
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	"github.com/google/cel-go/interpreter"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
+)
+
+// CEL reads `object` as JSON-like data, as Kubernetes' CEL does: what
+// runtime.DefaultUnstructuredConverter makes of a typed object. Converting a whole typed Pod
+// costs microseconds, and an expression reads a few of its fields. So a typed object is
+// handed to CEL as a view (structVal, mapVal, listVal) that converts a field only when the
+// expression reads it, by the converter's rules:
+//   - a field is named by its json tag, or its Go name without one; an anonymous struct field
+//     with no tag name is inlined; a later field of the same name hides an earlier one;
+//   - omitempty leaves out false, 0, "", and nil or empty maps, slices, pointers and
+//     interfaces; omitzero leaves out what the type's zero test says;
+//   - a type with its own conversion (metav1.Time, resource.Quantity, intstr.IntOrString,
+//     a json.Marshaler) is converted by it, whole;
+//   - nil maps, slices, pointers and interfaces are null; []byte is base64 text; every integer
+//     is an int64 and every float a double.
+//
+// Every value a view gives is the one the full conversion would give at that place
+// (TestCELViewMatchesConversion, FuzzCELView). One difference remains: the converter refuses
+// a whole object for a value it cannot convert (an unsigned integer over 2^63-1, an array, a
+// map with keys that are not strings), where a view fails only an expression that reads it.
+
+// objectValue is obj as CEL's `object`. With lim, the object and every value its views hand
+// out are held to lim's bound (sizeLimit); without, none is.
+func objectValue(obj any, lim *sizeLimit) (ref.Val, error) {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		if o.Object == nil {
+			return types.DefaultTypeAdapter.NativeToValue(map[string]any{}), nil
+		}
+		lim.admit(len(o.Object))
+		return mapVal{v: reflect.ValueOf(o.Object), lim: lim}, nil
+	case runtime.Object:
+		v := reflect.ValueOf(o)
+		if v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct {
+			if info := structOf(v.Elem().Type()); info.viewable {
+				lim.admit(len(info.fields))
+				return structVal{v: v.Elem(), info: info, lim: lim}, nil
+			}
+		}
+		data, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			return nil, err
+		}
+		lim.admit(len(data))
+		return mapVal{v: reflect.ValueOf(data), lim: lim}, nil
+	}
+	return nil, fmt.Errorf("%T is not a Kubernetes object", obj)
+}
+
+// sizeLimit holds one evaluation to a bound on the size of every string, list and map its
+// views hand out: a string's bytes, a list's items, a map's entries, a struct's fields. The
+// cost of an expression is estimated at compile time for values of at most that size
+// (CompileFilter), so an evaluation that sees none larger stays within the estimate and need
+// not have its cost tracked. A larger value is handed out as an error instead, and over is
+// set: the caller evaluates again, tracking the cost. Used by one goroutine at a time.
+type sizeLimit struct {
+	max  int
+	over bool
+}
+
+// admit reports whether a value of size n is within the bound, and notes when it is not.
+func (l *sizeLimit) admit(n int) bool {
+	if l == nil || n <= l.max {
+		return true
+	}
+	l.over = true
+	return false
+}
+
+func (l *sizeLimit) tooLarge(n int) ref.Val {
+	return types.NewErr("a value of size %d is over the bound of %d", n, l.max)
+}
+
+func (l *sizeLimit) str(s string) ref.Val {
+	if !l.admit(len(s)) {
+		return l.tooLarge(len(s))
+	}
+	return types.String(s)
+}
+
+// objectActivation binds `object` alone, without the map an activation is otherwise built
+// from.
+type objectActivation struct{ object ref.Val }
+
+func (a *objectActivation) ResolveName(name string) (any, bool) {
+	if name == "object" {
+		return a.object, true
+	}
+	return nil, false
+}
+
+func (a *objectActivation) Parent() interpreter.Activation { return nil }
+
+// viewField is one JSON field of a struct type.
+type viewField struct {
+	name      string
+	index     []int // through inlined structs; may pass an embedded pointer
+	omitEmpty bool
+	omitZero  func(reflect.Value) bool
+	converts  bool // the field's type has its own conversion
+}
+
+// structInfo is what a view needs of a struct type, computed once per type.
+type structInfo struct {
+	fields   []viewField      // in the order the converter writes them
+	byName   map[string][]int // name → indexes into fields, last written first
+	viewable bool             // false: convert objects of this type whole
+}
+
+var structInfos sync.Map // reflect.Type → *structInfo
+
+func structOf(t reflect.Type) *structInfo {
+	if info, ok := structInfos.Load(t); ok {
+		return info.(*structInfo)
+	}
+	info := &structInfo{byName: map[string][]int{}, viewable: true}
+	if converts(t) {
+		info.viewable = false // converted by its own methods, never field by field
+	} else {
+		info.viewable = collectFields(t, nil, info)
+	}
+	for i := len(info.fields) - 1; i >= 0; i-- {
+		n := info.fields[i].name
+		info.byName[n] = append(info.byName[n], i)
+	}
+	actual, _ := structInfos.LoadOrStore(t, info)
+	return actual.(*structInfo)
+}
+
+// collectFields appends t's fields to info, those of inlined structs in their place. It
+// reports false for an inlined field the converter would not merge field by field.
+func collectFields(t reflect.Type, prefix []int, info *structInfo) bool {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() && !f.Anonymous {
+			return false // the converter reads it as it reads any other; a view does not
+		}
+		index := append(append([]int(nil), prefix...), i)
+		tag, hasTag := f.Tag.Lookup("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue // the converter skips "-," too, where encoding/json names the field "-"
+		}
+		if !hasTag || tag == "" {
+			name, opts = "", ""
+		}
+		if name == "" && !f.Anonymous {
+			name = f.Name
+		}
+		vf := viewField{name: name, index: index, converts: converts(f.Type)}
+		for _, o := range strings.Split(opts, ",") {
+			switch o {
+			case "omitempty":
+				vf.omitEmpty = true
+			case "omitzero":
+				vf.omitZero = value.OmitZeroFunc(f.Type)
+			}
+		}
+		if name != "" {
+			info.fields = append(info.fields, vf)
+			continue
+		}
+		// Inlined. The converter merges a struct, or a pointer to one, field by field; an
+		// omitempty or omitzero on it can leave it out whole, which a view does not model.
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() != reflect.Struct || vf.omitEmpty || vf.omitZero != nil || vf.converts || !collectFields(ft, index, info) {
+			return false
+		}
+	}
+	return true
+}
+
+// isEmpty is what omitempty leaves out, as the converter decides it.
+func isEmpty(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Array, reflect.String:
+		return v.Len() == 0
+	case reflect.Bool:
+		return !v.Bool()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return v.Int() == 0
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return v.Uint() == 0
+	case reflect.Float32, reflect.Float64:
+		return v.Float() == 0
+	case reflect.Map, reflect.Slice:
+		return v.IsNil() || v.Len() == 0
+	case reflect.Pointer, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// field is the value of field i of sv, and whether the conversion writes it.
+func (s structVal) field(i int) (reflect.Value, bool) {
+	vf := &s.info.fields[i]
+	fv, err := s.v.FieldByIndexErr(vf.index)
+	if err != nil {
+		return reflect.Value{}, false // inside a nil inlined pointer: nothing written
+	}
+	if vf.omitEmpty && isEmpty(fv) || vf.omitZero != nil && vf.omitZero(fv) {
+		return reflect.Value{}, false
+	}
+	return fv, true
+}
+
+// fieldValue is a struct field's CEL value. The converter writes a field of a basic kind as
+// it is, before it looks for the type's own conversion.
+func fieldValue(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
+	switch v.Kind() {
+	case reflect.String:
+		return lim.str(v.String())
+	case reflect.Bool:
+		return types.Bool(v.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return types.Int(v.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return uintValue(v.Uint())
+	case reflect.Float32, reflect.Float64:
+		return types.Double(v.Float())
+	}
+	return valueOf(v, conv, lim)
+}
+
+func uintValue(u uint64) ref.Val {
+	if u > math.MaxInt64 {
+		return types.NewErr("unsigned value %d does not fit into int64", u)
+	}
+	return types.Int(int64(u))
+}
+
+// typedValue is v's CEL value, as the converter would make it anywhere but a struct field.
+// The converter's own data (map[string]any, []any, string, int64, ...) reads as itself.
+func typedValue(v reflect.Value, lim *sizeLimit) ref.Val {
+	if !v.IsValid() {
+		return types.NullValue
+	}
+	return valueOf(v, converts(v.Type()), lim)
+}
+
+// converts reports whether t has its own conversion (a json.Marshaler, an
+// UnstructuredConverter).
+func converts(t reflect.Type) bool { return value.TypeReflectEntryOf(t).CanConvertToUnstructured() }
+
+// valueOf is typedValue for a v whose type is known to convert itself, or not (conv): the
+// views look that up once per field, list or map, not once per value.
+func valueOf(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
+	t := v.Type()
+	if conv {
+		u, err := value.TypeReflectEntryOf(t).ToUnstructured(v)
+		if err != nil {
+			return types.NewErr("%s: %v", t, err)
+		}
+		if u == nil {
+			return types.NullValue
+		}
+		return typedValue(reflect.ValueOf(u), lim)
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return lim.str(v.String())
+	case reflect.Bool:
+		return types.Bool(v.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return types.Int(v.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return uintValue(v.Uint())
+	case reflect.Float32, reflect.Float64:
+		return types.Double(v.Float())
+	case reflect.Slice:
+		if v.IsNil() {
+			return types.NullValue
+		}
+		if t.Elem().Kind() == reflect.Uint8 {
+			return lim.str(base64.StdEncoding.EncodeToString(v.Bytes()))
+		}
+		if !lim.admit(v.Len()) {
+			return lim.tooLarge(v.Len())
+		}
+		return listVal{v: v, lim: lim, conv: converts(t.Elem())}
+	case reflect.Map:
+		if v.IsNil() {
+			return types.NullValue
+		}
+		if t.Key().Kind() != reflect.String {
+			return types.NewErr("cannot convert a map keyed by %s", t.Key())
+		}
+		if !lim.admit(v.Len()) {
+			return lim.tooLarge(v.Len())
+		}
+		return mapVal{v: v, lim: lim, conv: converts(t.Elem())}
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return types.NullValue
+		}
+		return typedValue(v.Elem(), lim)
+	case reflect.Struct:
+		info := structOf(t)
+		if !info.viewable {
+			return materialized(v, lim)
+		}
+		if !lim.admit(len(info.fields)) {
+			return lim.tooLarge(len(info.fields))
+		}
+		return structVal{v: v, info: info, lim: lim}
+	}
+	return types.NewErr("cannot convert a value of kind %s", t.Kind())
+}
+
+// materialized converts a struct whole with the converter, for one a view does not model.
+func materialized(v reflect.Value, lim *sizeLimit) ref.Val {
+	p := reflect.New(v.Type())
+	p.Elem().Set(v)
+	data, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p.Interface())
+	if err != nil {
+		return types.NewErr("%s: %v", v.Type(), err)
+	}
+	return typedValue(reflect.ValueOf(data), lim)
+}
+
+// structVal is a typed struct as CEL's JSON-like map.
+type structVal struct {
+	v    reflect.Value
+	info *structInfo
+	lim  *sizeLimit
+}
+
+// mapVal is a map keyed by a string kind as CEL's map.
+type mapVal struct {
+	v    reflect.Value
+	lim  *sizeLimit
+	conv bool // the values' type converts itself
+}
+
+// listVal is a slice as CEL's list.
+type listVal struct {
+	v    reflect.Value
+	lim  *sizeLimit
+	conv bool // the items' type converts itself
+}
+
+var (
+	_ traits.Mapper = structVal{}
+	_ traits.Mapper = mapVal{}
+	_ traits.Lister = listVal{}
+)
+
+// native is val as the converter's data (map[string]any, []any, string, int64, ...), for the
+// operations that need a value whole: equality, conversion, Value.
+func native(val ref.Val) (any, error) {
+	switch x := val.(type) {
+	case structVal:
+		out := make(map[string]any, len(x.info.byName))
+		for i := range x.info.fields {
+			fv, ok := x.field(i)
+			if !ok {
+				continue
+			}
+			n, err := native(fieldValue(fv, x.info.fields[i].converts, nil))
+			if err != nil {
+				return nil, err
+			}
+			out[x.info.fields[i].name] = n
+		}
+		return out, nil
+	case mapVal:
+		out := make(map[string]any, x.v.Len())
+		it := x.v.MapRange()
+		for it.Next() {
+			n, err := native(valueOf(it.Value(), x.conv, nil))
+			if err != nil {
+				return nil, err
+			}
+			out[it.Key().String()] = n
+		}
+		return out, nil
+	case listVal:
+		out := make([]any, x.v.Len())
+		for i := range out {
+			n, err := native(valueOf(x.v.Index(i), x.conv, nil))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = n
+		}
+		return out, nil
+	case *types.Err:
+		return nil, x
+	}
+	if val == types.NullValue {
+		return nil, nil
+	}
+	return val.Value(), nil
+}
+
+// standard is val converted whole into CEL's own value of the converter's data.
+func standard(val ref.Val) ref.Val {
+	n, err := native(val)
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(n)
+}
+
+func nativeOrNil(val ref.Val) any {
+	n, err := native(val)
+	if err != nil {
+		return nil
+	}
+	return n
+}
+
+func noSuchKey(key ref.Val) ref.Val { return types.ValOrErr(key, "no such key: %v", key) }
+
+// Find is the value of the field named key, when the conversion writes it.
+func (s structVal) Find(key ref.Val) (ref.Val, bool) {
+	name, ok := key.(types.String)
+	if !ok {
+		return standard(s).(traits.Mapper).Find(key)
+	}
+	for _, i := range s.info.byName[string(name)] {
+		if fv, ok := s.field(i); ok {
+			return fieldValue(fv, s.info.fields[i].converts, s.lim), true
+		}
+	}
+	return nil, false
+}
+
+func (s structVal) Get(key ref.Val) ref.Val {
+	if v, ok := s.Find(key); ok {
+		return v
+	}
+	return noSuchKey(key)
+}
+
+func (s structVal) Contains(key ref.Val) ref.Val {
+	v, ok := s.Find(key)
+	if !ok && v != nil {
+		return v // an error
+	}
+	return types.Bool(ok)
+}
+
+// names are the names the conversion writes.
+func (s structVal) names() []string {
+	var out []string
+	for name, idx := range s.info.byName {
+		for _, i := range idx {
+			if _, ok := s.field(i); ok {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (s structVal) Size() ref.Val             { return types.Int(len(s.names())) }
+func (s structVal) IsZeroValue() bool         { return len(s.names()) == 0 }
+func (s structVal) Iterator() traits.Iterator { return &keyIter{keys: s.names(), lim: s.lim} }
+func (s structVal) Type() ref.Type            { return types.MapType }
+func (s structVal) Value() any                { return nativeOrNil(s) }
+func (s structVal) Equal(other ref.Val) ref.Val {
+	return standard(s).Equal(other)
+}
+func (s structVal) ConvertToNative(t reflect.Type) (any, error) {
+	return standard(s).ConvertToNative(t)
+}
+func (s structVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(s, t) }
+
+func convertMapType(v ref.Val, t ref.Type) ref.Val {
+	switch t {
+	case types.TypeType:
+		return types.MapType
+	case types.MapType:
+		return v
+	}
+	return standard(v).ConvertToType(t)
+}
+
+func (m mapVal) Find(key ref.Val) (ref.Val, bool) {
+	name, ok := key.(types.String)
+	if !ok {
+		return standard(m).(traits.Mapper).Find(key)
+	}
+	k := reflect.ValueOf(string(name))
+	if kt := m.v.Type().Key(); kt != k.Type() {
+		k = k.Convert(kt)
+	}
+	mv := m.v.MapIndex(k)
+	if !mv.IsValid() {
+		return nil, false
+	}
+	return valueOf(mv, m.conv, m.lim), true
+}
+
+func (m mapVal) Get(key ref.Val) ref.Val {
+	if v, ok := m.Find(key); ok {
+		return v
+	}
+	return noSuchKey(key)
+}
+
+func (m mapVal) Contains(key ref.Val) ref.Val {
+	v, ok := m.Find(key)
+	if !ok && v != nil {
+		return v
+	}
+	return types.Bool(ok)
+}
+
+func (m mapVal) keys() []string {
+	out := make([]string, 0, m.v.Len())
+	it := m.v.MapRange()
+	for it.Next() {
+		out = append(out, it.Key().String())
+	}
+	return out
+}
+
+func (m mapVal) Size() ref.Val                    { return types.Int(m.v.Len()) }
+func (m mapVal) IsZeroValue() bool                { return m.v.Len() == 0 }
+func (m mapVal) Iterator() traits.Iterator        { return &keyIter{keys: m.keys(), lim: m.lim} }
+func (m mapVal) Type() ref.Type                   { return types.MapType }
+func (m mapVal) Value() any                       { return nativeOrNil(m) }
+func (m mapVal) Equal(other ref.Val) ref.Val      { return standard(m).Equal(other) }
+func (m mapVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(m, t) }
+func (m mapVal) ConvertToNative(t reflect.Type) (any, error) {
+	return standard(m).ConvertToNative(t)
+}
+
+func (l listVal) Get(index ref.Val) ref.Val {
+	i, err := types.IndexOrError(index)
+	if err != nil {
+		return types.ValOrErr(index, "%s", err.Error())
+	}
+	if i < 0 || i >= l.v.Len() {
+		return types.NewErr("index '%d' out of range in list size '%d'", i, l.v.Len())
+	}
+	return valueOf(l.v.Index(i), l.conv, l.lim)
+}
+
+func (l listVal) Size() ref.Val                 { return types.Int(l.v.Len()) }
+func (l listVal) IsZeroValue() bool             { return l.v.Len() == 0 }
+func (l listVal) Iterator() traits.Iterator     { return &listIter{l: l} }
+func (l listVal) Type() ref.Type                { return types.ListType }
+func (l listVal) Value() any                    { return nativeOrNil(l) }
+func (l listVal) Equal(other ref.Val) ref.Val   { return standard(l).Equal(other) }
+func (l listVal) Add(other ref.Val) ref.Val     { return standard(l).(traits.Adder).Add(other) }
+func (l listVal) Contains(elem ref.Val) ref.Val { return standard(l).(traits.Container).Contains(elem) }
+func (l listVal) ConvertToNative(t reflect.Type) (any, error) {
+	return standard(l).ConvertToNative(t)
+}
+
+func (l listVal) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case types.TypeType:
+		return types.ListType
+	case types.ListType:
+		return l
+	}
+	return standard(l).ConvertToType(t)
+}
+
+// iterBase is the ref.Val side of an iterator, which CEL never uses as a value.
+type iterBase struct{}
+
+func (iterBase) ConvertToNative(reflect.Type) (any, error) {
+	return nil, fmt.Errorf("an iterator is not a value")
+}
+func (iterBase) ConvertToType(ref.Type) ref.Val { return types.NewErr("an iterator is not a value") }
+func (iterBase) Equal(ref.Val) ref.Val          { return types.NewErr("an iterator is not a value") }
+func (iterBase) Type() ref.Type                 { return types.IteratorType }
+func (iterBase) Value() any                     { return nil }
+
+type keyIter struct {
+	iterBase
+	keys []string
+	lim  *sizeLimit
+	i    int
+}
+
+func (it *keyIter) HasNext() ref.Val { return types.Bool(it.i < len(it.keys)) }
+func (it *keyIter) Next() ref.Val {
+	if it.i >= len(it.keys) {
+		return nil
+	}
+	it.i++
+	return it.lim.str(it.keys[it.i-1])
+}
+
+type listIter struct {
+	iterBase
+	l listVal
+	i int
+}
+
+func (it *listIter) HasNext() ref.Val { return types.Bool(it.i < it.l.v.Len()) }
+func (it *listIter) Next() ref.Val {
+	if it.i >= it.l.v.Len() {
+		return nil
+	}
+	it.i++
+	return valueOf(it.l.v.Index(it.i-1), it.l.conv, it.l.lim)
+}
