@@ -36,61 +36,125 @@ import (
 // a whole object for a value it cannot convert (an unsigned integer over 2^63-1, an array, a
 // map with keys that are not strings), where a view fails only an expression that reads it.
 
-// objectValue is obj as CEL's `object`. With lim, the object and every value its views hand
-// out are held to lim's bound (sizeLimit); without, none is.
-func objectValue(obj any, lim *sizeLimit) (ref.Val, error) {
+// objectValue is obj as CEL's `object`. With st, the object and every value its views hand
+// out are held to st's bound (evalState); without, none is.
+func objectValue(obj any, st *evalState) (ref.Val, error) {
 	switch o := obj.(type) {
 	case *unstructured.Unstructured:
 		if o.Object == nil {
 			return types.DefaultTypeAdapter.NativeToValue(map[string]any{}), nil
 		}
-		lim.admit(len(o.Object))
-		return mapVal{v: reflect.ValueOf(o.Object), lim: lim}, nil
+		st.admit(len(o.Object))
+		return st.newMap(reflect.ValueOf(o.Object), false, nil), nil
 	case runtime.Object:
 		v := reflect.ValueOf(o)
 		if v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct {
 			if info := structOf(v.Elem().Type()); info.viewable {
-				lim.admit(len(info.fields))
-				return structVal{v: v.Elem(), info: info, lim: lim}, nil
+				st.admit(len(info.fields))
+				return st.newStruct(v.Elem(), info), nil
 			}
 		}
 		data, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
 			return nil, err
 		}
-		lim.admit(len(data))
-		return mapVal{v: reflect.ValueOf(data), lim: lim}, nil
+		st.admit(len(data))
+		return st.newMap(reflect.ValueOf(data), false, nil), nil
 	}
 	return nil, fmt.Errorf("%T is not a Kubernetes object", obj)
 }
 
-// sizeLimit holds one evaluation to a bound on the size of every string, list and map its
-// views hand out: a string's bytes, a list's items, a map's entries, a struct's fields. The
-// cost of an expression is estimated at compile time for values of at most that size
-// (CompileFilter), so an evaluation that sees none larger stays within the estimate and need
-// not have its cost tracked. A larger value is handed out as an error instead, and over is
-// set: the caller evaluates again, tracking the cost. Used by one goroutine at a time.
-type sizeLimit struct {
+// evalState is one evaluation's: the bound on the size of every string, list and map its
+// views hand out (a string's bytes, a list's items, a map's entries, a struct's fields), and
+// the views themselves. The cost of an expression is estimated at compile time for values of
+// at most that size (CompileFilter), so an evaluation that sees none larger stays within the
+// estimate and need not have its cost tracked. A larger value is handed out as an error
+// instead, and over is set: the caller evaluates again, tracking the cost.
+//
+// The views are allocated in the state's slabs, which a pooled state keeps from one
+// evaluation to the next: an evaluation then allocates little but CEL's own values. A state
+// is used by one goroutine at a time, and no view outlives its evaluation (release). A nil
+// state bounds nothing and allocates each view on its own.
+type evalState struct {
 	max  int
 	over bool
+
+	act     objectActivation
+	structs []structVal
+	maps    []mapVal
+	lists   []listVal
+	iters   []listIter
+}
+
+var evalStates = sync.Pool{New: func() any { return new(evalState) }}
+
+// newEvalState is a pooled state bounded at max; release it when the evaluation is over and
+// its value read.
+func newEvalState(max int) *evalState {
+	st := evalStates.Get().(*evalState)
+	st.max, st.over = max, false
+	return st
+}
+
+// release returns st to the pool. Its views must no longer be used.
+func (st *evalState) release() {
+	clear(st.structs) // drop the objects they point into
+	clear(st.maps)
+	clear(st.lists)
+	clear(st.iters)
+	st.structs, st.maps, st.lists, st.iters = st.structs[:0], st.maps[:0], st.lists[:0], st.iters[:0]
+	st.act.object = nil
+	evalStates.Put(st)
 }
 
 // admit reports whether a value of size n is within the bound, and notes when it is not.
-func (l *sizeLimit) admit(n int) bool {
-	if l == nil || n <= l.max {
+func (st *evalState) admit(n int) bool {
+	if st == nil || n <= st.max {
 		return true
 	}
-	l.over = true
+	st.over = true
 	return false
 }
 
-func (l *sizeLimit) tooLarge(n int) ref.Val {
-	return types.NewErr("a value of size %d is over the bound of %d", n, l.max)
+func (st *evalState) newStruct(v reflect.Value, info *structInfo) *structVal {
+	if st == nil {
+		return &structVal{v: v, info: info}
+	}
+	st.structs = append(st.structs, structVal{v: v, info: info, st: st})
+	return &st.structs[len(st.structs)-1]
 }
 
-func (l *sizeLimit) str(s string) ref.Val {
-	if !l.admit(len(s)) {
-		return l.tooLarge(len(s))
+func (st *evalState) newMap(v reflect.Value, conv bool, info *structInfo) *mapVal {
+	if st == nil {
+		return &mapVal{v: v, conv: conv, info: info}
+	}
+	st.maps = append(st.maps, mapVal{v: v, conv: conv, info: info, st: st})
+	return &st.maps[len(st.maps)-1]
+}
+
+func (st *evalState) newList(v reflect.Value, conv bool, info *structInfo) *listVal {
+	if st == nil {
+		return &listVal{v: v, conv: conv, info: info}
+	}
+	st.lists = append(st.lists, listVal{v: v, conv: conv, info: info, st: st})
+	return &st.lists[len(st.lists)-1]
+}
+
+func (st *evalState) newListIter(l *listVal) *listIter {
+	if st == nil {
+		return &listIter{l: l}
+	}
+	st.iters = append(st.iters, listIter{l: l})
+	return &st.iters[len(st.iters)-1]
+}
+
+func (st *evalState) tooLarge(n int) ref.Val {
+	return types.NewErr("a value of size %d is over the bound of %d", n, st.max)
+}
+
+func (st *evalState) str(s string) ref.Val {
+	if !st.admit(len(s)) {
+		return st.tooLarge(len(s))
 	}
 	return types.String(s)
 }
@@ -114,7 +178,8 @@ type viewField struct {
 	index     []int // through inlined structs; may pass an embedded pointer
 	omitEmpty bool
 	omitZero  func(reflect.Value) bool
-	converts  bool // the field's type has its own conversion
+	converts  bool        // the field's type has its own conversion
+	info      *structInfo // the field's type's, when it is a struct
 }
 
 // structInfo is what a view needs of a struct type, computed once per type.
@@ -174,6 +239,9 @@ func collectFields(t reflect.Type, prefix []int, info *structInfo) bool {
 			}
 		}
 		if name != "" {
+			if f.Type.Kind() == reflect.Struct && !vf.converts {
+				vf.info = structOf(f.Type) // ends: no struct holds itself by value
+			}
 			info.fields = append(info.fields, vf)
 			continue
 		}
@@ -212,7 +280,7 @@ func isEmpty(v reflect.Value) bool {
 }
 
 // field is the value of field i of sv, and whether the conversion writes it.
-func (s structVal) field(i int) (reflect.Value, bool) {
+func (s *structVal) field(i int) (reflect.Value, bool) {
 	vf := &s.info.fields[i]
 	fv, err := s.v.FieldByIndexErr(vf.index)
 	if err != nil {
@@ -226,10 +294,10 @@ func (s structVal) field(i int) (reflect.Value, bool) {
 
 // fieldValue is a struct field's CEL value. The converter writes a field of a basic kind as
 // it is, before it looks for the type's own conversion.
-func fieldValue(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
+func fieldValue(v reflect.Value, vf *viewField, st *evalState) ref.Val {
 	switch v.Kind() {
 	case reflect.String:
-		return lim.str(v.String())
+		return st.str(v.String())
 	case reflect.Bool:
 		return types.Bool(v.Bool())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
@@ -239,7 +307,7 @@ func fieldValue(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
 	case reflect.Float32, reflect.Float64:
 		return types.Double(v.Float())
 	}
-	return valueOf(v, conv, lim)
+	return valueOf(v, vf.converts, vf.info, st)
 }
 
 func uintValue(u uint64) ref.Val {
@@ -251,11 +319,22 @@ func uintValue(u uint64) ref.Val {
 
 // typedValue is v's CEL value, as the converter would make it anywhere but a struct field.
 // The converter's own data (map[string]any, []any, string, int64, ...) reads as itself.
-func typedValue(v reflect.Value, lim *sizeLimit) ref.Val {
+func typedValue(v reflect.Value, st *evalState) ref.Val {
 	if !v.IsValid() {
 		return types.NullValue
 	}
-	return valueOf(v, converts(v.Type()), lim)
+	return valueOf(v, converts(v.Type()), nil, st)
+}
+
+// elemFacts is what valueOf needs of the elements of t, a slice or map type: looked up once
+// for a list or map, not once per element.
+func elemFacts(t reflect.Type) (conv bool, info *structInfo) {
+	et := t.Elem()
+	conv = converts(et)
+	if !conv && et.Kind() == reflect.Struct {
+		info = structOf(et)
+	}
+	return conv, info
 }
 
 // converts reports whether t has its own conversion (a json.Marshaler, an
@@ -264,7 +343,8 @@ func converts(t reflect.Type) bool { return value.TypeReflectEntryOf(t).CanConve
 
 // valueOf is typedValue for a v whose type is known to convert itself, or not (conv): the
 // views look that up once per field, list or map, not once per value.
-func valueOf(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
+// info, when known, is the struct info of v's type.
+func valueOf(v reflect.Value, conv bool, info *structInfo, st *evalState) ref.Val {
 	t := v.Type()
 	if conv {
 		u, err := value.TypeReflectEntryOf(t).ToUnstructured(v)
@@ -274,11 +354,11 @@ func valueOf(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
 		if u == nil {
 			return types.NullValue
 		}
-		return typedValue(reflect.ValueOf(u), lim)
+		return typedValue(reflect.ValueOf(u), st)
 	}
 	switch t.Kind() {
 	case reflect.String:
-		return lim.str(v.String())
+		return st.str(v.String())
 	case reflect.Bool:
 		return types.Bool(v.Bool())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
@@ -292,12 +372,13 @@ func valueOf(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
 			return types.NullValue
 		}
 		if t.Elem().Kind() == reflect.Uint8 {
-			return lim.str(base64.StdEncoding.EncodeToString(v.Bytes()))
+			return st.str(base64.StdEncoding.EncodeToString(v.Bytes()))
 		}
-		if !lim.admit(v.Len()) {
-			return lim.tooLarge(v.Len())
+		if !st.admit(v.Len()) {
+			return st.tooLarge(v.Len())
 		}
-		return listVal{v: v, lim: lim, conv: converts(t.Elem())}
+		conv, info := elemFacts(t)
+		return st.newList(v, conv, info)
 	case reflect.Map:
 		if v.IsNil() {
 			return types.NullValue
@@ -305,99 +386,104 @@ func valueOf(v reflect.Value, conv bool, lim *sizeLimit) ref.Val {
 		if t.Key().Kind() != reflect.String {
 			return types.NewErr("cannot convert a map keyed by %s", t.Key())
 		}
-		if !lim.admit(v.Len()) {
-			return lim.tooLarge(v.Len())
+		if !st.admit(v.Len()) {
+			return st.tooLarge(v.Len())
 		}
-		return mapVal{v: v, lim: lim, conv: converts(t.Elem())}
+		conv, info := elemFacts(t)
+		return st.newMap(v, conv, info)
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return types.NullValue
 		}
-		return typedValue(v.Elem(), lim)
+		return typedValue(v.Elem(), st)
 	case reflect.Struct:
-		info := structOf(t)
+		if info == nil {
+			info = structOf(t)
+		}
 		if !info.viewable {
-			return materialized(v, lim)
+			return materialized(v, st)
 		}
-		if !lim.admit(len(info.fields)) {
-			return lim.tooLarge(len(info.fields))
+		if !st.admit(len(info.fields)) {
+			return st.tooLarge(len(info.fields))
 		}
-		return structVal{v: v, info: info, lim: lim}
+		return st.newStruct(v, info)
 	}
 	return types.NewErr("cannot convert a value of kind %s", t.Kind())
 }
 
 // materialized converts a struct whole with the converter, for one a view does not model.
-func materialized(v reflect.Value, lim *sizeLimit) ref.Val {
+func materialized(v reflect.Value, st *evalState) ref.Val {
 	p := reflect.New(v.Type())
 	p.Elem().Set(v)
 	data, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p.Interface())
 	if err != nil {
 		return types.NewErr("%s: %v", v.Type(), err)
 	}
-	return typedValue(reflect.ValueOf(data), lim)
+	return typedValue(reflect.ValueOf(data), st)
 }
 
 // structVal is a typed struct as CEL's JSON-like map.
 type structVal struct {
 	v    reflect.Value
 	info *structInfo
-	lim  *sizeLimit
+	st   *evalState
 }
 
 // mapVal is a map keyed by a string kind as CEL's map.
 type mapVal struct {
 	v    reflect.Value
-	lim  *sizeLimit
-	conv bool // the values' type converts itself
+	st   *evalState
+	conv bool        // the values' type converts itself
+	info *structInfo // the values' type's, when they are structs
 }
 
 // listVal is a slice as CEL's list.
 type listVal struct {
 	v    reflect.Value
-	lim  *sizeLimit
-	conv bool // the items' type converts itself
+	st   *evalState
+	conv bool        // the items' type converts itself
+	info *structInfo // the items' type's, when they are structs
 }
 
 var (
-	_ traits.Mapper = structVal{}
-	_ traits.Mapper = mapVal{}
-	_ traits.Lister = listVal{}
+	_ traits.Mapper = (*structVal)(nil)
+	_ traits.Mapper = (*mapVal)(nil)
+	_ traits.Lister = (*listVal)(nil)
 )
 
 // native is val as the converter's data (map[string]any, []any, string, int64, ...), for the
 // operations that need a value whole: equality, conversion, Value.
 func native(val ref.Val) (any, error) {
 	switch x := val.(type) {
-	case structVal:
+	case *structVal:
 		out := make(map[string]any, len(x.info.byName))
 		for i := range x.info.fields {
 			fv, ok := x.field(i)
 			if !ok {
 				continue
 			}
-			n, err := native(fieldValue(fv, x.info.fields[i].converts, nil))
+			n, err := native(fieldValue(fv, &x.info.fields[i], nil))
 			if err != nil {
 				return nil, err
 			}
 			out[x.info.fields[i].name] = n
 		}
 		return out, nil
-	case mapVal:
+	case *mapVal:
 		out := make(map[string]any, x.v.Len())
 		it := x.v.MapRange()
 		for it.Next() {
-			n, err := native(valueOf(it.Value(), x.conv, nil))
+			n, err := native(valueOf(it.Value(), x.conv, x.info, nil))
 			if err != nil {
 				return nil, err
 			}
 			out[it.Key().String()] = n
 		}
 		return out, nil
-	case listVal:
+	case *listVal:
 		out := make([]any, x.v.Len())
 		for i := range out {
-			n, err := native(valueOf(x.v.Index(i), x.conv, nil))
+			n, err := native(valueOf(x.v.Index(i), x.conv, x.info, nil))
 			if err != nil {
 				return nil, err
 			}
@@ -433,27 +519,27 @@ func nativeOrNil(val ref.Val) any {
 func noSuchKey(key ref.Val) ref.Val { return types.ValOrErr(key, "no such key: %v", key) }
 
 // Find is the value of the field named key, when the conversion writes it.
-func (s structVal) Find(key ref.Val) (ref.Val, bool) {
+func (s *structVal) Find(key ref.Val) (ref.Val, bool) {
 	name, ok := key.(types.String)
 	if !ok {
 		return standard(s).(traits.Mapper).Find(key)
 	}
 	for _, i := range s.info.byName[string(name)] {
 		if fv, ok := s.field(i); ok {
-			return fieldValue(fv, s.info.fields[i].converts, s.lim), true
+			return fieldValue(fv, &s.info.fields[i], s.st), true
 		}
 	}
 	return nil, false
 }
 
-func (s structVal) Get(key ref.Val) ref.Val {
+func (s *structVal) Get(key ref.Val) ref.Val {
 	if v, ok := s.Find(key); ok {
 		return v
 	}
 	return noSuchKey(key)
 }
 
-func (s structVal) Contains(key ref.Val) ref.Val {
+func (s *structVal) Contains(key ref.Val) ref.Val {
 	v, ok := s.Find(key)
 	if !ok && v != nil {
 		return v // an error
@@ -462,7 +548,7 @@ func (s structVal) Contains(key ref.Val) ref.Val {
 }
 
 // names are the names the conversion writes.
-func (s structVal) names() []string {
+func (s *structVal) names() []string {
 	var out []string
 	for name, idx := range s.info.byName {
 		for _, i := range idx {
@@ -475,18 +561,18 @@ func (s structVal) names() []string {
 	return out
 }
 
-func (s structVal) Size() ref.Val             { return types.Int(len(s.names())) }
-func (s structVal) IsZeroValue() bool         { return len(s.names()) == 0 }
-func (s structVal) Iterator() traits.Iterator { return &keyIter{keys: s.names(), lim: s.lim} }
-func (s structVal) Type() ref.Type            { return types.MapType }
-func (s structVal) Value() any                { return nativeOrNil(s) }
-func (s structVal) Equal(other ref.Val) ref.Val {
+func (s *structVal) Size() ref.Val             { return types.Int(len(s.names())) }
+func (s *structVal) IsZeroValue() bool         { return len(s.names()) == 0 }
+func (s *structVal) Iterator() traits.Iterator { return &keyIter{keys: s.names(), st: s.st} }
+func (s *structVal) Type() ref.Type            { return types.MapType }
+func (s *structVal) Value() any                { return nativeOrNil(s) }
+func (s *structVal) Equal(other ref.Val) ref.Val {
 	return standard(s).Equal(other)
 }
-func (s structVal) ConvertToNative(t reflect.Type) (any, error) {
+func (s *structVal) ConvertToNative(t reflect.Type) (any, error) {
 	return standard(s).ConvertToNative(t)
 }
-func (s structVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(s, t) }
+func (s *structVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(s, t) }
 
 func convertMapType(v ref.Val, t ref.Type) ref.Val {
 	switch t {
@@ -498,7 +584,7 @@ func convertMapType(v ref.Val, t ref.Type) ref.Val {
 	return standard(v).ConvertToType(t)
 }
 
-func (m mapVal) Find(key ref.Val) (ref.Val, bool) {
+func (m *mapVal) Find(key ref.Val) (ref.Val, bool) {
 	name, ok := key.(types.String)
 	if !ok {
 		return standard(m).(traits.Mapper).Find(key)
@@ -511,17 +597,17 @@ func (m mapVal) Find(key ref.Val) (ref.Val, bool) {
 	if !mv.IsValid() {
 		return nil, false
 	}
-	return valueOf(mv, m.conv, m.lim), true
+	return valueOf(mv, m.conv, m.info, m.st), true
 }
 
-func (m mapVal) Get(key ref.Val) ref.Val {
+func (m *mapVal) Get(key ref.Val) ref.Val {
 	if v, ok := m.Find(key); ok {
 		return v
 	}
 	return noSuchKey(key)
 }
 
-func (m mapVal) Contains(key ref.Val) ref.Val {
+func (m *mapVal) Contains(key ref.Val) ref.Val {
 	v, ok := m.Find(key)
 	if !ok && v != nil {
 		return v
@@ -529,7 +615,7 @@ func (m mapVal) Contains(key ref.Val) ref.Val {
 	return types.Bool(ok)
 }
 
-func (m mapVal) keys() []string {
+func (m *mapVal) keys() []string {
 	out := make([]string, 0, m.v.Len())
 	it := m.v.MapRange()
 	for it.Next() {
@@ -538,18 +624,18 @@ func (m mapVal) keys() []string {
 	return out
 }
 
-func (m mapVal) Size() ref.Val                    { return types.Int(m.v.Len()) }
-func (m mapVal) IsZeroValue() bool                { return m.v.Len() == 0 }
-func (m mapVal) Iterator() traits.Iterator        { return &keyIter{keys: m.keys(), lim: m.lim} }
-func (m mapVal) Type() ref.Type                   { return types.MapType }
-func (m mapVal) Value() any                       { return nativeOrNil(m) }
-func (m mapVal) Equal(other ref.Val) ref.Val      { return standard(m).Equal(other) }
-func (m mapVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(m, t) }
-func (m mapVal) ConvertToNative(t reflect.Type) (any, error) {
+func (m *mapVal) Size() ref.Val                    { return types.Int(m.v.Len()) }
+func (m *mapVal) IsZeroValue() bool                { return m.v.Len() == 0 }
+func (m *mapVal) Iterator() traits.Iterator        { return &keyIter{keys: m.keys(), st: m.st} }
+func (m *mapVal) Type() ref.Type                   { return types.MapType }
+func (m *mapVal) Value() any                       { return nativeOrNil(m) }
+func (m *mapVal) Equal(other ref.Val) ref.Val      { return standard(m).Equal(other) }
+func (m *mapVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(m, t) }
+func (m *mapVal) ConvertToNative(t reflect.Type) (any, error) {
 	return standard(m).ConvertToNative(t)
 }
 
-func (l listVal) Get(index ref.Val) ref.Val {
+func (l *listVal) Get(index ref.Val) ref.Val {
 	i, err := types.IndexOrError(index)
 	if err != nil {
 		return types.ValOrErr(index, "%s", err.Error())
@@ -557,22 +643,24 @@ func (l listVal) Get(index ref.Val) ref.Val {
 	if i < 0 || i >= l.v.Len() {
 		return types.NewErr("index '%d' out of range in list size '%d'", i, l.v.Len())
 	}
-	return valueOf(l.v.Index(i), l.conv, l.lim)
+	return valueOf(l.v.Index(i), l.conv, l.info, l.st)
 }
 
-func (l listVal) Size() ref.Val                 { return types.Int(l.v.Len()) }
-func (l listVal) IsZeroValue() bool             { return l.v.Len() == 0 }
-func (l listVal) Iterator() traits.Iterator     { return &listIter{l: l} }
-func (l listVal) Type() ref.Type                { return types.ListType }
-func (l listVal) Value() any                    { return nativeOrNil(l) }
-func (l listVal) Equal(other ref.Val) ref.Val   { return standard(l).Equal(other) }
-func (l listVal) Add(other ref.Val) ref.Val     { return standard(l).(traits.Adder).Add(other) }
-func (l listVal) Contains(elem ref.Val) ref.Val { return standard(l).(traits.Container).Contains(elem) }
-func (l listVal) ConvertToNative(t reflect.Type) (any, error) {
+func (l *listVal) Size() ref.Val               { return types.Int(l.v.Len()) }
+func (l *listVal) IsZeroValue() bool           { return l.v.Len() == 0 }
+func (l *listVal) Iterator() traits.Iterator   { return l.st.newListIter(l) }
+func (l *listVal) Type() ref.Type              { return types.ListType }
+func (l *listVal) Value() any                  { return nativeOrNil(l) }
+func (l *listVal) Equal(other ref.Val) ref.Val { return standard(l).Equal(other) }
+func (l *listVal) Add(other ref.Val) ref.Val   { return standard(l).(traits.Adder).Add(other) }
+func (l *listVal) Contains(elem ref.Val) ref.Val {
+	return standard(l).(traits.Container).Contains(elem)
+}
+func (l *listVal) ConvertToNative(t reflect.Type) (any, error) {
 	return standard(l).ConvertToNative(t)
 }
 
-func (l listVal) ConvertToType(t ref.Type) ref.Val {
+func (l *listVal) ConvertToType(t ref.Type) ref.Val {
 	switch t {
 	case types.TypeType:
 		return types.ListType
@@ -596,7 +684,7 @@ func (iterBase) Value() any                     { return nil }
 type keyIter struct {
 	iterBase
 	keys []string
-	lim  *sizeLimit
+	st   *evalState
 	i    int
 }
 
@@ -606,12 +694,12 @@ func (it *keyIter) Next() ref.Val {
 		return nil
 	}
 	it.i++
-	return it.lim.str(it.keys[it.i-1])
+	return it.st.str(it.keys[it.i-1])
 }
 
 type listIter struct {
 	iterBase
-	l listVal
+	l *listVal
 	i int
 }
 
@@ -621,5 +709,5 @@ func (it *listIter) Next() ref.Val {
 		return nil
 	}
 	it.i++
-	return valueOf(it.l.v.Index(it.i-1), it.l.conv, it.l.lim)
+	return valueOf(it.l.v.Index(it.i-1), it.l.conv, it.l.info, it.l.st)
 }

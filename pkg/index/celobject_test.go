@@ -211,7 +211,7 @@ func TestCELViewMatchesConversion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := view.(structVal); !ok {
+		if _, ok := view.(*structVal); !ok {
 			t.Fatalf("%T is converted whole, not viewed", o)
 		}
 		got, err := native(view)

@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,12 +21,14 @@ const FilterCostLimit = 1_000_000
 // over millions of objects stays inside it (10 units each over 2M objects is 20M), one that
 // nears the per-call limit on every object does not run for minutes. Where evaluations run
 // without their cost tracked (below), the budget counts the tracked cost of one in
-// costSample, times costSample.
+// costSample at random, times costSample.
 const FilterRequestBudget = 200_000_000
 
 // costSample: of a request's evaluations that need no cost tracking for the limit, one in
-// costSample is tracked all the same, to count against the request's budget.
-const costSample = 16
+// costSample at random is tracked all the same, to count against the request's budget. At
+// random rather than by a shared count: concurrent evaluations of a request share nothing
+// they write until one is tracked.
+const costSample = 64
 
 // sizeBounds are the bounds a filter's cost is estimated at, largest first (Filter.bound).
 var sizeBounds = []int{65536, 16384, 4096, 1024, 256, 64}
@@ -40,7 +43,7 @@ var sizeBounds = []int{65536, 16384, 4096, 1024, 256, 64}
 // that estimate is within half of FilterCostLimit (the estimate leaves out a unit or two per
 // step outside loops, and counts loops fully: TestFilterFastPath finds evaluations at most
 // 1.7 times their estimate). An evaluation of fast over an object whose every
-// value it reads is within bound (sizeLimit) therefore stays within the limit untracked; one
+// value it reads is within bound (evalState) therefore stays within the limit untracked; one
 // that meets a larger value runs again as prg, tracked and stopped at the limit.
 type Filter struct {
 	expr  string
@@ -117,7 +120,6 @@ type Bound struct {
 	f      *Filter
 	once   bool          // a list's or summary's: budget and failures count (Bind)
 	budget uint64        // FilterRequestBudget; smaller in tests
-	evals  atomic.Uint64 // evaluations so far, for costSample
 	spent  atomic.Uint64 // cost of the request's evaluations so far (estimated: costSample)
 	failed atomic.Bool   // set with fail: every later evaluation fails at once
 	mu     sync.Mutex
@@ -134,7 +136,7 @@ func (b *Bound) Matches(obj any) bool {
 	}
 	charge := uint64(1)
 	if b.f.fast != nil {
-		if !b.once || b.evals.Add(1)%costSample != 0 {
+		if !b.once || rand.Uint64N(costSample) != 0 {
 			if pass, ok := b.matchesFast(obj); ok {
 				return pass
 			}
@@ -170,16 +172,18 @@ func (b *Bound) Matches(obj any) bool {
 // matchesFast evaluates the untracked program; ok is false when obj holds a value over the
 // filter's bound, whose cost the estimate does not cover.
 func (b *Bound) matchesFast(obj any) (pass, ok bool) {
-	lim := &sizeLimit{max: b.f.bound}
-	object, err := objectValue(obj, lim)
+	st := newEvalState(b.f.bound)
+	defer st.release()
+	object, err := objectValue(obj, st)
 	if err != nil {
 		return false, true
 	}
-	if lim.over {
+	if st.over {
 		return false, false
 	}
-	val, _, err := b.f.fast.Eval(&objectActivation{object: object})
-	if lim.over {
+	st.act.object = object
+	val, _, err := b.f.fast.Eval(&st.act)
+	if st.over {
 		return false, false
 	}
 	return err == nil && val == types.True, true
@@ -197,10 +201,14 @@ func (b *Bound) failWith(err error) {
 // Expr is the filter's expression.
 func (b *Bound) Expr() string { return b.f.expr }
 
-// Values is Matches as the values of a field term: "true" when obj passes.
+// passes is the values of an object that passes: one slice for all, which no caller changes.
+var passes = []string{"true"}
+
+// Values is Matches as the values of a field term: "true" when obj passes. The slice is
+// shared: read it, never change it.
 func (b *Bound) Values(obj any) []string {
 	if b.Matches(obj) {
-		return []string{"true"}
+		return passes[:1:1]
 	}
 	return nil
 }

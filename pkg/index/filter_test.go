@@ -339,7 +339,7 @@ func TestFilterBudgetCountsSampledCost(t *testing.T) {
 	b := f.Bind()
 	b.budget = 2000 * cost // two thousand evaluations' worth
 	evals := 0
-	for b.Err() == nil && evals < 10_000 {
+	for b.Err() == nil && evals < 20_000 {
 		if !b.Matches(p) && b.Err() == nil {
 			t.Fatal("a passing object failed within the budget")
 		}
@@ -348,7 +348,9 @@ func TestFilterBudgetCountsSampledCost(t *testing.T) {
 	if err := b.Err(); err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Fatalf("after %d evaluations: Err %v, want the budget spent", evals, err)
 	}
-	if evals < 2000-costSample || evals > 2000+costSample {
+	// One evaluation in costSample at random counts costSample times: the budget is spent
+	// after about 2,000 (a standard deviation of 360; these bounds are 4 and 8 of them away).
+	if evals < 500 || evals > 5000 {
 		t.Errorf("the budget of 2,000 evaluations was spent after %d", evals)
 	}
 }
