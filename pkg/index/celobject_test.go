@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/randfill"
@@ -232,7 +233,7 @@ func TestCELViewMatchesConversion(t *testing.T) {
 			t.Fatal(err)
 		}
 		answered := 0
-		for _, o := range objs {
+		for _, o := range append(objs, unstructuredOf(t, objs)...) {
 			whole, view, wholeErr, viewErr := evalBoth(t, prg, o)
 			if (wholeErr == nil) != (viewErr == nil) {
 				t.Errorf("%s on %T: converted whole: %v (%v); viewed: %v (%v)", expr, o, whole, wholeErr, view, viewErr)
@@ -251,6 +252,20 @@ func TestCELViewMatchesConversion(t *testing.T) {
 			t.Errorf("%s: no object answers it: the expression tests nothing", expr)
 		}
 	}
+}
+
+// unstructuredOf is objs converted, as unstructured objects: views read the converter's data
+// too, and must read it as CEL reads that data itself.
+func unstructuredOf(t *testing.T, objs []runtime.Object) []runtime.Object {
+	var out []runtime.Object
+	for _, o := range objs {
+		data, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, &unstructured.Unstructured{Object: data})
+	}
+	return out
 }
 
 // TestCELViewIndexesAndFilters: custom CEL indexes and where filters read views and keep their

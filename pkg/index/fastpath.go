@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -29,6 +30,27 @@ type pathStep struct {
 	kind  stepKind
 	name  string // of a field step
 	index int    // of an index step
+	// last is the struct type a field step last met and where the field is in it: the objects
+	// of one resource all meet the same types, so the walk looks each field up once, not per
+	// object. Shared by concurrent walks.
+	last *atomic.Pointer[stepHit]
+}
+
+// stepHit is a field step's lookup in one struct type.
+type stepHit struct {
+	t  reflect.Type
+	jf jsonField
+	ok bool
+}
+
+// field finds st's field in struct type t.
+func (st pathStep) field(t reflect.Type) (jsonField, bool) {
+	if h := st.last.Load(); h != nil && h.t == t {
+		return h.jf, h.ok
+	}
+	jf, ok := fieldsOf(t)[st.name]
+	st.last.Store(&stepHit{t: t, jf: jf, ok: ok})
+	return jf, ok
 }
 
 // parsePlainPath reads tmpl, a template as compileJSONPath has it ("{...}"), as a plain path;
@@ -53,7 +75,7 @@ func parsePlainPath(tmpl string) ([]pathStep, bool) {
 			if name == "" || strings.ContainsAny(name, "*{}\\'\"?@()*,: \t]") {
 				return nil, false // "..", a recursive descent, or a name the walk does not read
 			}
-			steps = append(steps, pathStep{kind: stepField, name: name})
+			steps = append(steps, pathStep{kind: stepField, name: name, last: new(atomic.Pointer[stepHit])})
 			body = body[end:]
 		case '[':
 			end := strings.IndexByte(body, ']')
@@ -108,7 +130,7 @@ func walkPlain(steps []pathStep, v reflect.Value, out []string) ([]string, bool)
 		case stepField:
 			switch v.Kind() {
 			case reflect.Struct:
-				jf, ok := fieldsOf(v.Type())[st.name]
+				jf, ok := st.field(v.Type())
 				if !ok {
 					return out, false
 				}
