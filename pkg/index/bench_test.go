@@ -56,6 +56,10 @@ func BenchmarkIndexFuncs(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	whereRegex, err := CompileFilter("object.metadata.name.matches('^web-[a-z0-9]+-[a-z]+$')")
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		fn   cache.IndexFunc
@@ -66,6 +70,7 @@ func BenchmarkIndexFuncs(b *testing.B) {
 		{"JSONPath-spec.nodeName", jp, 1}, {"JSONPath-images", jpImages, 2}, {"JSONPath-phase", jpPhase, 1},
 		{"CEL-label", celTeam, 1}, {"CEL-images", celImages, 2},
 		{"CEL-where", func(obj any) ([]string, error) { return where.BindWatch().Values(obj), nil }, 1},
+		{"CEL-where-regex", func(obj any) ([]string, error) { return whereRegex.BindWatch().Values(obj), nil }, 1},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()

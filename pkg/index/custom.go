@@ -208,7 +208,7 @@ func compileCEL(expr string) (cache.IndexFunc, error) {
 	if iss.Err() != nil {
 		return nil, iss.Err()
 	}
-	prg, err := celEnv.Program(ast)
+	prg, err := celEnv.Program(ast, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, err
 	}
