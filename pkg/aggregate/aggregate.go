@@ -71,8 +71,9 @@ type Options struct {
 	// SyncPollInterval is how often a joining member's sync is checked. Default 50ms.
 	SyncPollInterval time.Duration
 	// LearnedIndexes bounds how many summary keys asked again become count indexes
-	// (learned.go); LearnedIndexBytes bounds their memory. Defaults DefaultLearnedIndexes and
-	// DefaultLearnedIndexBytes; LearnedIndexes < 0 learns none.
+	// (learned.go); LearnedIndexBytes bounds their memory, and each kept index's (KeepCounts).
+	// Defaults DefaultLearnedIndexes and DefaultLearnedIndexBytes; LearnedIndexes < 0 learns
+	// none.
 	LearnedIndexes    int
 	LearnedIndexBytes int64
 	// SortIndexes bounds how many orders of sorted lists asked again become sort indexes

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/multicache/multicache/pkg/index"
+	"go.uber.org/zap"
 
 	"k8s.io/client-go/tools/cache"
 )
@@ -54,6 +55,9 @@ type LearnedIndex struct {
 	Answers int64
 	// Kept: counted from the start (KeepCounts), never evicted.
 	Kept bool
+	// GivenUp: a kept index that outgrew LearnedIndexBytes on its own (a key with about a
+	// value per object) and counts no more; summaries by its key read objects.
+	GivenUp bool
 }
 
 // learner keeps the learned and the kept indexes of one Aggregate. Its mu (indexSet's) guards
@@ -120,6 +124,9 @@ func (a *Aggregate) askLearned(k GroupKey, members []*member) *countIndex {
 	l.mu.Lock()
 	if idx, ok := l.kept[k.text]; ok {
 		l.mu.Unlock()
+		if idx.isGivenUp() {
+			return nil // read objects; nor is it learned, which would outgrow the bound too
+		}
 		if idx.isRemoved() { // its backlog overflowed: counted again from now on
 			l.runKept(a)
 			return nil
@@ -256,10 +263,12 @@ func (k GroupKey) IndexName() (string, bool) { return k.arg, k.kind == byIndex }
 // evicted: a summary by it (alone or with cluster, with no filter but clusters) reads counts,
 // not objects, from its first ask once the index has had every cluster's list. Its handler
 // runs while the Aggregate has members (it stops when the last leaves, and starts over at the
-// next join). Its memory is per cluster and distinct value, as a learned index's (a key with
-// a value per object, a name or a uid, costs memory per object), and shows in LearnedIndexes;
-// it is not counted against the learned indexes' bounds. Keeping a key kept already does
-// nothing.
+// next join). Its memory is per cluster and distinct value, as a learned index's, and shows in
+// LearnedIndexes; it is not counted against the learned indexes' bounds, but one kept index
+// that alone outgrows LearnedIndexBytes (a key with about a value per object, a name or a
+// uid) gives up: it drops its counts, says so in the log and LearnedIndex.GivenUp, and
+// summaries by its key read objects from then on, while the key is kept. Keeping a key kept
+// already does nothing.
 func (a *Aggregate) KeepCounts(by string) error {
 	k, err := ParseCountedKey(by)
 	if err != nil {
@@ -273,7 +282,7 @@ func (a *Aggregate) KeepCounts(by string) error {
 	l := a.learn
 	l.mu.Lock()
 	if _, ok := l.kept[k.text]; !ok {
-		l.kept[k.text] = &countIndex{key: k, agg: a, kept: true, removed: true} // runKept starts it
+		l.kept[k.text] = &countIndex{key: k, agg: a, kept: true, removed: true, limit: l.maxBytes} // runKept starts it
 	}
 	l.mu.Unlock()
 	l.runKept(a)
@@ -289,7 +298,7 @@ func (l *learner) runKept(a *Aggregate) {
 	l.mu.Lock()
 	restart := false
 	for _, idx := range l.kept {
-		restart = restart || idx.isRemoved()
+		restart = restart || idx.isRemoved() && !idx.isGivenUp()
 	}
 	if !restart || len(a.Clusters()) == 0 {
 		l.mu.Unlock()
@@ -299,8 +308,11 @@ func (l *learner) runKept(a *Aggregate) {
 	var old []*countIndex
 	for _, key := range slices.Sorted(maps.Keys(l.kept)) {
 		idx := l.kept[key]
+		if idx.isGivenUp() {
+			continue // stays given up, out of the handler
+		}
 		old = append(old, idx)
-		idx = &countIndex{key: idx.key, agg: a, counts: map[string]*clusterCounts{}, kept: true}
+		idx = &countIndex{key: idx.key, agg: a, counts: map[string]*clusterCounts{}, kept: true, limit: idx.limit}
 		l.kept[key] = idx
 		h = append(h, idx)
 	}
@@ -324,7 +336,9 @@ func (l *learner) stopKeptIfEmpty(a *Aggregate) {
 	}
 	for key, idx := range l.kept {
 		idx.remove()
-		l.kept[key] = &countIndex{key: idx.key, agg: a, kept: true, removed: true}
+		if !idx.isGivenUp() {
+			l.kept[key] = &countIndex{key: idx.key, agg: a, kept: true, removed: true, limit: idx.limit}
+		}
 	}
 }
 
@@ -347,8 +361,9 @@ func (a *Aggregate) LearnedIndexes() []LearnedIndex {
 				n++
 			}
 		}
+		givenUp := idx.givenUp
 		idx.mu.Unlock()
-		out = append(out, LearnedIndex{Key: idx.key.text, Bytes: idx.size.Load(), Clusters: n, Answers: idx.answers.Load(), Kept: idx.kept})
+		out = append(out, LearnedIndex{Key: idx.key.text, Bytes: idx.size.Load(), Clusters: n, Answers: idx.answers.Load(), Kept: idx.kept, GivenUp: givenUp})
 	}
 	return out
 }
@@ -358,8 +373,13 @@ type countIndex struct {
 	key  GroupKey
 	agg  *Aggregate
 	kept bool // KeepCounts'
+	// limit bounds a kept index's estimated bytes (the learned indexes' byte bound): past it,
+	// the index gives up (givenUp) and counts no more. 0: no bound (a learned index, which the
+	// learner's bound evicts instead).
+	limit int64
 
 	mu      sync.Mutex
+	givenUp bool          // under mu; a given-up index stays so, across restarts, while its key is kept
 	reg     *Registration // nil until added
 	removed bool          // evicted: its handler is removed, or will be once added
 	counts  map[string]*clusterCounts
@@ -369,6 +389,22 @@ type countIndex struct {
 }
 
 func (ci *countIndex) bytes() int64 { return ci.size.Load() }
+
+// isGivenUp reports whether the index outgrew its limit and counts no more.
+func (ci *countIndex) isGivenUp() bool {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	return ci.givenUp
+}
+
+// giveUpLocked drops the counts of an index past its limit, for good. Callers hold ci.mu.
+func (ci *countIndex) giveUpLocked() {
+	ci.givenUp = true
+	ci.agg.log.Warn("kept counts given up: over the byte bound, summaries by the key read objects",
+		zap.String("key", ci.key.text), zap.Int64("bytes", ci.size.Load()), zap.Int64("bound", ci.limit))
+	ci.counts = map[string]*clusterCounts{}
+	ci.size.Store(0)
+}
 
 func (ci *countIndex) isRemoved() bool {
 	ci.mu.Lock()
@@ -410,12 +446,14 @@ func (ci *countIndex) OnDelete(cluster string, obj any) {
 }
 func (ci *countIndex) OnListed(cluster string) {
 	ci.mu.Lock()
-	ci.cluster(cluster).listed = true
+	if !ci.givenUp {
+		ci.cluster(cluster).listed = true
+	}
 	ci.mu.Unlock()
 }
 func (ci *countIndex) OnLeft(cluster string) {
 	ci.mu.Lock()
-	if cc := ci.counts[cluster]; cc != nil {
+	if cc := ci.counts[cluster]; cc != nil && !ci.givenUp {
 		n := countClusterOverheadBytes + int64(len(cluster))
 		for v := range cc.values {
 			n += countEntryBytes + int64(len(v))
@@ -440,6 +478,9 @@ func (ci *countIndex) cluster(c string) *clusterCounts {
 func (ci *countIndex) change(cluster string, obj any, d int) {
 	ci.mu.Lock()
 	defer ci.mu.Unlock()
+	if ci.givenUp {
+		return
+	}
 	cc := ci.cluster(cluster)
 	cc.objects += d
 	ci.vals = ci.key.appendValues(ci.agg, cluster, obj, ci.vals[:0])
@@ -462,6 +503,9 @@ func (ci *countIndex) change(cluster string, obj any, d int) {
 			ci.size.Add(-countEntryBytes - int64(len(k)))
 			delete(cc.values, k)
 		}
+	}
+	if ci.limit > 0 && ci.size.Load() > ci.limit {
+		ci.giveUpLocked()
 	}
 }
 

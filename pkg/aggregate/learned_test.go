@@ -566,3 +566,84 @@ func BenchmarkKeptCounts(b *testing.B) {
 			med(got[i].perUpdate), slices.Min(got[i].perUpdate), slices.Max(got[i].perUpdate), 100*float64(med(got[i].perUpdate))/float64(med(got[0].perUpdate)))
 	}
 }
+
+// TestKeptCountsGiveUpPastTheBound: a kept key with about a value per object outgrows the byte
+// bound on its own; it gives up (counts dropped, LearnedIndex.GivenUp), summaries by it read
+// objects and stay right, other kept keys go on, and it stays given up across the last leave
+// and the next join.
+func TestKeptCountsGiveUpPastTheBound(t *testing.T) {
+	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond,
+		CountedKeys: []string{"namespace", "field:metadata.name"}, LearnedIndexBytes: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := func(c string) context.CancelFunc {
+		s := &source{}
+		for i := range 1000 {
+			s.items = append(s.items, *cm(fmt.Sprint("ns", i%4), fmt.Sprint("object-", i), "1", nil))
+		}
+		inf, cancel := startInformer(t, s)
+		if err := ms.Join(c, inf); err != nil {
+			t.Fatal(err)
+		}
+		return cancel
+	}
+	check := func(when string) {
+		t.Helper()
+		// A summary by name: 2,000 groups over two clusters, one object each, read from objects.
+		s, err := a.Summarize(Query{}, "field:metadata.name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Groups) != 1000 || s.Total != 2000 || s.Groups[0].Count != 2 {
+			t.Fatalf("%s: by name: %d groups, total %d, first %d; want 1000, 2000, 2", when, len(s.Groups), s.Total, s.Groups[0].Count)
+		}
+		var name, ns LearnedIndex
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			for _, li := range a.LearnedIndexes() {
+				switch li.Key {
+				case "field:metadata.name":
+					name = li
+				case "namespace":
+					ns = li
+				}
+			}
+			if ns.Clusters == 2 && name.GivenUp || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !name.GivenUp || name.Bytes != 0 || name.Clusters != 0 {
+			t.Fatalf("%s: the name's kept counts: %+v, want given up with no bytes", when, name)
+		}
+		if ns.GivenUp || ns.Clusters != 2 {
+			t.Fatalf("%s: the namespace's kept counts: %+v, want counting both clusters", when, ns)
+		}
+		before := answersOf(a, "namespace")
+		s, err = a.Summarize(Query{}, "namespace")
+		if err != nil || s.Total != 2000 || len(s.Groups) != 4 {
+			t.Fatalf("%s: by namespace: %+v, %v", when, s, err)
+		}
+		if answersOf(a, "namespace") != before+1 {
+			t.Fatalf("%s: the namespace's kept counts did not answer", when)
+		}
+		for _, li := range a.LearnedIndexes() {
+			if !li.Kept {
+				t.Fatalf("%s: %q became a learned index: it would outgrow the bound too", when, li.Key)
+			}
+		}
+	}
+	stop1, stop2 := join("c1"), join("c2")
+	a.WaitForSync(context.Background(), 5*time.Second)
+	check("after the joins")
+	check("asked again") // a second ask does not learn the name either
+	stop1()
+	stop2()
+	ms.Leave("c1")
+	ms.Leave("c2")
+	join("c1")
+	join("c2")
+	a.WaitForSync(context.Background(), 5*time.Second)
+	check("after the last leave and new joins")
+}
