@@ -193,6 +193,17 @@ func (ms *Membership) Leave(cluster string) {
 	ms.a.learn.stopKeptIfEmpty(ms.a)
 }
 
+// Close stops what the Aggregate runs on its own, for an owner that is done with it: the
+// handlers of its kept counts, learned indexes and sort indexes. Its members stay, with their
+// last state, and answer lists as before; summaries and sorted lists read objects, and nothing
+// is learned from then on. A Registry closes its aggregates when Start returns.
+func (ms *Membership) Close() {
+	ms.a.learn.close()
+	ms.a.sorts.mu.Lock()
+	ms.a.sorts.closeLocked()
+	ms.a.sorts.mu.Unlock()
+}
+
 // Handoff removes cluster because another replica serves it now, not because its objects or
 // the cluster are gone. Queries stop reading it at once, as after Leave. A handler that
 // implements HandoffHandler is told once, with OnHandoff; any other handler is told of each

@@ -120,6 +120,12 @@ func (s *indexSet[I]) bound() {
 	}
 }
 
+// closeLocked removes every index, with its handler, and learns none from then on.
+func (s *indexSet[I]) closeLocked() {
+	s.max = 0
+	s.asked.Purge() // its eviction removes each index
+}
+
 // indexesLocked lists the started indexes, least recently asked first. s.mu is held.
 func (s *indexSet[I]) indexesLocked() []I {
 	var none I

@@ -65,6 +65,9 @@ type LearnedIndex struct {
 type learner struct {
 	*indexSet[*countIndex]
 	kept map[string]*countIndex // KeepCounts' keys, never evicted
+	// closed: the Aggregate's owner is done with it (Membership.Close): no index runs or
+	// starts from then on.
+	closed bool
 }
 
 func newLearner(maxIndexes int, maxBytes int64) *learner {
@@ -300,7 +303,7 @@ func (l *learner) runKept(a *Aggregate) {
 	for _, idx := range l.kept {
 		restart = restart || idx.isRemoved() && !idx.isGivenUp()
 	}
-	if !restart || len(a.Clusters()) == 0 {
+	if l.closed || !restart || len(a.Clusters()) == 0 {
 		l.mu.Unlock()
 		return
 	}
@@ -340,6 +343,20 @@ func (l *learner) stopKeptIfEmpty(a *Aggregate) {
 			l.kept[key] = &countIndex{key: idx.key, agg: a, kept: true, removed: true, limit: idx.limit}
 		}
 	}
+}
+
+// close removes every kept and learned index's handler, for good (Membership.Close).
+func (l *learner) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for key, idx := range l.kept {
+		idx.remove()
+		if !idx.isGivenUp() {
+			l.kept[key] = &countIndex{key: idx.key, agg: idx.agg, kept: true, removed: true, limit: idx.limit}
+		}
+	}
+	l.closeLocked()
 }
 
 // LearnedIndexes lists the kept indexes (KeepCounts), then the learned ones, least recently

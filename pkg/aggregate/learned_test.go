@@ -647,3 +647,63 @@ func TestKeptCountsGiveUpPastTheBound(t *testing.T) {
 	a.WaitForSync(context.Background(), 5*time.Second)
 	check("after the last leave and new joins")
 }
+
+// TestCloseStopsIndexes: Close removes the handlers of the kept counts, the learned indexes
+// and the sort indexes; the members stay and answer, summaries read objects and stay right,
+// and neither asks nor a later join start anything again.
+func TestCloseStopsIndexes(t *testing.T) {
+	a, ms, err := New(Options{Resource: "configmaps", SyncPollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := func(c string) {
+		s := &source{}
+		for i := range 20 {
+			s.items = append(s.items, *cm(fmt.Sprint("ns", i%2), fmt.Sprint("o", i), "1", map[string]string{"rank": fmt.Sprint(i % 3)}))
+		}
+		inf, _ := startInformer(t, s)
+		if err := ms.Join(c, inf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	join("c1")
+	a.WaitForSync(context.Background(), 5*time.Second)
+	rank := Sorter{Name: "rank", Value: func(obj any) string { return obj.(*corev1.ConfigMap).Labels["rank"] }}
+	all := Query{Clusters: []string{"c1"}}
+	handlers := func() int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.regs)
+	}
+	waitTrue(t, "kept, learned and sort indexes running", func() bool {
+		_, _ = a.Summarize(Query{}, "label:rank")
+		a.SortedAfter(all, rank, nil, 5)
+		return handlers() == 3 && len(a.SortIndexes()) == 1 && len(a.LearnedIndexes()) == 2
+	})
+	ms.Close()
+	waitTrue(t, "every handler removed", func() bool { return handlers() == 0 })
+	for range 3 {
+		s, err := a.Summarize(Query{}, "namespace")
+		if err != nil || s.Total != 20 || len(s.Groups) != 2 || s.Groups[0].Count != 10 {
+			t.Fatalf("by namespace after Close: %+v, %v", s, err)
+		}
+		if _, err := a.Summarize(Query{}, "label:rank"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := a.SortedAfter(all, rank, nil, 5); ok {
+			t.Fatal("a sort index answered after Close")
+		}
+	}
+	join("c2")
+	a.WaitForSync(context.Background(), 5*time.Second)
+	if s, _ := a.Summarize(Query{}, "namespace"); s.Total != 40 {
+		t.Fatalf("after a join: total %d, want 40", s.Total)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := handlers(); n != 0 {
+		t.Fatalf("%d handlers after Close, asks and a join; want none", n)
+	}
+	if n := len(a.SortIndexes()); n != 0 {
+		t.Fatalf("%d sort indexes after Close", n)
+	}
+}

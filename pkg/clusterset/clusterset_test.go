@@ -317,9 +317,11 @@ func TestHandoffIsNotRemoval(t *testing.T) {
 	}
 	pods, _ := reg.Aggregate("pods")
 	rec := &moveRecorder{adds: map[string]int{}, deletes: map[string]int{}, handoffs: map[string]int{}}
-	if _, err := pods.AddEventHandlerWithOptions(rec, aggregate.HandlerOptions{EveryEvent: true}); err != nil {
+	h, err := pods.AddEventHandlerWithOptions(rec, aggregate.HandlerOptions{EveryEvent: true})
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(h.Remove)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = reg.Start(ctx); close(done) }()

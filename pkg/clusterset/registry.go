@@ -182,8 +182,10 @@ func (r *Registry) Resources() []string {
 }
 
 // Start runs until ctx ends: it loads the source, engages its clusters and follows its changes.
-// On return every cluster's goroutines have ended. It fails only if called twice; a bad or
-// unreachable cluster is reported in its status instead.
+// On return every cluster's goroutines have ended, and the aggregates are closed
+// (aggregate.Membership.Close): they keep their clusters' last state and run no handler of
+// their own. It fails only if called twice; a bad or unreachable cluster is reported in its
+// status instead.
 func (r *Registry) Start(ctx context.Context) error {
 	r.mu.Lock()
 	if r.started {
@@ -199,6 +201,9 @@ func (r *Registry) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			r.stopAll()
+			for _, mem := range r.mems {
+				mem.Close() // the aggregates keep their last state, and run nothing more
+			}
 			return nil
 		case <-changes:
 			r.reload(ctx)
