@@ -46,10 +46,10 @@ type stack struct {
 	key      string     // HandedState.Key of the running informer; under mu
 	first    *firstList // how the running informer's first list runs; under mu
 	running  bool       // run is following the informer; under mu
-	// wake is signalled (buffered 1, never blocking) by every state change and every error, so
-	// that run, which stops polling while the stack is steady (steadyLocked), follows what
-	// comes next.
-	wake chan struct{}
+	// nudge, set while run follows an informer (under mu), is called by every state change
+	// and every error, so that run, which stops polling while the stack is steady
+	// (steadyLocked), follows what comes next. It never blocks.
+	nudge func()
 }
 
 // stackPoll is how often run looks at an informer that is not steady: syncing, or recovering
@@ -67,9 +67,8 @@ func (s *stack) steadyLocked() bool {
 func newStack(cluster string, spec ResourceSpec, board *statusBoard, log *zap.Logger) *stack {
 	return &stack{
 		cluster: cluster, spec: spec, board: board,
-		log:  log.With(zap.String("resource", spec.Name)),
-		st:   ResourceStatus{Resource: spec.Name, State: Pending, Since: time.Now()},
-		wake: make(chan struct{}, 1),
+		log: log.With(zap.String("resource", spec.Name)),
+		st:  ResourceStatus{Resource: spec.Name, State: Pending, Since: time.Now()},
 	}
 }
 
@@ -86,9 +85,8 @@ func (s *stack) status() ResourceStatus {
 
 // setState changes state and error together and publishes the change. Callers hold s.mu.
 func (s *stack) setStateLocked(to State, errText string) {
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if s.nudge != nil {
+		s.nudge()
 	}
 	from := s.st.State
 	s.st.State, s.st.Error = to, errText
@@ -405,71 +403,97 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 	}
 	s.running = true
 	s.mu.Unlock()
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		inf.RunWithContext(ctx)
+	// run's own goroutine runs the informer (its processing loop); following it takes none
+	// while the stack is steady. A look at the informer (follow) runs on a timer's goroutine:
+	// at once, then every stackPoll while the stack is not steady, and whenever a state
+	// change or an error nudges it. A steady stack is not polled (at 1,000 clusters × 2
+	// resources, polling every stack cost the idle daemon about 11% of a core:
+	// BenchmarkFixedCost). The informer's first sync is noticed when it happens, not at the
+	// next poll: a replica's readiness waits for it. (A request that comes at once waits
+	// briefly for the server's watch cache to take the list.)
+	start := time.Now()
+	var following sync.Mutex // one look at a time
+	var poll *time.Timer
+	follow := func() {
+		following.Lock()
+		defer following.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		if !s.follow(inf, start) {
+			poll.Reset(stackPoll)
+		}
+	}
+	poll = time.AfterFunc(time.Hour, follow) // set before follow can run: it resets poll
+	s.mu.Lock()
+	s.nudge = func() { poll.Reset(0) }
+	s.mu.Unlock()
+	poll.Reset(0)
+	firstSync := inf.HasSyncedChecker().Done()
+	go func() { // ends at the first sync, or with ctx
+		select {
+		case <-firstSync:
+			s.endPlan() // the first list is in the store: what it reserved is free again
+			follow()
+		case <-ctx.Done():
+		}
 	}()
-	defer s.endPlan()
-	defer func() { <-stopped }()
-	// Deferred last, so run first: the stack stops following (LastSync frozen) as ctx ends,
-	// before the informer has stopped.
-	defer func() {
+	// As ctx ends, the stack stops following (LastSync frozen), before the informer has
+	// stopped.
+	unfollowed := make(chan struct{})
+	stopUnfollow := context.AfterFunc(ctx, func() {
+		defer close(unfollowed)
+		poll.Stop()
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		if s.steadyLocked() {
 			s.st.LastSync = time.Now() // in step until it stopped
 		}
 		s.running = false
-		s.mu.Unlock()
-	}()
-	start := time.Now()
-	poll := time.NewTimer(stackPoll)
-	defer poll.Stop()
-	// The informer's first sync is noticed when it happens, not at the next poll: a replica's
-	// readiness waits for it. (A request that comes at once waits briefly for the server's
-	// watch cache to take the list.) Polls notice recoveries, every stackPoll while the stack
-	// is not steady; a steady stack is not polled (at 1,000 clusters × 2 resources, polling
-	// every stack cost the idle daemon about 11% of a core: BenchmarkFixedCost), and an error
-	// wakes it.
-	firstSync := inf.HasSyncedChecker().Done()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-poll.C:
-		case <-s.wake:
-		case <-firstSync:
-			firstSync = nil
-			s.endPlan() // the first list is in the store: what it reserved is free again
-		}
-		if !inf.HasSynced() {
-			poll.Reset(stackPoll)
-			continue
-		}
+		s.nudge = nil
+	})
+	defer s.endPlan()
+	inf.RunWithContext(ctx)
+	if stopUnfollow() {
+		// The informer returned before ctx ended (it had run already): nothing more to follow.
+		poll.Stop()
 		s.mu.Lock()
-		rv := inf.LastSyncResourceVersion()
-		switch {
-		case s.probeErr:
-			// Wait for the probe to pass.
-		case s.st.State == Syncing || (s.st.State == Failed && !s.hasErr):
-			s.st.LastSync = time.Now()
-			if s.st.SyncDuration == 0 {
-				s.st.SyncDuration = time.Since(start)
-			}
-			s.setStateLocked(Synced, "")
-			s.log.Info("synced", zap.Duration("took", time.Since(start)), zap.Int("objects", len(inf.GetStore().ListKeys())))
-		case s.hasErr && rv != s.errRV:
-			// The reflector listed or watched successfully since the error.
-			s.hasErr = false
-			s.st.LastSync = time.Now()
-			s.setStateLocked(Synced, "")
-		case s.hasErr && s.st.State == Failed:
-			// Synced from the store's point of view but the error stands: wait for progress.
-		}
-		steady := s.steadyLocked()
+		s.running, s.nudge = false, nil
 		s.mu.Unlock()
-		if !steady {
-			poll.Reset(stackPoll)
-		}
+		return
 	}
+	<-unfollowed
+	following.Lock() // a look under way has ended
+	following.Unlock()
+}
+
+// follow is one look at a running informer: its sync, and its recovery from an error (the
+// reflector retries by itself and says nothing when it succeeds). It reports whether the
+// stack is steady, needing no look until it is nudged.
+func (s *stack) follow(inf cache.SharedIndexInformer, start time.Time) bool {
+	if !inf.HasSynced() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rv := inf.LastSyncResourceVersion()
+	switch {
+	case s.probeErr:
+		// Wait for the probe to pass.
+	case s.st.State == Syncing || (s.st.State == Failed && !s.hasErr):
+		s.st.LastSync = time.Now()
+		if s.st.SyncDuration == 0 {
+			s.st.SyncDuration = time.Since(start)
+		}
+		s.setStateLocked(Synced, "")
+		s.log.Info("synced", zap.Duration("took", time.Since(start)), zap.Int("objects", len(inf.GetStore().ListKeys())))
+	case s.hasErr && rv != s.errRV:
+		// The reflector listed or watched successfully since the error.
+		s.hasErr = false
+		s.st.LastSync = time.Now()
+		s.setStateLocked(Synced, "")
+	case s.hasErr && s.st.State == Failed:
+		// Synced from the store's point of view but the error stands: wait for progress.
+	}
+	return s.steadyLocked()
 }

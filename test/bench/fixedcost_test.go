@@ -39,6 +39,7 @@ func BenchmarkFixedCost(b *testing.B) {
 	narrow := harness.EnvInt("MULTICACHE_BENCH_FIXED_NARROW", 60) // contexts per server
 	wide := harness.EnvInt("MULTICACHE_BENCH_FIXED_WIDE", 200)
 	rounds := harness.EnvInt("MULTICACHE_BENCH_FIXED_RUNS", 5)
+	// MULTICACHE_BENCH_FIXED_GOROUTINES=DIR writes each daemon's goroutine profile there.
 	const resources = 2
 	bin := harness.Binary(b)
 	env := harness.Start(b, harness.Options{Clusters: servers, Timeout: 3 * time.Hour})
@@ -86,6 +87,16 @@ func BenchmarkFixedCost(b *testing.B) {
 		r.goroutines = metricValue(string(body), "go_goroutines")
 		r.fds = metricValue(string(body), "process_open_fds")
 		r.sockets = float64(countSockets(b, p.cmd.Process.Pid))
+		if dir := os.Getenv("MULTICACHE_BENCH_FIXED_GOROUTINES"); dir != "" {
+			// Where the goroutines are: the daemon's goroutine profile, grouped by stack.
+			prof, _, err := p.get("/debug/pprof/goroutine?debug=1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutines-%d-clusters.txt", clusters[per])), prof, 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
 		return r, synced
 	}
 
