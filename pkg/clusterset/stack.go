@@ -463,8 +463,8 @@ func (s *stack) run(ctx context.Context, inf cache.SharedIndexInformer, r resolv
 		return
 	}
 	<-unfollowed
-	following.Lock() // a look under way has ended
-	following.Unlock()
+	following.Lock()
+	defer following.Unlock() // returns once a look under way has ended
 }
 
 // follow is one look at a running informer: its sync, and its recovery from an error (the
