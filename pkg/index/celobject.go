@@ -78,6 +78,10 @@ func objectValue(obj any, st *evalState) (ref.Val, error) {
 type evalState struct {
 	max  int
 	over bool
+	// work counts the values views hand out (each field or item read, each key iterated): a
+	// read CEL's estimate may not count (a field of a dynamic value), at a cost of 1 each.
+	// Past maxWork, the evaluation is over too.
+	work, maxWork int
 
 	act     objectActivation
 	structs []structVal
@@ -88,23 +92,50 @@ type evalState struct {
 
 var evalStates = sync.Pool{New: func() any { return new(evalState) }}
 
-// newEvalState is a pooled state bounded at max; release it when the evaluation is over and
-// its value read.
-func newEvalState(max int) *evalState {
+// newEvalState is a pooled state bounded at max and maxWork; release it when the evaluation
+// is over and its value read.
+func newEvalState(max, maxWork int) *evalState {
 	st := evalStates.Get().(*evalState)
-	st.max, st.over = max, false
+	st.max, st.over, st.work, st.maxWork = max, false, 0, maxWork
 	return st
 }
 
+// maxSlab is the most views of a kind a pooled state keeps room for.
+const maxSlab = 4096
+
 // release returns st to the pool. Its views must no longer be used.
 func (st *evalState) release() {
-	clear(st.structs) // drop the objects they point into
-	clear(st.maps)
-	clear(st.lists)
-	clear(st.iters)
-	st.structs, st.maps, st.lists, st.iters = st.structs[:0], st.maps[:0], st.lists[:0], st.iters[:0]
+	st.structs, st.maps, st.lists, st.iters = reuse(st.structs), reuse(st.maps), reuse(st.lists), reuse(st.iters)
 	st.act.object = nil
 	evalStates.Put(st)
+}
+
+// reuse empties a slab for the next evaluation, dropping the objects its views point into, and
+// the slab itself when it grew past maxSlab.
+func reuse[T any](slab []T) []T {
+	if cap(slab) > maxSlab {
+		return nil
+	}
+	clear(slab)
+	return slab[:0]
+}
+
+// spend counts n reads, and reports whether they are within maxWork; past it, the evaluation
+// is over.
+func (st *evalState) spend(n int) bool {
+	if st == nil {
+		return true
+	}
+	st.work += n
+	if st.work > st.maxWork {
+		st.over = true
+		return false
+	}
+	return true
+}
+
+func (st *evalState) tooMuch() ref.Val {
+	return types.NewErr("more than %d reads: over the bound of an untracked evaluation", st.maxWork)
 }
 
 // admit reports whether a value of size n is within the bound, and notes when it is not.
@@ -318,7 +349,10 @@ func uintValue(u uint64) ref.Val {
 }
 
 // typedValue is v's CEL value, as the converter would make it anywhere but a struct field.
-// The converter's own data (map[string]any, []any, string, int64, ...) reads as itself.
+// JSON data (the converter's own, map[string]any, []any, string, int64, float64, bool, and an
+// unstructured object's) reads as CEL reads it. An unstructured object built by hand with
+// unsigned integers or []byte, which is not JSON data, reads them as int and base64 text
+// where CEL over the data itself says uint and bytes.
 func typedValue(v reflect.Value, st *evalState) ref.Val {
 	if !v.IsValid() {
 		return types.NullValue
@@ -452,8 +486,9 @@ var (
 )
 
 // native is val as the converter's data (map[string]any, []any, string, int64, ...), for the
-// operations that need a value whole: equality, conversion, Value.
-func native(val ref.Val) (any, error) {
+// operations that need a value whole: conversion, concatenation, Value. Through st it reads as
+// the views do: each value admitted, each read spent.
+func native(val ref.Val, st *evalState) (any, error) {
 	switch x := val.(type) {
 	case *structVal:
 		out := make(map[string]any, len(x.info.byName))
@@ -462,7 +497,10 @@ func native(val ref.Val) (any, error) {
 			if !ok {
 				continue
 			}
-			n, err := native(fieldValue(fv, &x.info.fields[i], nil))
+			if !st.spend(1) {
+				return nil, st.tooMuch().(*types.Err)
+			}
+			n, err := native(fieldValue(fv, &x.info.fields[i], st), st)
 			if err != nil {
 				return nil, err
 			}
@@ -473,7 +511,10 @@ func native(val ref.Val) (any, error) {
 		out := make(map[string]any, x.v.Len())
 		it := x.v.MapRange()
 		for it.Next() {
-			n, err := native(valueOf(it.Value(), x.conv, x.info, nil))
+			if !st.spend(1) {
+				return nil, st.tooMuch().(*types.Err)
+			}
+			n, err := native(valueOf(it.Value(), x.conv, x.info, st), st)
 			if err != nil {
 				return nil, err
 			}
@@ -483,7 +524,10 @@ func native(val ref.Val) (any, error) {
 	case *listVal:
 		out := make([]any, x.v.Len())
 		for i := range out {
-			n, err := native(valueOf(x.v.Index(i), x.conv, x.info, nil))
+			if !st.spend(1) {
+				return nil, st.tooMuch().(*types.Err)
+			}
+			n, err := native(valueOf(x.v.Index(i), x.conv, x.info, st), st)
 			if err != nil {
 				return nil, err
 			}
@@ -499,21 +543,55 @@ func native(val ref.Val) (any, error) {
 	return val.Value(), nil
 }
 
-// standard is val converted whole into CEL's own value of the converter's data.
-func standard(val ref.Val) ref.Val {
-	n, err := native(val)
+// standard is val converted whole, through st, into CEL's own value of the converter's data.
+func standard(val ref.Val, st *evalState) ref.Val {
+	n, err := native(val, st)
 	if err != nil {
 		return types.WrapErr(err)
 	}
 	return types.DefaultTypeAdapter.NativeToValue(n)
 }
 
-func nativeOrNil(val ref.Val) any {
-	n, err := native(val)
+func nativeOrNil(val ref.Val, st *evalState) any {
+	n, err := native(val, st)
 	if err != nil {
 		return nil
 	}
 	return n
+}
+
+// mapEqual is CEL's equality of a map (baseMap's), read through m's views: sizes first, then
+// key by key, without converting either side whole.
+func mapEqual(m traits.Mapper, other ref.Val) ref.Val {
+	o, ok := other.(traits.Mapper)
+	if !ok {
+		return types.False
+	}
+	size := m.Size()
+	if types.IsError(size) {
+		return size
+	}
+	if size != o.Size() {
+		return types.False
+	}
+	for it := m.Iterator(); it.HasNext() == types.True; {
+		k := it.Next()
+		if types.IsError(k) {
+			return k
+		}
+		v, _ := m.Find(k)
+		if types.IsError(v) {
+			return v
+		}
+		ov, found := o.Find(k)
+		if !found {
+			return types.False
+		}
+		if types.Equal(v, ov) == types.False {
+			return types.False
+		}
+	}
+	return types.True
 }
 
 func noSuchKey(key ref.Val) ref.Val { return types.ValOrErr(key, "no such key: %v", key) }
@@ -522,7 +600,10 @@ func noSuchKey(key ref.Val) ref.Val { return types.ValOrErr(key, "no such key: %
 func (s *structVal) Find(key ref.Val) (ref.Val, bool) {
 	name, ok := key.(types.String)
 	if !ok {
-		return standard(s).(traits.Mapper).Find(key)
+		return standard(s, s.st).(traits.Mapper).Find(key)
+	}
+	if !s.st.spend(1) {
+		return s.st.tooMuch(), false
 	}
 	for _, i := range s.info.byName[string(name)] {
 		if fv, ok := s.field(i); ok {
@@ -549,6 +630,7 @@ func (s *structVal) Contains(key ref.Val) ref.Val {
 
 // names are the names the conversion writes.
 func (s *structVal) names() []string {
+	s.st.spend(len(s.info.fields)) // past maxWork, over: the caller evaluates again
 	var out []string
 	for name, idx := range s.info.byName {
 		for _, i := range idx {
@@ -561,33 +643,34 @@ func (s *structVal) names() []string {
 	return out
 }
 
-func (s *structVal) Size() ref.Val             { return types.Int(len(s.names())) }
-func (s *structVal) IsZeroValue() bool         { return len(s.names()) == 0 }
-func (s *structVal) Iterator() traits.Iterator { return &keyIter{keys: s.names(), st: s.st} }
-func (s *structVal) Type() ref.Type            { return types.MapType }
-func (s *structVal) Value() any                { return nativeOrNil(s) }
-func (s *structVal) Equal(other ref.Val) ref.Val {
-	return standard(s).Equal(other)
-}
+func (s *structVal) Size() ref.Val               { return types.Int(len(s.names())) }
+func (s *structVal) IsZeroValue() bool           { return len(s.names()) == 0 }
+func (s *structVal) Iterator() traits.Iterator   { return &keyIter{keys: s.names(), st: s.st} }
+func (s *structVal) Type() ref.Type              { return types.MapType }
+func (s *structVal) Value() any                  { return nativeOrNil(s, s.st) }
+func (s *structVal) Equal(other ref.Val) ref.Val { return mapEqual(s, other) }
 func (s *structVal) ConvertToNative(t reflect.Type) (any, error) {
-	return standard(s).ConvertToNative(t)
+	return standard(s, s.st).ConvertToNative(t)
 }
-func (s *structVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(s, t) }
+func (s *structVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(s, s.st, t) }
 
-func convertMapType(v ref.Val, t ref.Type) ref.Val {
+func convertMapType(v ref.Val, st *evalState, t ref.Type) ref.Val {
 	switch t {
 	case types.TypeType:
 		return types.MapType
 	case types.MapType:
 		return v
 	}
-	return standard(v).ConvertToType(t)
+	return standard(v, st).ConvertToType(t)
 }
 
 func (m *mapVal) Find(key ref.Val) (ref.Val, bool) {
 	name, ok := key.(types.String)
 	if !ok {
-		return standard(m).(traits.Mapper).Find(key)
+		return standard(m, m.st).(traits.Mapper).Find(key)
+	}
+	if !m.st.spend(1) {
+		return m.st.tooMuch(), false
 	}
 	k := reflect.ValueOf(string(name))
 	if kt := m.v.Type().Key(); kt != k.Type() {
@@ -628,11 +711,11 @@ func (m *mapVal) Size() ref.Val                    { return types.Int(m.v.Len())
 func (m *mapVal) IsZeroValue() bool                { return m.v.Len() == 0 }
 func (m *mapVal) Iterator() traits.Iterator        { return &keyIter{keys: m.keys(), st: m.st} }
 func (m *mapVal) Type() ref.Type                   { return types.MapType }
-func (m *mapVal) Value() any                       { return nativeOrNil(m) }
-func (m *mapVal) Equal(other ref.Val) ref.Val      { return standard(m).Equal(other) }
-func (m *mapVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(m, t) }
+func (m *mapVal) Value() any                       { return nativeOrNil(m, m.st) }
+func (m *mapVal) Equal(other ref.Val) ref.Val      { return mapEqual(m, other) }
+func (m *mapVal) ConvertToType(t ref.Type) ref.Val { return convertMapType(m, m.st, t) }
 func (m *mapVal) ConvertToNative(t reflect.Type) (any, error) {
-	return standard(m).ConvertToNative(t)
+	return standard(m, m.st).ConvertToNative(t)
 }
 
 func (l *listVal) Get(index ref.Val) ref.Val {
@@ -643,21 +726,55 @@ func (l *listVal) Get(index ref.Val) ref.Val {
 	if i < 0 || i >= l.v.Len() {
 		return types.NewErr("index '%d' out of range in list size '%d'", i, l.v.Len())
 	}
+	if !l.st.spend(1) {
+		return l.st.tooMuch()
+	}
 	return valueOf(l.v.Index(i), l.conv, l.info, l.st)
 }
 
-func (l *listVal) Size() ref.Val               { return types.Int(l.v.Len()) }
-func (l *listVal) IsZeroValue() bool           { return l.v.Len() == 0 }
-func (l *listVal) Iterator() traits.Iterator   { return l.st.newListIter(l) }
-func (l *listVal) Type() ref.Type              { return types.ListType }
-func (l *listVal) Value() any                  { return nativeOrNil(l) }
-func (l *listVal) Equal(other ref.Val) ref.Val { return standard(l).Equal(other) }
-func (l *listVal) Add(other ref.Val) ref.Val   { return standard(l).(traits.Adder).Add(other) }
+func (l *listVal) Size() ref.Val             { return types.Int(l.v.Len()) }
+func (l *listVal) IsZeroValue() bool         { return l.v.Len() == 0 }
+func (l *listVal) Iterator() traits.Iterator { return l.st.newListIter(l) }
+func (l *listVal) Type() ref.Type            { return types.ListType }
+func (l *listVal) Value() any                { return nativeOrNil(l, l.st) }
+func (l *listVal) Add(other ref.Val) ref.Val { return standard(l, l.st).(traits.Adder).Add(other) }
+
+// Equal is CEL's equality of a list (baseList's), item by item through the views.
+func (l *listVal) Equal(other ref.Val) ref.Val {
+	o, ok := other.(traits.Lister)
+	if !ok {
+		return types.False
+	}
+	if l.Size() != o.Size() {
+		return types.False
+	}
+	for i := range l.v.Len() {
+		v := l.Get(types.Int(i))
+		if types.IsError(v) {
+			return v
+		}
+		if types.Equal(v, o.Get(types.Int(i))) == types.False {
+			return types.False
+		}
+	}
+	return types.True
+}
+
+// Contains is CEL's `in` of a list (baseList's), item by item through the views.
 func (l *listVal) Contains(elem ref.Val) ref.Val {
-	return standard(l).(traits.Container).Contains(elem)
+	for i := range l.v.Len() {
+		v := l.Get(types.Int(i))
+		if types.IsError(v) {
+			return v
+		}
+		if elem.Equal(v) == types.True {
+			return types.True
+		}
+	}
+	return types.False
 }
 func (l *listVal) ConvertToNative(t reflect.Type) (any, error) {
-	return standard(l).ConvertToNative(t)
+	return standard(l, l.st).ConvertToNative(t)
 }
 
 func (l *listVal) ConvertToType(t ref.Type) ref.Val {
@@ -667,7 +784,7 @@ func (l *listVal) ConvertToType(t ref.Type) ref.Val {
 	case types.ListType:
 		return l
 	}
-	return standard(l).ConvertToType(t)
+	return standard(l, l.st).ConvertToType(t)
 }
 
 // iterBase is the ref.Val side of an iterator, which CEL never uses as a value.
@@ -694,6 +811,9 @@ func (it *keyIter) Next() ref.Val {
 		return nil
 	}
 	it.i++
+	if !it.st.spend(1) {
+		return it.st.tooMuch()
+	}
 	return it.st.str(it.keys[it.i-1])
 }
 
@@ -709,5 +829,8 @@ func (it *listIter) Next() ref.Val {
 		return nil
 	}
 	it.i++
+	if !it.l.st.spend(1) {
+		return it.l.st.tooMuch()
+	}
 	return valueOf(it.l.v.Index(it.i-1), it.l.conv, it.l.info, it.l.st)
 }

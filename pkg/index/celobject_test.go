@@ -195,6 +195,21 @@ func evalBoth(t testing.TB, prg cel.Program, obj runtime.Object) (whole, view re
 		t.Fatalf("%T: %v", obj, err)
 	}
 	view, _, viewErr = prg.Eval(&objectActivation{object: object})
+	// The same through bounded views (a filter's untracked evaluation), within their bounds.
+	st := newEvalState(1<<20, 1<<20)
+	defer st.release()
+	bounded, err := objectValue(obj, st)
+	if err != nil {
+		t.Fatalf("%T: %v", obj, err)
+	}
+	st.act.object = bounded
+	got, _, gotErr := prg.Eval(&st.act)
+	if st.over {
+		t.Fatalf("%T: a small object is over generous bounds", obj)
+	}
+	if (gotErr == nil) != (viewErr == nil) || gotErr == nil && !reflect.DeepEqual(normal(got), normal(view)) {
+		t.Fatalf("%T: bounded views give %v (%v), unbounded %v (%v)", obj, got, gotErr, view, viewErr)
+	}
 	return whole, view, wholeErr, viewErr
 }
 
@@ -215,7 +230,7 @@ func TestCELViewMatchesConversion(t *testing.T) {
 		if _, ok := view.(*structVal); !ok {
 			t.Fatalf("%T is converted whole, not viewed", o)
 		}
-		got, err := native(view)
+		got, err := native(view, nil)
 		if err != nil {
 			t.Fatalf("%T: %v", o, err)
 		}
@@ -346,7 +361,7 @@ func FuzzCELView(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := native(view)
+		got, err := native(view, nil)
 		if err != nil {
 			t.Fatalf("%T: %v", obj, err)
 		}

@@ -39,14 +39,16 @@ var sizeBounds = []int{65536, 16384, 4096, 1024, 256, 64}
 //
 // Tracking an evaluation's cost takes more time than most evaluations do, so a filter has two
 // programs. CEL estimates at compile time the most an expression can cost when no string,
-// list or map it reads is larger than a bound; bound is the largest of sizeBounds at which
-// that estimate is within half of FilterCostLimit (the estimate leaves out a unit or two per
-// step outside loops, and counts loops fully: TestFilterFastPath finds evaluations at most
-// 1.7 times their estimate). An evaluation of fast over an object whose every
-// value it reads is within bound (evalState) therefore stays within the limit untracked; one
-// that meets a larger value runs again as prg, tracked and stopped at the limit. Both are
-// planned with CEL's OptOptimize, which folds constants and compiles a constant regular
-// expression once (a `matches` evaluation: 10 times faster, BenchmarkIndexFuncs).
+// list or map it reads is larger than a bound: its loops, calls and the values it makes. The
+// estimate counts a field read of a dynamic value (all of `object` is) as free, where it costs
+// 1 at run time, so the views count those reads themselves (evalState.work). bound is the
+// largest of sizeBounds at which the estimate is within half of FilterCostLimit; an evaluation
+// of fast whose every value read is within bound, and which reads at most half the limit's
+// worth of values, therefore stays within the limit untracked. One that meets a larger value,
+// or reads more, runs again as prg, tracked and stopped at the limit
+// (TestFilterUntrackedStaysWithinTheLimit, TestFilterFastPath). Both are planned with CEL's
+// OptOptimize, which folds constants and compiles a constant regular expression once (a
+// `matches` evaluation: 10 times faster, BenchmarkIndexFuncs).
 type Filter struct {
 	expr  string
 	prg   cel.Program // cost tracked, stopped at FilterCostLimit
@@ -174,7 +176,7 @@ func (b *Bound) Matches(obj any) bool {
 // matchesFast evaluates the untracked program; ok is false when obj holds a value over the
 // filter's bound, whose cost the estimate does not cover.
 func (b *Bound) matchesFast(obj any) (pass, ok bool) {
-	st := newEvalState(b.f.bound)
+	st := newEvalState(b.f.bound, FilterCostLimit/2)
 	defer st.release()
 	object, err := objectValue(obj, st)
 	if err != nil {

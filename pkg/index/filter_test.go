@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/cel-go/common/types"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -352,5 +353,92 @@ func TestFilterBudgetCountsSampledCost(t *testing.T) {
 	// after about 2,000 (a standard deviation of 360; these bounds are 4 and 8 of them away).
 	if evals < 500 || evals > 5000 {
 		t.Errorf("the budget of 2,000 evaluations was spent after %d", evals)
+	}
+}
+
+// TestFilterUntrackedStaysWithinTheLimit: objects and expressions made to cost more than CEL's
+// estimate says (a field of a dynamic value is estimated free, and costs 1 at run time; a
+// list concatenated hands out values the views did not read; equality over whole maps): an
+// evaluation that runs untracked costs, tracked, within the limit, and a watch's verdict is
+// the tracked program's (an object past the limit does not pass).
+func TestFilterUntrackedStaysWithinTheLimit(t *testing.T) {
+	deep := func(op, join string) string {
+		var terms []string
+		for i := range 8 {
+			terms = append(terms, fmt.Sprintf("object.spec.template.spec.securityContext.seLinuxOptions.user.size() %s %d", op, i))
+		}
+		return strings.Join(terms, join)
+	}
+	annotated := func(n int) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{}, Labels: map[string]string{}}}
+		d.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{User: "system_u"}}
+		for i := range n {
+			d.Annotations[fmt.Sprint("a", i)] = ""
+		}
+		for i := range 64 {
+			d.Labels[fmt.Sprint("l", i)] = "v"
+		}
+		return d
+	}
+	longArg := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Args: []string{strings.Repeat("ab", 400_000)}}}}}
+	for i := range 60 {
+		longArg.Labels[fmt.Sprint("l", i)] = "v"
+	}
+	labeled := filterPod("labeled", "a", "b")
+	for i := range 60 {
+		labeled.Labels[fmt.Sprint("l", i)] = "v"
+	}
+	untracked := 0
+	for _, tc := range []struct {
+		expr  string
+		obj   any
+		heavy bool // evaluations to the limit: a minute under the race detector
+	}{
+		{"object.metadata.annotations.exists(k, " + deep("==", " || ") + ")", annotated(16384), true},
+		{"object.metadata.annotations.all(k, " + deep("!=", " && ") + ")", annotated(16384), true},
+		{"object.metadata.annotations.all(k, " + deep("!=", " && ") + ")", annotated(100), false},
+		{"object.metadata.labels.exists(k, (object.spec.containers[0].args + []).exists(a, a.matches('^(a|b)*c$')))", longArg, true},
+		{"object.metadata.labels.all(k, object.metadata.labels.all(j, object != {}))", labeled, false},
+		{"object.metadata.labels.all(k, object.metadata.labels.all(j, object.spec == object.spec))", labeled, false},
+		{"object.metadata.labels.all(k, object.metadata.labels.all(j, !('x' in object.spec.containers)))", labeled, false},
+		{"object.metadata.labels.all(k, [object.spec] + [object.metadata] != [])", labeled, false},
+	} {
+		if tc.heavy && raceEnabled {
+			t.Logf("race detector on: %.60s… runs without it (make test)", tc.expr)
+			continue
+		}
+		f, err := CompileFilter(tc.expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, cost, err := trackedCost(t, f, tc.obj)
+		if err != nil {
+			want = false
+		}
+		if f.fast != nil {
+			if _, ok := f.BindWatch().matchesFast(tc.obj); ok {
+				untracked++
+				if cost > FilterCostLimit {
+					t.Errorf("%.60s…: evaluated untracked at a tracked cost of %d, past the limit", tc.expr, cost)
+				}
+			}
+		}
+		if got := f.BindWatch().Matches(tc.obj); got != want {
+			t.Errorf("%.60s…: a watch's verdict %v, the tracked program's %v (cost %d, %v)", tc.expr, got, want, cost, err)
+		}
+	}
+	if untracked == 0 {
+		t.Fatal("no case ran untracked: the test tests nothing")
+	}
+}
+
+// TestPooledStatesDropLargeSlabs: a state keeps room for at most maxSlab views of a kind.
+func TestPooledStatesDropLargeSlabs(t *testing.T) {
+	if got := reuse(make([]structVal, 10, maxSlab+1)); got != nil {
+		t.Errorf("a slab of %d kept", maxSlab+1)
+	}
+	if got := reuse(make([]structVal, 10, maxSlab)); cap(got) != maxSlab || len(got) != 0 {
+		t.Errorf("a slab of %d: cap %d, len %d; want it kept, empty", maxSlab, cap(got), len(got))
 	}
 }
