@@ -121,13 +121,21 @@ func (r *runner) restConfig() *rest.Config {
 
 // run waits for the previous runner to retire, then resolves the resources through discovery,
 // starts a stack for each served one, and keeps looking for the others until the runner stops.
+// Once every resource is resolved it returns early; done closes once the runner has stopped
+// and its stacks and probe have ended, whichever way.
 func (r *runner) run() {
 	ctx := r.ctx
 	var wg sync.WaitGroup
-	defer func() {
+	finish := func() {
 		r.cancel()
 		wg.Wait()
 		close(r.done)
+	}
+	finishLater := false
+	defer func() {
+		if !finishLater {
+			finish()
+		}
 	}()
 	if r.after != nil {
 		select {
@@ -231,7 +239,11 @@ func (r *runner) run() {
 			backoff = time.Second
 		}
 		if len(pending) == 0 {
-			<-ctx.Done()
+			// Nothing more to look for. The stacks and the probe run on; this goroutine ends
+			// here, and the runner's end (finish) runs on its own once ctx ends: one goroutine
+			// fewer per cluster for as long as it runs.
+			finishLater = true
+			context.AfterFunc(ctx, finish)
 			return
 		}
 		select {
