@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -29,6 +30,10 @@ const FilterRequestBudget = 200_000_000
 // random rather than by a shared count: concurrent evaluations of a request share nothing
 // they write until one is tracked.
 const costSample = 64
+
+// maxTrackedReads bounds the values a tracked evaluation reads: seconds of work at most (2.6 s
+// in TestFilterTrackedReadsAreBounded, whose reads each convert a container whole).
+const maxTrackedReads = 2 * FilterCostLimit
 
 // sizeBounds are the bounds a filter's cost is estimated at, largest first (Filter.bound).
 var sizeBounds = []int{65536, 16384, 4096, 1024, 256, 64}
@@ -148,14 +153,24 @@ func (b *Bound) Matches(obj any) bool {
 			charge = costSample // this one stands for costSample evaluations
 		}
 	}
-	object, err := objectValue(obj, nil)
+	// Tracked: CEL stops at the limit. CEL prices some reads at less than they take (a list
+	// concatenated or a map compared is read whole, at a cost of 1), so the views also stop an
+	// evaluation past maxTrackedReads values read: it counts as past the limit.
+	st := newEvalState(math.MaxInt, maxTrackedReads)
+	defer st.release()
+	object, err := objectValue(obj, st)
 	if err != nil {
 		return false
 	}
-	val, det, err := b.f.prg.Eval(&objectActivation{object: object})
+	st.act.object = object
+	val, det, err := b.f.prg.Eval(&st.act)
 	cost := uint64(0)
 	if det != nil && det.ActualCost() != nil {
 		cost = *det.ActualCost()
+	}
+	if st.over {
+		err = fmt.Errorf("read more than %d values: cost limit exceeded", maxTrackedReads)
+		cost = FilterCostLimit + 1
 	}
 	if !b.once {
 		return err == nil && val == types.True

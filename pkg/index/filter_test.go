@@ -433,6 +433,37 @@ func TestFilterUntrackedStaysWithinTheLimit(t *testing.T) {
 	}
 }
 
+// TestFilterTrackedReadsAreBounded: a tracked evaluation (an object over the untracked bound)
+// whose CEL cost stays low but which reads a large list whole again and again (a
+// concatenation inside two loops: 20M reads) stops at maxTrackedReads (2M), and the request is
+// refused as past the limit.
+func TestFilterTrackedReadsAreBounded(t *testing.T) {
+	p := filterPod("wide")
+	for i := range 100 {
+		p.Labels[fmt.Sprint("l", i)] = "v"
+	}
+	for i := range 2000 {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", i), Image: "x"})
+	}
+	f, err := CompileFilter("object.metadata.labels.all(k, object.metadata.labels.all(j, object.spec.containers + [] != []))")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.BindWatch().matchesFast(p); ok {
+		t.Fatal("2,000 containers were read untracked")
+	}
+	b := f.Bind()
+	if b.Matches(p) {
+		t.Error("an evaluation past the limit's worth of reads passed")
+	}
+	if err := b.Err(); err == nil || !strings.Contains(err.Error(), "exceeds the limit") {
+		t.Errorf("Err %v, want the limit exceeded", err)
+	}
+	if f.BindWatch().Matches(p) {
+		t.Error("a watch passed an evaluation past the limit's worth of reads")
+	}
+}
+
 // TestPooledStatesDropLargeSlabs: a state keeps room for at most maxSlab views of a kind.
 func TestPooledStatesDropLargeSlabs(t *testing.T) {
 	if got := reuse(make([]structVal, 10, maxSlab+1)); got != nil {
