@@ -327,16 +327,11 @@ func (s *structVal) field(i int) (reflect.Value, bool) {
 // it is, before it looks for the type's own conversion.
 func fieldValue(v reflect.Value, vf *viewField, st *evalState) ref.Val {
 	switch v.Kind() {
-	case reflect.String:
-		return st.str(v.String())
-	case reflect.Bool:
-		return types.Bool(v.Bool())
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return types.Int(v.Int())
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return uintValue(v.Uint())
-	case reflect.Float32, reflect.Float64:
-		return types.Double(v.Float())
+	case reflect.String, reflect.Bool,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return valueOf(v, false, nil, st) // as it is, whatever conversion the type has
 	}
 	return valueOf(v, vf.converts, vf.info, st)
 }
