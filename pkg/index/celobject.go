@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -589,23 +591,62 @@ func mapEqual(m traits.Mapper, other ref.Val) ref.Val {
 	return types.True
 }
 
+// findWhole is Find of a key that is not a string: in the map converted whole, which may fail.
+func findWhole(v ref.Val, st *evalState, key ref.Val) (ref.Val, bool) {
+	whole := standard(v, st)
+	if types.IsError(whole) {
+		return whole, false
+	}
+	return whole.(traits.Mapper).Find(key)
+}
+
 func noSuchKey(key ref.Val) ref.Val { return types.ValOrErr(key, "no such key: %v", key) }
 
 // Find is the value of the field named key, when the conversion writes it.
 func (s *structVal) Find(key ref.Val) (ref.Val, bool) {
 	name, ok := key.(types.String)
 	if !ok {
-		return standard(s, s.st).(traits.Mapper).Find(key)
+		return findWhole(s, s.st, key)
 	}
 	if !s.st.spend(1) {
 		return s.st.tooMuch(), false
 	}
-	for _, i := range s.info.byName[string(name)] {
+	return s.lookup(s.info.byName[string(name)])
+}
+
+// lookup is Find of the fields at idx (byName's entry for a name), already spent.
+func (s *structVal) lookup(idx []int) (ref.Val, bool) {
+	for _, i := range idx {
 		if fv, ok := s.field(i); ok {
 			return fieldValue(fv, &s.info.fields[i], s.st), true
 		}
 	}
 	return nil, false
+}
+
+// fieldHint remembers, for one field name read in one place of an expression, the struct
+// type it last read it from, and where that type keeps it: most places read one type.
+type fieldHint struct {
+	name string
+	last atomic.Pointer[hintEntry]
+}
+
+type hintEntry struct {
+	info *structInfo
+	idx  []int
+}
+
+// findHinted is Find of h's name.
+func (s *structVal) findHinted(h *fieldHint) (ref.Val, bool) {
+	if !s.st.spend(1) {
+		return s.st.tooMuch(), false
+	}
+	e := h.last.Load()
+	if e == nil || e.info != s.info {
+		e = &hintEntry{info: s.info, idx: s.info.byName[h.name]}
+		h.last.Store(e)
+	}
+	return s.lookup(e.idx)
 }
 
 func (s *structVal) Get(key ref.Val) ref.Val {
@@ -623,7 +664,8 @@ func (s *structVal) Contains(key ref.Val) ref.Val {
 	return types.Bool(ok)
 }
 
-// names are the names the conversion writes.
+// names are the names the conversion writes, sorted: an expression iterates a view in the
+// same order every time.
 func (s *structVal) names() []string {
 	s.st.spend(len(s.info.fields)) // past maxWork, over: the caller evaluates again
 	var out []string
@@ -635,6 +677,7 @@ func (s *structVal) names() []string {
 			}
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -662,7 +705,7 @@ func convertMapType(v ref.Val, st *evalState, t ref.Type) ref.Val {
 func (m *mapVal) Find(key ref.Val) (ref.Val, bool) {
 	name, ok := key.(types.String)
 	if !ok {
-		return standard(m, m.st).(traits.Mapper).Find(key)
+		return findWhole(m, m.st, key)
 	}
 	if !m.st.spend(1) {
 		return m.st.tooMuch(), false
@@ -693,12 +736,14 @@ func (m *mapVal) Contains(key ref.Val) ref.Val {
 	return types.Bool(ok)
 }
 
+// keys are the map's keys, sorted, as names are.
 func (m *mapVal) keys() []string {
 	out := make([]string, 0, m.v.Len())
 	it := m.v.MapRange()
 	for it.Next() {
 		out = append(out, it.Key().String())
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -732,7 +777,13 @@ func (l *listVal) IsZeroValue() bool         { return l.v.Len() == 0 }
 func (l *listVal) Iterator() traits.Iterator { return l.st.newListIter(l) }
 func (l *listVal) Type() ref.Type            { return types.ListType }
 func (l *listVal) Value() any                { return nativeOrNil(l, l.st) }
-func (l *listVal) Add(other ref.Val) ref.Val { return standard(l, l.st).(traits.Adder).Add(other) }
+func (l *listVal) Add(other ref.Val) ref.Val {
+	whole := standard(l, l.st)
+	if types.IsError(whole) {
+		return whole // over the bound or the reads: not a list to add to
+	}
+	return whole.(traits.Adder).Add(other)
+}
 
 // Equal is CEL's equality of a list (baseList's), item by item through the views.
 func (l *listVal) Equal(other ref.Val) ref.Val {

@@ -303,7 +303,8 @@ func TestCELViewIndexesAndFilters(t *testing.T) {
 }
 
 // FuzzCELView fills typed objects at random from the fuzzer's bytes and checks that their
-// views read as the converter converts them, whole and through the expressions above.
+// views read as the converter converts them, whole and through the expressions above, and that
+// the native programs of those and of filterExprs read them as cel-go does.
 //
 //	go test -run '^$' -fuzz FuzzCELView -fuzztime 60s ./pkg/index/
 func FuzzCELView(f *testing.F) {
@@ -322,6 +323,7 @@ func FuzzCELView(f *testing.F) {
 		}
 		prgs = append(prgs, prg)
 	}
+	natives := nativeCases(f)
 	f.Fuzz(func(t *testing.T, data []byte, kind uint8) {
 		objs := []func() runtime.Object{
 			func() runtime.Object { return &corev1.Pod{} },
@@ -375,6 +377,12 @@ func FuzzCELView(f *testing.F) {
 			}
 			if wholeErr == nil && !reflect.DeepEqual(normal(whole), normal(viewed)) {
 				t.Fatalf("%s on %T: converted whole gives %v, viewed %v", viewExprs[i], obj, normal(whole), normal(viewed))
+			}
+		}
+		for _, c := range natives {
+			want, wantErr, got, gotErr, ok := evalNative(t, c.prg, c.native, obj)
+			if ok && ((wantErr == nil) != (gotErr == nil) || wantErr == nil && !reflect.DeepEqual(want, got)) {
+				t.Fatalf("%s on %T: cel-go gives %v (%v), native %v (%v)", c.expr, obj, want, wantErr, got, gotErr)
 			}
 		}
 	})

@@ -59,6 +59,9 @@ type Filter struct {
 	prg   cel.Program // cost tracked, stopped at FilterCostLimit
 	fast  cel.Program // cost not tracked; nil when no bound keeps the estimate within the limit
 	bound int
+	// native is fast planned into Go closures (nativeProgram), nil where fast is nil or
+	// the expression uses what it does not plan. An evaluation it bails on runs fast.
+	native *nativeProgram
 }
 
 // filters caches compiled filters: a dashboard asks the same question again and again.
@@ -94,6 +97,7 @@ func CompileFilter(expr string) (*Filter, error) {
 			return nil, err
 		}
 		f.bound = bound
+		f.native, _ = planNative(ast) // nil: the expression uses what it does not plan
 		break
 	}
 	filters.Add(expr, f)
@@ -199,6 +203,16 @@ func (b *Bound) matchesFast(obj any) (pass, ok bool) {
 	}
 	if st.over {
 		return false, false
+	}
+	if b.f.native != nil {
+		val, ok := b.f.native.eval(object)
+		if st.over {
+			return false, false
+		}
+		if ok {
+			return val == types.True, true
+		}
+		st.work = 0 // bailed: cel-go evaluates it afresh, within the same bound
 	}
 	st.act.object = object
 	val, _, err := b.f.fast.Eval(&st.act)
