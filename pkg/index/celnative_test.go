@@ -116,7 +116,7 @@ func TestNativeProgramMatchesCEL(t *testing.T) {
 
 // notPlanned are the filter shapes nativeProgram leaves to cel-go.
 var notPlanned = map[string]bool{
-	"type(object.spec) == map":     true, // a type name
+	"type(object.spec) == map":      true, // a type name
 	"{'a': object.kind}.a == 'Pod'": true, // a map literal
 }
 
