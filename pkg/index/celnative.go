@@ -31,10 +31,10 @@ import (
 //
 // What it does not plan (map and struct literals, type names, optionals, two-variable
 // comprehensions, functions without bindings) leaves the filter on cel-go's program alone.
-// What it meets at run time and does not model as cel-go does (a field of a value that is
-// not a map, an index into something neither a map nor a list, a call that would dispatch to
-// a receiver) marks the evaluation bailed: its value is not used, and cel-go evaluates the
-// object instead (TestNativeProgramMatchesCEL, FuzzCELView).
+// What it meets at run time and does not model as cel-go does (a call that would dispatch
+// to a receiver, an unknown value, a panic) marks the evaluation bailed: its value is not
+// used, and cel-go evaluates the object instead (TestNativeProgramMatchesCEL, FuzzCELView,
+// TestNativeFilterFallsBack).
 
 // nexpr is one planned expression node.
 type nexpr func(*nframe) ref.Val
@@ -187,21 +187,29 @@ func (p *nplanner) planSelect(e celast.Expr) (nexpr, error) {
 	}
 	var key ref.Val = types.String(sel.FieldName()) // an interface once, not per read
 	hint := &fieldHint{name: sel.FieldName()}
+	// Of the values views hand out, only maps (views and CEL's own) have fields; cel-go's
+	// qualifiers (refQualify) answer a field of a list with an error, and of any other value
+	// (null, a string...) with an error, or false for has(), as this environment does not
+	// enable errors on bad presence tests.
 	if sel.IsTestOnly() {
 		return func(fr *nframe) ref.Val {
 			v := op(fr)
 			if types.IsUnknownOrError(v) {
 				return v
 			}
-			m, ok := v.(traits.Mapper)
-			if !ok {
-				return fr.bail()
+			switch c := v.(type) {
+			case traits.Mapper:
+				found, ok := c.Find(key)
+				if types.IsError(found) {
+					return found
+				}
+				return types.Bool(ok)
+			case traits.Lister:
+				return types.NewErr("unsupported index type 'string' in list")
+			case traits.Indexer:
+				return fr.bail() // a proto message: never handed out by a view
 			}
-			found, ok := m.Find(key)
-			if types.IsError(found) {
-				return found
-			}
-			return types.Bool(ok)
+			return types.False
 		}, nil
 	}
 	return func(fr *nframe) ref.Val {
@@ -219,11 +227,15 @@ func (p *nplanner) planSelect(e celast.Expr) (nexpr, error) {
 			}
 			return f
 		}
-		m, ok := v.(traits.Mapper)
-		if !ok {
-			return fr.bail()
+		switch c := v.(type) {
+		case traits.Mapper:
+			return find(c, key)
+		case traits.Indexer:
+			if _, ok := c.(traits.Lister); !ok {
+				return fr.bail() // a proto message: never handed out by a view
+			}
 		}
-		return find(m, key)
+		return noSuchKey(key)
 	}, nil
 }
 
@@ -316,7 +328,7 @@ func (p *nplanner) planComprehension(e celast.Expr) (nexpr, error) {
 		}
 		iterable, ok := r.(traits.Iterable)
 		if !ok || !r.Type().HasTrait(traits.IterableType) {
-			return fr.bail()
+			return types.ValOrErr(r, "got '%T', expected iterable type", r)
 		}
 		if emptyList {
 			fr.vars[accu] = types.NewMutableList(types.DefaultTypeAdapter)
@@ -490,8 +502,10 @@ func index(op, key nexpr) nexpr {
 				return c.Get(k)
 			}
 			return types.NewErr("index out of range: %v", k)
+		case traits.Indexer:
+			return fr.bail() // a proto message: never handed out by a view
 		}
-		return fr.bail()
+		return noSuchKey(k) // as refQualify answers an index into any other value
 	}
 }
 
