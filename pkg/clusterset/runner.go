@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -178,11 +177,7 @@ func (r *runner) run() {
 		}
 		return
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r.probe(ctx, dc)
-	}()
+	r.probe(ctx, dc, &wg)
 	cached := memory.NewMemCacheClient(dc)
 	mapper := restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, func(string) {})
 	r.setState(Syncing, "")
@@ -263,10 +258,41 @@ func (r *runner) leaveStale(s *stack) {
 	r.reg.mems[s.spec.Name].Leave(r.cfg.Name)
 }
 
-// probe checks the API server every ProbeInterval and reports failures to every started stack.
-// It sends no retries: client-go's own retries are what hide an outage.
-func (r *runner) probe(ctx context.Context, dc *discovery.DiscoveryClient) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) { r.probeOnce(ctx, dc) }, r.reg.opts.ProbeInterval)
+// probe checks the API server now and then ProbeInterval after each check ends, and reports
+// failures to every started stack, until ctx ends. It sends no retries: client-go's own
+// retries are what hide an outage.
+//
+// Each check runs on a timer's goroutine, so no goroutine waits between checks (one fewer per
+// cluster, BenchmarkFixedCost). wg counts the probe until it has stopped: no check runs or is
+// due once wg has let go of it.
+func (r *runner) probe(ctx context.Context, dc *discovery.DiscoveryClient, wg *sync.WaitGroup) {
+	wg.Add(1)
+	var (
+		once  sync.Once
+		mu    sync.Mutex // orders re-arming the timer against stopping it
+		timer *time.Timer
+	)
+	end := func() { once.Do(wg.Done) }
+	check := func() {
+		r.probeOnce(ctx, dc)
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil {
+			end() // stop found this check running, and left the end to it
+			return
+		}
+		timer.Reset(r.reg.opts.ProbeInterval)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(0, check)
+	mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if timer.Stop() {
+			end() // a check was due, and now will not run
+		}
+	})
 }
 
 func (r *runner) probeOnce(ctx context.Context, dc *discovery.DiscoveryClient) {
