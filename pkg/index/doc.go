@@ -11,6 +11,7 @@
 // Files: builtin.go (the built-in index functions), custom.go (index functions from JSONPath
 // and CEL), fastpath.go (plain JSONPaths walked without the JSONPath interpreter),
 // celobject.go (typed objects as CEL reads them: views that convert a field when it is read),
-// filter.go (where filters: CEL predicates under a cost limit, evaluated untracked when an
-// estimate bounds their cost).
+// celnative.go (a checked CEL expression planned into Go closures over those views, as
+// cel-go's interpreter would run it), filter.go (where filters: CEL predicates under a cost
+// limit, evaluated untracked, natively where planned, when an estimate bounds their cost).
 package index
