@@ -10,7 +10,7 @@ export MULTICACHE_BIN_DIR := $(BIN_DIR)
 
 # Core packages that must stay race-clean. The daemon, cmd/multicache, is its own module (it
 # requires k8s.io/kubernetes for kubectl's printers); DAEMON runs go in it.
-CORE_PKGS := ./pkg/...
+CORE_PKGS := ./pkg/... ./internal/...
 DAEMON := $(GO) -C cmd/multicache
 TEST_TIMEOUT ?= 40m
 

@@ -16,5 +16,5 @@
 //
 // Files: authorizer.go (Access, static tokens, the user of a request), delegated.go
 // (TokenReview and SubjectAccessReview through k8s.io/apiserver, the peers' request-header
-// authenticator).
+// authenticator), answers.go (the cache of access reviews' answers, per user and question).
 package auth

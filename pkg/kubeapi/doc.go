@@ -10,5 +10,6 @@
 // Files: api.go (the request's decoding and routing, errors and warnings), path.go (paths),
 // negotiate.go (the Accept header), objects.go (lists, gets and watches of cached resources),
 // encode.go (the encodings, which peers encode with too), clusters.go
-// (clusters.multicache.io), definitions.go (customresourcedefinitions).
+// (clusters.multicache.io), definitions.go (customresourcedefinitions), events.go (watch
+// events' objects encoded once for every watch that writes them).
 package kubeapi

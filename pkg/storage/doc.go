@@ -17,5 +17,6 @@
 // Files: reader.go (Reader, Status, the options and results), errors.go (the errors),
 // encoding.go (Encoding and Encoder), selection.go (what a selection's label selector says of
 // clusters), buffers.go (the pool of encoding buffers), summary.go (Summarizer: counts in
-// groups), sort.go (the order of sorted lists, and counts).
+// groups), summarywatch.go (WatchSummary: a summary that streams), sort.go (the order of
+// sorted lists, and counts).
 package storage

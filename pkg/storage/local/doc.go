@@ -19,5 +19,6 @@
 // Files: local.go (Storage, New, the view of one request), select.go (a Selection resolved),
 // scope.go (what the caller may read), query.go (a Selection as an aggregate.Query), ready.go
 // (completeness), list.go (List and Get), watch.go (Watch), status.go (Status: clusters,
-// definitions, resources), redact.go (Secrets without their data), summary.go (Summarize).
+// definitions, resources), redact.go (Secrets without their data), summary.go (Summarize),
+// owner.go (top-level owners: the owner key and selection), sort.go (sorted lists).
 package local
