@@ -213,6 +213,15 @@ type viewField struct {
 	omitZero  func(reflect.Value) bool
 	converts  bool        // the field's type has its own conversion
 	info      *structInfo // the field's type's, when it is a struct
+	// elems holds the facts of a slice's or map's elements once the field is first read: not
+	// while structOf computes the struct, as an element type may hold it (a tree's children).
+	elems *atomic.Pointer[collFacts]
+}
+
+// collFacts is what a list or map view needs of its elements' type (elemFacts).
+type collFacts struct {
+	conv bool
+	info *structInfo
 }
 
 // structInfo is what a view needs of a struct type, computed once per type.
@@ -275,6 +284,9 @@ func collectFields(t reflect.Type, prefix []int, info *structInfo) bool {
 			if f.Type.Kind() == reflect.Struct && !vf.converts {
 				vf.info = structOf(f.Type) // ends: no struct holds itself by value
 			}
+			if k := f.Type.Kind(); (k == reflect.Slice || k == reflect.Map) && !vf.converts {
+				vf.elems = new(atomic.Pointer[collFacts])
+			}
 			info.fields = append(info.fields, vf)
 			continue
 		}
@@ -335,7 +347,14 @@ func fieldValue(v reflect.Value, vf *viewField, st *evalState) ref.Val {
 		reflect.Float32, reflect.Float64:
 		return valueOf(v, false, nil, st) // as it is, whatever conversion the type has
 	}
-	return valueOf(v, vf.converts, vf.info, st)
+	var elems *collFacts
+	if vf.elems != nil {
+		if elems = vf.elems.Load(); elems == nil {
+			elems = elemFacts(v.Type())
+			vf.elems.Store(elems)
+		}
+	}
+	return valueOfWith(v, vf.converts, vf.info, elems, st)
 }
 
 func uintValue(u uint64) ref.Val {
@@ -359,13 +378,13 @@ func typedValue(v reflect.Value, st *evalState) ref.Val {
 
 // elemFacts is what valueOf needs of the elements of t, a slice or map type: looked up once
 // for a list or map, not once per element.
-func elemFacts(t reflect.Type) (conv bool, info *structInfo) {
+func elemFacts(t reflect.Type) *collFacts {
 	et := t.Elem()
-	conv = converts(et)
-	if !conv && et.Kind() == reflect.Struct {
-		info = structOf(et)
+	f := &collFacts{conv: converts(et)}
+	if !f.conv && et.Kind() == reflect.Struct {
+		f.info = structOf(et)
 	}
-	return conv, info
+	return f
 }
 
 // converts reports whether t has its own conversion (a json.Marshaler, an
@@ -376,6 +395,12 @@ func converts(t reflect.Type) bool { return value.TypeReflectEntryOf(t).CanConve
 // views look that up once per field, list or map, not once per value.
 // info, when known, is the struct info of v's type.
 func valueOf(v reflect.Value, conv bool, info *structInfo, st *evalState) ref.Val {
+	return valueOfWith(v, conv, info, nil, st)
+}
+
+// valueOfWith is valueOf with, when known (a struct field's, computed once per field), the
+// facts of v's elements when it is a slice or a map.
+func valueOfWith(v reflect.Value, conv bool, info *structInfo, elems *collFacts, st *evalState) ref.Val {
 	t := v.Type()
 	if conv {
 		u, err := value.TypeReflectEntryOf(t).ToUnstructured(v)
@@ -408,8 +433,10 @@ func valueOf(v reflect.Value, conv bool, info *structInfo, st *evalState) ref.Va
 		if !st.admit(v.Len()) {
 			return st.tooLarge(v.Len())
 		}
-		conv, info := elemFacts(t)
-		return st.newList(v, conv, info)
+		if elems == nil {
+			elems = elemFacts(t)
+		}
+		return st.newList(v, elems.conv, elems.info)
 	case reflect.Map:
 		if v.IsNil() {
 			return types.NullValue
@@ -420,8 +447,10 @@ func valueOf(v reflect.Value, conv bool, info *structInfo, st *evalState) ref.Va
 		if !st.admit(v.Len()) {
 			return st.tooLarge(v.Len())
 		}
-		conv, info := elemFacts(t)
-		return st.newMap(v, conv, info)
+		if elems == nil {
+			elems = elemFacts(t)
+		}
+		return st.newMap(v, elems.conv, elems.info)
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return types.NullValue
