@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -121,6 +122,17 @@ type nplanner struct {
 	fns   map[string]*functions.Overload
 	scope []nlocal // innermost last
 	slots int
+	// selects are the field selections planned, by expression id: a call on one may read
+	// the field's text without making a CEL value of it (stringTestOf).
+	selects map[int64]*nselect
+}
+
+// nselect is a planned field selection: its operand, and the selection of a value.
+type nselect struct {
+	op   nexpr
+	from func(fr *nframe, v ref.Val) ref.Val // v's field, v being the operand's value
+	hint *fieldHint
+	key  ref.Val
 }
 
 type nlocal struct {
@@ -212,8 +224,7 @@ func (p *nplanner) planSelect(e celast.Expr) (nexpr, error) {
 			return types.False
 		}, nil
 	}
-	return func(fr *nframe) ref.Val {
-		v := op(fr)
+	from := func(fr *nframe, v ref.Val) ref.Val {
 		if types.IsUnknownOrError(v) {
 			return v
 		}
@@ -236,7 +247,51 @@ func (p *nplanner) planSelect(e celast.Expr) (nexpr, error) {
 			}
 		}
 		return noSuchKey(key)
-	}, nil
+	}
+	if p.selects == nil {
+		p.selects = map[int64]*nselect{}
+	}
+	p.selects[e.ID()] = &nselect{op: op, from: from, hint: hint, key: key}
+	return func(fr *nframe) ref.Val { return from(fr, op(fr)) }, nil
+}
+
+// stringTestOf plans a test of a selected field against a literal string (==, !=, startsWith,
+// endsWith, contains) that reads the field's text where it is a plain string field of a typed
+// object, without making a CEL value of it (which allocates): the same read, spent and
+// admitted as a view reads it, and the same answer as test's over the CEL values. Any other
+// field is read as a view reads it, and answer (the call's planned form over values) decides.
+func (p *nplanner) stringTestOf(args []celast.Expr, test func(s, t string) bool, answer func(fr *nframe, l, r ref.Val) ref.Val) nexpr {
+	if len(args) != 2 || args[0].Kind() != celast.SelectKind || args[0].AsSelect().IsTestOnly() ||
+		args[1].Kind() != celast.LiteralKind {
+		return nil
+	}
+	lit, ok := args[1].AsLiteral().(types.String)
+	sel := p.selects[args[0].ID()]
+	if !ok || sel == nil {
+		return nil
+	}
+	r := ref.Val(lit)
+	return func(fr *nframe) ref.Val {
+		v := sel.op(fr)
+		sv, ok := v.(*structVal)
+		if !ok {
+			return answer(fr, sel.from(fr, v), r)
+		}
+		fv, vf, err := sv.rawHinted(sel.hint)
+		switch {
+		case err != nil:
+			return answer(fr, err, r)
+		case vf == nil:
+			return answer(fr, noSuchKey(sel.key), r)
+		case fv.Kind() != reflect.String:
+			return answer(fr, fieldValue(fv, vf, sv.st), r)
+		}
+		text := fv.String()
+		if !sv.st.admit(len(text)) {
+			return answer(fr, sv.st.tooLarge(len(text)), r)
+		}
+		return types.Bool(test(text, string(lit)))
+	}
 }
 
 // find is a map's value at key as cel-go's qualifiers read it: Find, and a missing key is an
@@ -380,8 +435,14 @@ func (p *nplanner) planCall(e celast.Expr) (nexpr, error) {
 	case operators.Conditional:
 		return conditional(args[0], args[1], args[2]), nil
 	case operators.Equals:
+		if f := p.stringTestOf(argExprs, func(s, t string) bool { return s == t }, equalsOf(false)); f != nil {
+			return f, nil
+		}
 		return equals(args[0], args[1], false), nil
 	case operators.NotEquals:
+		if f := p.stringTestOf(argExprs, func(s, t string) bool { return s != t }, equalsOf(true)); f != nil {
+			return f, nil
+		}
 		return equals(args[0], args[1], true), nil
 	case operators.Index:
 		return index(args[0], args[1]), nil
@@ -409,6 +470,11 @@ func (p *nplanner) planCall(e celast.Expr) (nexpr, error) {
 	case len(args) == 1 && fn.Unary != nil:
 		return unary(args[0], fn, unaryFast[fnName]), nil
 	case len(args) == 2 && fn.Binary != nil:
+		if test := stringTests[fnName]; test != nil {
+			if f := p.stringTestOf(argExprs, test, binaryOf(fn, binaryFast[fnName])); f != nil {
+				return f, nil
+			}
+		}
 		return binary(args[0], args[1], fn, binaryFast[fnName]), nil
 	case len(args) > 0 && fn.Function != nil:
 		return varArgs(args, fn), nil
@@ -463,8 +529,13 @@ func conditional(cond, t, f nexpr) nexpr {
 }
 
 func equals(lhs, rhs nexpr, negate bool) nexpr {
-	return func(fr *nframe) ref.Val {
-		l, r := lhs(fr), rhs(fr)
+	answer := equalsOf(negate)
+	return func(fr *nframe) ref.Val { return answer(fr, lhs(fr), rhs(fr)) }
+}
+
+// equalsOf is == (or != when negate) over its operands' values, as cel-go's evalEq and evalNe.
+func equalsOf(negate bool) func(fr *nframe, l, r ref.Val) ref.Val {
+	return func(_ *nframe, l, r ref.Val) ref.Val {
 		if types.IsUnknownOrError(l) {
 			return l
 		}
@@ -549,6 +620,11 @@ var (
 			return b, ok
 		},
 	}
+	stringTests = map[string]func(s, t string) bool{
+		overloads.StartsWith: strings.HasPrefix,
+		overloads.EndsWith:   strings.HasSuffix,
+		overloads.Contains:   strings.Contains,
+	}
 	binaryFast = map[string]func(l, r ref.Val) (ref.Val, bool){
 		overloads.StartsWith: stringTest(strings.HasPrefix),
 		overloads.EndsWith:   stringTest(strings.HasSuffix),
@@ -586,8 +662,13 @@ func unary(arg nexpr, fn *functions.Overload, fast func(ref.Val) (ref.Val, bool)
 }
 
 func binary(lhs, rhs nexpr, fn *functions.Overload, fast func(l, r ref.Val) (ref.Val, bool)) nexpr {
-	return func(fr *nframe) ref.Val {
-		l, r := lhs(fr), rhs(fr)
+	answer := binaryOf(fn, fast)
+	return func(fr *nframe) ref.Val { return answer(fr, lhs(fr), rhs(fr)) }
+}
+
+// binaryOf is a binary call over its operands' values, as cel-go's evalBinary.
+func binaryOf(fn *functions.Overload, fast func(l, r ref.Val) (ref.Val, bool)) func(fr *nframe, l, r ref.Val) ref.Val {
+	return func(fr *nframe, l, r ref.Val) ref.Val {
 		if fast != nil {
 			if v, ok := fast(l, r); ok {
 				return v

@@ -79,6 +79,12 @@ var filterExprs = []string{
 	"!object.spec.missing",
 	"[true, 1, 'a', null, object.spec.missing].exists(x, x)",
 	"[true, 1, 'a', null].all(x, !x)",
+	"object.spec.missing == 'x'",
+	"object.spec.missing != 'x'",
+	"object.metadata.name == 'web-7db6d8ff4d-abcde' && object.kind != 'Pod'",
+	"object.metadata.labels == 'x'",
+	"object.spec.containers.exists(c, c.name.endsWith('xy') || c.image.contains('envoy'))",
+	"object.metadata.ownerReferences.exists(o, o.kind == 'ReplicaSet' && o.controller == true)",
 }
 
 // TestNativeProgramMatchesCEL: a planned program gives cel-go's value on every object, or
@@ -187,6 +193,16 @@ func TestNativeFilterFallsBack(t *testing.T) {
 	long.Name = "p" + string(make([]byte, g.bound))
 	if b := g.Bind(); !b.Matches(long) || b.Err() != nil {
 		t.Errorf("a name over the bound: %v (%v)", b.Matches(long), b.Err())
+	}
+	// The native program itself refuses the name, as a view does: the evaluation is over.
+	st := newEvalState(g.bound, FilterCostLimit/2)
+	defer st.release()
+	object, err = objectValue(long, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := g.native.eval(object); !st.over || v == types.True {
+		t.Errorf("a name over the bound read untracked: %v, over %v", v, st.over)
 	}
 }
 

@@ -667,15 +667,33 @@ type hintEntry struct {
 
 // findHinted is Find of h's name.
 func (s *structVal) findHinted(h *fieldHint) (ref.Val, bool) {
+	fv, vf, err := s.rawHinted(h)
+	if err != nil {
+		return err, false
+	}
+	if vf == nil {
+		return nil, false
+	}
+	return fieldValue(fv, vf, s.st), true
+}
+
+// rawHinted is findHinted before the field's value is made a CEL value: the field (vf nil
+// when the conversion does not write it), or the error of a read past the state's bound.
+func (s *structVal) rawHinted(h *fieldHint) (fv reflect.Value, vf *viewField, err ref.Val) {
 	if !s.st.spend(1) {
-		return s.st.tooMuch(), false
+		return reflect.Value{}, nil, s.st.tooMuch()
 	}
 	e := h.last.Load()
 	if e == nil || e.info != s.info {
 		e = &hintEntry{info: s.info, idx: s.info.byName[h.name]}
 		h.last.Store(e)
 	}
-	return s.lookup(e.idx)
+	for _, i := range e.idx {
+		if fv, ok := s.field(i); ok {
+			return fv, &s.info.fields[i], nil
+		}
+	}
+	return reflect.Value{}, nil, nil
 }
 
 func (s *structVal) Get(key ref.Val) ref.Val {
