@@ -2,6 +2,7 @@ package index
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/google/cel-go/cel"
@@ -241,5 +242,34 @@ func TestNativeProgramRecovers(t *testing.T) {
 	q := &nativeProgram{root: func(fr *nframe) ref.Val { return fr.object }, slots: 2}
 	if v, ok := q.eval(types.True); !ok || v != types.True {
 		t.Errorf("after a panic: %v, %v", v, ok)
+	}
+}
+
+// TestNativeIndexMatchesCEL: a custom CEL index gives the same values through its native
+// program as through cel-go's alone, on every object and expression that plans.
+func TestNativeIndexMatchesCEL(t *testing.T) {
+	objs := viewObjects()
+	objs = append(objs, unstructuredOf(t, objs)...)
+	indexed := 0
+	for _, c := range nativeCases(t) {
+		native, interpreted := celIndexFunc(c.prg, c.native), celIndexFunc(c.prg, nil)
+		for _, o := range objs {
+			got, err := native(o)
+			want, werr := interpreted(o)
+			if err != nil || werr != nil {
+				t.Fatalf("%s on %T: %v, %v", c.expr, o, err, werr)
+			}
+			slices.Sort(got) // a map's keys come in any order through cel-go's own maps
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s on %T: native %q, cel-go %q", c.expr, o, got, want)
+			}
+			if len(got) > 0 {
+				indexed++
+			}
+		}
+	}
+	if indexed < 100 {
+		t.Errorf("only %d objects indexed by any expression: the comparison tests little", indexed)
 	}
 }

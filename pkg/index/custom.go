@@ -212,17 +212,32 @@ func compileCEL(expr string) (cache.IndexFunc, error) {
 	if err != nil {
 		return nil, err
 	}
+	np, _ := planNative(ast) // nil: the expression uses what nativeProgram does not plan
+	return celIndexFunc(prg, np), nil
+}
+
+// celIndexFunc indexes an object by the values of an expression: its native program's where
+// planned and it does not bail, else cel-go's.
+func celIndexFunc(prg cel.Program, np *nativeProgram) cache.IndexFunc {
 	return func(obj any) ([]string, error) {
 		object, err := objectValue(obj, nil)
 		if err != nil {
 			return nil, fmt.Errorf("cel index: %w", err)
+		}
+		if np != nil {
+			if val, ok := np.eval(object); ok {
+				if types.IsError(val) {
+					return nil, nil // as cel-go's Eval answers an error value: below
+				}
+				return celValues(val), nil
+			}
 		}
 		val, _, err := prg.Eval(&objectActivation{object: object})
 		if err != nil {
 			return nil, nil // missing fields and the like: nothing to index
 		}
 		return celValues(val), nil
-	}, nil
+	}
 }
 
 // jsonField is where a JSON field of a struct type lives.
