@@ -26,7 +26,9 @@ import (
 // the same order of evaluation, the same strictness (an error or unknown argument is the
 // call's value), the same short-circuits, the same function implementations (the
 // environment's own bindings, with their runtime type guards), the same comprehension loop
-// (a loop condition that is a bool and not true ends it; a list accumulator starts mutable).
+// (a loop condition that is a bool and not true ends it; a list accumulator starts mutable),
+// and what cel-go's OptOptimize changes: `in` against a list of literals as a set, `matches`
+// with a literal pattern compiled once.
 // It therefore reads what cel-go reads, never more, and an untracked evaluation stays within
 // the bound CompileFilter estimated for cel-go's program.
 //
@@ -449,6 +451,11 @@ func (p *nplanner) planCall(e celast.Expr) (nexpr, error) {
 	case operators.OptSelect, operators.OptIndex:
 		return nil, fmt.Errorf("%s is not planned natively", fnName)
 	}
+	if fnName == operators.In && len(info.OverloadIDs) == 1 && info.OverloadIDs[0] == overloads.InList {
+		if set, ok := constantSet(argExprs[1]); ok {
+			return setMembership(args[0], set), nil
+		}
+	}
 	if fnName == "matches" && len(argExprs) == 2 && argExprs[1].Kind() == celast.LiteralKind {
 		if pattern, ok := argExprs[1].AsLiteral().(types.String); ok {
 			return matches(args[0], string(pattern))
@@ -561,6 +568,13 @@ func index(op, key nexpr) nexpr {
 		if types.IsUnknownOrError(k) {
 			return k
 		}
+		switch k.(type) {
+		case types.String, types.Int, types.Uint, types.Bool, types.Double:
+		default:
+			// cel-go makes a qualifier of the key before it reads the operand, and has none
+			// for any other type (newQualifier).
+			return types.NewErr("invalid qualifier type: %T", k)
+		}
 		switch c := v.(type) {
 		case traits.Mapper:
 			return find(c, k)
@@ -577,6 +591,65 @@ func index(op, key nexpr) nexpr {
 			return fr.bail() // a proto message: never handed out by a view
 		}
 		return noSuchKey(k) // as refQualify answers an index into any other value
+	}
+}
+
+// constantSet is the set cel-go's OptOptimize makes of a list of literals that `in` tests
+// against (maybeOptimizeSetMembership): each element, and each number also as the other
+// numeric types it converts to (a double only when the conversion is lossless). An empty list
+// is an empty set, which answers false without evaluating its argument. ok is false for a list
+// cel-go leaves to `in` itself (an element that is not a literal, or is bytes).
+func constantSet(e celast.Expr) (set map[ref.Val]ref.Val, ok bool) {
+	if e.Kind() != celast.ListKind || len(e.AsList().OptionalIndices()) > 0 {
+		return nil, false
+	}
+	set = map[ref.Val]ref.Val{}
+	for _, el := range e.AsList().Elements() {
+		if el.Kind() != celast.LiteralKind {
+			return nil, false
+		}
+		v := el.AsLiteral()
+		if !types.IsPrimitiveType(v) || v.Type() == types.BytesType {
+			return nil, false
+		}
+		set[v] = types.True
+		var also []ref.Type
+		switch v.(type) {
+		case types.Double:
+			also = []ref.Type{types.IntType, types.UintType}
+		case types.Int:
+			also = []ref.Type{types.DoubleType, types.UintType}
+		case types.Uint:
+			also = []ref.Type{types.DoubleType, types.IntType}
+		}
+		for _, t := range also {
+			c := v.ConvertToType(t)
+			if types.IsError(c) {
+				continue
+			}
+			if _, isDouble := v.(types.Double); isDouble && c.Equal(v) != types.True {
+				continue // lossy
+			}
+			set[c] = types.True
+		}
+	}
+	return set, true
+}
+
+// setMembership is `in` against a constant set, as cel-go's evalSetMembership answers it.
+func setMembership(arg nexpr, set map[ref.Val]ref.Val) nexpr {
+	if len(set) == 0 {
+		return func(*nframe) ref.Val { return types.False }
+	}
+	return func(fr *nframe) ref.Val {
+		v := arg(fr)
+		if types.IsUnknownOrError(v) {
+			return v
+		}
+		if r, ok := set[v]; ok {
+			return r
+		}
+		return types.False
 	}
 }
 

@@ -86,6 +86,16 @@ var filterExprs = []string{
 	"object.metadata.labels == 'x'",
 	"object.spec.containers.exists(c, c.name.endsWith('xy') || c.image.contains('envoy'))",
 	"object.metadata.ownerReferences.exists(o, o.kind == 'ReplicaSet' && o.controller == true)",
+	"!(object.spec.nope in [])",
+	"object.metadata.name in []",
+	"dyn(1000000000000000001) in [1e18]",
+	"object.metadata.generation in [1e18, 2.5]",
+	"object.spec.replicas in [3.0, 'x']",
+	"object.spec.replicas in [3u, 4]",
+	"object.metadata.namespace in ['shop', 1, true, null]",
+	"object.metadata.annotations[object.spec.containers] == 'x'",
+	"object.metadata.labels[object.metadata.ownerReferences] == 'x'",
+	"object.spec.containers[object.spec.nodeName == 'node-17'] == 'x'",
 }
 
 // TestNativeProgramMatchesCEL: a planned program gives cel-go's value on every object, or
@@ -150,6 +160,21 @@ func evalNative(t testing.TB, prg cel.Program, np *nativeProgram, obj runtime.Ob
 	gotVal, ok := np.eval(object)
 	if ok && st.work > celReads {
 		t.Fatalf("%T: the native program read %d values, cel-go %d", obj, st.work, celReads)
+	}
+	// At a small bound, which a Container and a PodSpec pass (each has more fields): the native program reads
+	// nothing over the bound that cel-go does not, and refuses what cel-go would.
+	small := newEvalState(16, 1<<20)
+	defer small.release()
+	if object, err := objectValue(obj, small); err == nil && !small.over {
+		small.act.object = object
+		_, _, _ = prg.Eval(&small.act)
+		celOver, celWork := small.over, small.work
+		small.over, small.work = false, 0
+		if _, nok := np.eval(object); nok {
+			if small.over && !celOver || celWork == small.work && small.over != celOver {
+				t.Fatalf("%T at a bound of 16: native over %v after %d reads, cel-go over %v after %d", obj, small.over, small.work, celOver, celWork)
+			}
+		}
 	}
 	if wantErr == nil {
 		want = normal(wantVal) // before release: views read the object through st

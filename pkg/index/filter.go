@@ -212,7 +212,7 @@ func (b *Bound) matchesFast(obj any) (pass, ok bool) {
 		if ok {
 			return val == types.True, true
 		}
-		st.work = 0 // bailed: cel-go evaluates it afresh, within the same bound
+		// Bailed: cel-go evaluates it, within what is left of the same bound on reads.
 	}
 	st.act.object = object
 	val, _, err := b.f.fast.Eval(&st.act)
