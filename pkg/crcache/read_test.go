@@ -213,6 +213,8 @@ func TestInformerForKind(t *testing.T) {
 	if err := inf.AddIndexers(byNode); err == nil {
 		t.Error("an index name taken twice: no error")
 	}
+	// b's informer waited for cluster b alone: cluster a's list may still be on its way.
+	waitSynced(t, fl.Cache("a"))
 	store, _ := fl.reg.Aggregate("pods")
 	a, _ := store.Cluster("a")
 	if objs, err := a.ByIndex("by-node", "n2"); err != nil || len(objs) != 1 {
