@@ -231,14 +231,8 @@ func (p *nplanner) planSelect(e celast.Expr) (nexpr, error) {
 			return v
 		}
 		if sv, ok := v.(*structVal); ok {
-			f, found := sv.findHinted(hint)
-			if types.IsError(f) {
-				return f
-			}
-			if !found {
-				return noSuchKey(key)
-			}
-			return f
+			f, ok := sv.findHinted(hint)
+			return found(f, ok, key)
 		}
 		switch c := v.(type) {
 		case traits.Mapper:
@@ -300,10 +294,16 @@ func (p *nplanner) stringTestOf(args []celast.Expr, test func(s, t string) bool,
 // error.
 func find(m traits.Mapper, key ref.Val) ref.Val {
 	v, ok := m.Find(key)
-	if types.IsError(v) {
+	return found(v, ok, key)
+}
+
+// found is what a lookup of key answered (v, ok), as cel-go's qualifiers answer it: an error
+// stays the error, and a key not found is a "no such key" error.
+func found(v ref.Val, ok bool, key ref.Val) ref.Val {
+	switch {
+	case types.IsError(v):
 		return v
-	}
-	if !ok {
+	case !ok:
 		return noSuchKey(key)
 	}
 	return v

@@ -1,6 +1,8 @@
 package index
 
 import (
+	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -229,6 +231,60 @@ func TestNativeFilterFallsBack(t *testing.T) {
 	}
 	if v, _ := g.native.eval(object); !st.over || v == types.True {
 		t.Errorf("a name over the bound read untracked: %v, over %v", v, st.over)
+	}
+}
+
+// TestNativeBailKeepsItsReads: when a native evaluation bails, cel-go evaluates the object
+// within what is left of the same bound on reads; the native program's reads stay counted.
+func TestNativeBailKeepsItsReads(t *testing.T) {
+	// The exists reads every container's image, natively, then size() of an int bails.
+	f, err := CompileFilter("object.spec.containers.exists(c, c.image == 'x') || size(object.metadata.generation) == 0")
+	if err != nil || f.native == nil {
+		t.Fatalf("not planned natively: %v", err)
+	}
+	p := &corev1.Pod{}
+	p.Kind, p.Name, p.Generation = "Pod", "p", 3
+	for i := range 50 {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", i), Image: "img"})
+	}
+	readsOf := func(eval func(object ref.Val, st *evalState)) int {
+		st := newEvalState(f.bound, math.MaxInt)
+		defer st.release()
+		object, err := objectValue(p, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eval(object, st)
+		return st.work
+	}
+	native := readsOf(func(object ref.Val, _ *evalState) {
+		if _, ok := f.native.eval(object); ok {
+			t.Fatal("the native program does not bail on size() of an int")
+		}
+	})
+	both := readsOf(func(object ref.Val, st *evalState) {
+		f.native.eval(object)
+		st.act.object = object
+		_, _, _ = f.fast.Eval(&st.act)
+	})
+	interpreted := both - native
+	if native < 100 || interpreted < 100 {
+		t.Fatalf("reads: %d native, %d by cel-go; want each to read the 50 images", native, interpreted)
+	}
+	for _, tc := range []struct {
+		reads  int
+		within bool
+	}{
+		{both, true},             // both evaluations fit
+		{both - 1, false},        // the native reads and cel-go's together do not
+		{interpreted + 1, false}, // cel-go's alone would
+	} {
+		b := f.Bind()
+		b.reads = tc.reads
+		if pass, ok := b.matchesFast(p); ok != tc.within || pass {
+			t.Errorf("bounded at %d reads (%d native, %d by cel-go): within %v (passes %v), want within %v",
+				tc.reads, native, interpreted, ok, pass, tc.within)
+		}
 	}
 }
 

@@ -133,6 +133,7 @@ type Bound struct {
 	f      *Filter
 	once   bool          // a list's or summary's: budget and failures count (Bind)
 	budget uint64        // FilterRequestBudget; smaller in tests
+	reads  int           // values an untracked evaluation may read: FilterCostLimit/2 if 0 (tests set it)
 	spent  atomic.Uint64 // cost of the request's evaluations so far (estimated: costSample)
 	failed atomic.Bool   // set with fail: every later evaluation fails at once
 	mu     sync.Mutex
@@ -195,7 +196,11 @@ func (b *Bound) Matches(obj any) bool {
 // matchesFast evaluates the untracked program; ok is false when obj holds a value over the
 // filter's bound, whose cost the estimate does not cover.
 func (b *Bound) matchesFast(obj any) (pass, ok bool) {
-	st := newEvalState(b.f.bound, FilterCostLimit/2)
+	reads := b.reads
+	if reads == 0 {
+		reads = FilterCostLimit / 2
+	}
+	st := newEvalState(b.f.bound, reads)
 	defer st.release()
 	object, err := objectValue(obj, st)
 	if err != nil {
