@@ -21,18 +21,25 @@ func TestProbeStopsWithItsContext(t *testing.T) {
 	block := make(chan struct{})
 	var blocking atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		checks.Add(1)
-		if blocking.Load() {
-			<-block
-		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"major":"1","minor":"37"}`))
 	}))
 	defer srv.Close()
 	var unblock sync.Once
 	release := func() { unblock.Do(func() { close(block) }) }
-	defer release() // before srv.Close, which waits for a blocked check
-	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.URL})
+	defer release()
+	// A check is counted as it starts. A blocked one waits for release alone, deaf to its
+	// context, as a check stuck past its context's end would be.
+	wrap := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			checks.Add(1)
+			if blocking.Load() {
+				<-block
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.URL, WrapTransport: wrap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +86,21 @@ func TestProbeStopsWithItsContext(t *testing.T) {
 	cancel()
 	select {
 	case <-done:
-		// The check's request ends with its context; the probe then stops.
-	case <-time.After(30 * time.Second):
-		t.Fatal("the probe did not stop within 30s of its context's end, a check in flight")
+		t.Fatal("the probe let go of its WaitGroup while a check still ran")
+	case <-time.After(50 * time.Millisecond):
 	}
-	release()
+	release() // the check returns; the probe then stops
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the probe did not stop within 30s of its last check's return")
+	}
 	time.Sleep(50 * time.Millisecond)
 	if n := checks.Load(); n != 1 {
 		t.Errorf("%d checks, want the one in flight alone", n)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
