@@ -19,6 +19,7 @@ type fakeFleet struct {
 	n        atomic.Int64
 	scans    atomic.Int64
 	opened   atomic.Int64
+	reopened atomic.Int64 // summaries taken once the watch was open a second time or more
 	events   chan struct{}
 	endWatch chan struct{}
 	forbid   atomic.Bool // the watch ends with 403 instead of 410
@@ -53,6 +54,9 @@ func (f *fakeFleet) Watch(context.Context, WatchOptions) (Watch, error) {
 
 func (f *fakeFleet) Summarize(context.Context, SummaryOptions) (*Summary, error) {
 	f.scans.Add(1)
+	if f.opened.Load() > 1 {
+		f.reopened.Add(1)
+	}
 	k := "g"
 	n := int(f.n.Load())
 	return &Summary{Summary: aggregate.Summary{By: []string{"k"}, Groups: []aggregate.Group{{Key: []*string{&k}, Count: n}}, Total: n}}, nil
@@ -111,13 +115,21 @@ func TestWatchSummary(t *testing.T) {
 	if n := next("after a change"); n != 4 {
 		t.Errorf("after a change: %d, want 4", n)
 	}
+	// The burst's last event may still be counted: wait until no summary is taken for twenty
+	// intervals, so that the next one is the reopening's.
+	for last, quiet := f.scans.Load(), 0; quiet < 20; quiet++ {
+		time.Sleep(5 * time.Millisecond)
+		if s := f.scans.Load(); s != last {
+			last, quiet = s, 0
+		}
+	}
 	f.n.Store(5)
 	f.endWatch <- struct{}{} // the watch ends; the change in between comes with the reopening
 	if n := next("after the watch ended"); n != 5 {
 		t.Errorf("after the watch ended: %d, want 5", n)
 	}
-	if o := f.opened.Load(); o != 2 {
-		t.Errorf("watch opened %d times, want 2", o)
+	if o, r := f.opened.Load(), f.reopened.Load(); o != 2 || r != 1 {
+		t.Errorf("watch opened %d times, %d summaries after it was opened again; want 2 and 1", o, r)
 	}
 	cancel()
 	wg.Wait()
