@@ -60,7 +60,18 @@ func TestAccessScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRegistry(t, reg.Start)
-	reg.WaitForSync(t.Context(), 2*time.Second) // a syncs, b cannot
+	waitUntil(t, "a synced, b listing", 20*time.Second, func() bool { // a syncs, b cannot
+		aSynced, bListing := false, false
+		for _, cs := range reg.Status() {
+			switch {
+			case cs.Name == "a":
+				aSynced = cs.State == clusterset.Synced
+			case cs.Name == "b" && len(cs.Resources) == 1:
+				bListing = cs.Resources[0].Progress.Listing
+			}
+		}
+		return aSynced && bListing
+	})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	get := func(token, path string) (int, string) {
@@ -190,35 +201,32 @@ func TestAccessJoinLater(t *testing.T) {
 		"all kube":  watch("all", "/api/v1/pods?watch=true"),
 	}
 	src.add(clusterset.ClusterConfig{Name: "b", Config: b.Config(), Fingerprint: "1"})
-	if missing := reg.WaitForSync(t.Context(), 20*time.Second); missing != nil {
-		t.Fatalf("b unsynced: %v", missing)
-	}
-	deadline := time.After(2 * time.Second)
-	seenB := map[string]bool{}
-	for open := len(watches); open > 0; {
-		select {
-		case <-deadline:
-			open = 0
-		default:
-			for name, ch := range watches {
-				select {
-				case l, ok := <-ch:
-					if !ok {
-						delete(watches, name)
-						open--
-					} else if strings.Contains(l, "p-b") {
-						seenB[name] = true
-					}
-				case <-time.After(10 * time.Millisecond):
-				}
+	// The Registry loads the source on its own goroutine: wait for b itself, not for a
+	// status that may not name it yet.
+	waitUntil(t, "cluster b synced", 20*time.Second, func() bool {
+		for _, cs := range reg.Status() {
+			if cs.Name == "b" {
+				return cs.State == clusterset.Synced
 			}
 		}
+		return false
+	})
+	if ok, got := waitFor(watches["all kube"], "p-b", 10*time.Second); !ok {
+		t.Fatalf("a reader of every cluster was not streamed the pod of the cluster that joined: %d lines, last %q", len(got), lastLine(got))
 	}
-	if seenB["ta kube"] || seenB["ta native"] {
-		t.Errorf("a reader of cluster a only was streamed cluster b's pod: %v", seenB)
-	}
-	if !seenB["all kube"] {
-		t.Error("a reader of every cluster was not streamed the pod of the cluster that joined")
+	// A pod of cluster a, after b's: a watch that relays it has passed b's pod, or left it out.
+	marker := pod("p-a-after-b")
+	s.local.Cache("pods").OnAdd("a", &marker, false)
+	for _, name := range []string{"ta kube", "ta native"} {
+		ok, got := waitFor(watches[name], "p-a-after-b", 10*time.Second)
+		if !ok {
+			t.Fatalf("%s: cluster a's later pod never came: %d lines, last %q", name, len(got), lastLine(got))
+		}
+		for _, l := range got {
+			if strings.Contains(l, `"p-b"`) {
+				t.Errorf("%s: a reader of cluster a only was streamed cluster b's pod: %s", name, l)
+			}
+		}
 	}
 }
 

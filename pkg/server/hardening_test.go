@@ -95,7 +95,14 @@ func TestReadinessPolicy(t *testing.T) {
 
 	good.SetDown(true)
 	waitUntil(t, "good degraded", 10*time.Second, func() bool { return state("good") == clusterset.Degraded })
-	if code, body := get(t, h, "/readyz", ""); code != http.StatusServiceUnavailable {
+	cs, _ := reg.ClusterStatus("good")
+	if len(cs.Resources) != 1 {
+		t.Fatalf("good's resources: %+v, want pods alone", cs.Resources)
+	}
+	degradedSince := cs.Resources[0].Since
+	// Judged only while the answer came within dead of the change: a starved CPU may take
+	// longer between the two, and then 200 is right.
+	if code, body := get(t, h, "/readyz", ""); code != http.StatusServiceUnavailable && time.Since(degradedSince) < dead {
 		t.Errorf("/readyz right after a cluster degraded: %d %s, want 503 until it has failed for %s", code, body, dead)
 	}
 	waitUntil(t, "ready again once the degraded cluster counts as dead", 10*time.Second, func() bool {
