@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,13 +67,14 @@ func TestShelf(t *testing.T) {
 // WaitShelfProgress returns once nothing has been taken for its idle time.
 func TestShelfWaitsWhileTakersTake(t *testing.T) {
 	defer func(d time.Duration) { ShelfTTL = d }(ShelfTTL)
-	ShelfTTL = 500 * time.Millisecond
+	ShelfTTL = time.Second // ten times the gaps between takes: room for a starved CPU
 	r := &Registry{}
-	for _, c := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+	taken := strings.Split("a b c d e f g h i j k l m n o", " ")
+	for _, c := range append(slices.Clone(taken), "y", "z") {
 		r.shelf.put(c, []HandedState{{Key: "k", ResourceVersion: c}})
 	}
-	// Eight taken 100 ms apart: the last 800 ms after the put, past ShelfTTL.
-	for _, c := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+	// Fifteen taken 100 ms apart: the last 1.5 s after the put, past ShelfTTL.
+	for _, c := range taken {
 		time.Sleep(100 * time.Millisecond)
 		if st, ok := r.Shelved(c, "k"); !ok || st.ResourceVersion != c {
 			t.Fatalf("%s, taken while takers keep taking: %+v %t", c, st, ok)
@@ -80,7 +83,7 @@ func TestShelfWaitsWhileTakersTake(t *testing.T) {
 	lastTake := time.Now()
 	// Idle for 100 ms, well before the two left expire.
 	if left := r.WaitShelfProgress(context.Background(), 100*time.Millisecond); left != 2 && time.Since(lastTake) < ShelfTTL {
-		t.Errorf("WaitShelfProgress: %d left, want i and j", left)
+		t.Errorf("WaitShelfProgress: %d left, want y and z", left)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {

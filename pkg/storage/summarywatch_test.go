@@ -99,7 +99,12 @@ func TestWatchSummary(t *testing.T) {
 		t.Errorf("%d summaries taken without an event, want 1", s)
 	}
 	f.events <- struct{}{} // counts unchanged
-	time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); f.scans.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the event was not followed by a summary within 10s")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // ten intervals more: nothing is sent, nothing counted again
 	select {
 	case n := <-sent:
 		t.Errorf("a summary of unchanged counts was sent: %d", n)

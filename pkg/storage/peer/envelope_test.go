@@ -218,7 +218,8 @@ func TestPeerReadTimeout(t *testing.T) {
 		t.Errorf("the item before the stall: %d", len(l.Items))
 	}
 
-	// Slow but steady: an item every 100ms, each read well within the timeout, 1.5s in all.
+	// Slow but steady: an item every 100ms, each read well within the timeout (one second, to
+	// leave a starved CPU room), 1.5s in all.
 	steady := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(ProtocolHeader, ProtocolVersion)
 		_, _ = io.WriteString(w, "h {}\n")
@@ -230,7 +231,7 @@ func TestPeerReadTimeout(t *testing.T) {
 		_, _ = io.WriteString(w, "e\n")
 	}))
 	t.Cleanup(steady.Close)
-	c.URL = steady.URL
+	c.URL, c.Timeout = steady.URL, time.Second
 	if l, err = c.List(context.Background(), storage.ListOptions{}); err == nil {
 		err = storage.Drain(l)
 	}
