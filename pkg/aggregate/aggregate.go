@@ -102,8 +102,8 @@ type Aggregate struct {
 	members map[string]*member
 	// lifecycle serializes Join and Leave per cluster, so that one cluster's membership
 	// changes happen one at a time while other clusters' and queries go on. One small mutex
-	// per cluster name ever joined.
-	lifecycle map[string]*sync.Mutex
+	// per cluster joining or leaving at the moment.
+	lifecycle map[string]*clusterLock
 	sorted    atomic.Pointer[[]*member] // members by cluster name; replaced whole under mu
 	indexes   map[string]IndexSpec
 	regs      []*Registration
@@ -130,7 +130,7 @@ func New(opts Options) (*Aggregate, *Membership, error) {
 		poll:      opts.SyncPollInterval,
 		members:   map[string]*member{},
 		indexes:   map[string]IndexSpec{},
-		lifecycle: map[string]*sync.Mutex{},
+		lifecycle: map[string]*clusterLock{},
 	}
 	n, b := opts.LearnedIndexes, opts.LearnedIndexBytes
 	switch {
@@ -271,16 +271,34 @@ func (a *Aggregate) GetIndexers() cache.Indexers {
 	return out
 }
 
-// lifecycleLock returns the mutex that serializes cluster's Join and Leave.
-func (a *Aggregate) lifecycleLock(cluster string) *sync.Mutex {
+// clusterLock serializes one cluster's Join and Leave. users counts the calls that hold it or
+// wait for it (under the Aggregate's mu): the last to let go removes it, so that lifecycle
+// keeps no name of a cluster that has passed through.
+type clusterLock struct {
+	sync.Mutex
+	users int
+}
+
+// lockLifecycle takes the lock that serializes cluster's Join and Leave, and returns its
+// release.
+func (a *Aggregate) lockLifecycle(cluster string) (unlock func()) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	l := a.lifecycle[cluster]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &clusterLock{}
 		a.lifecycle[cluster] = l
 	}
-	return l
+	l.users++
+	a.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		a.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(a.lifecycle, cluster)
+		}
+		a.mu.Unlock()
+	}
 }
 
 // installIndexesLocked installs in inf the namespace index and every index that applies to

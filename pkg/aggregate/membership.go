@@ -78,9 +78,7 @@ func (a *Aggregate) join(cluster string, inf cache.SharedIndexInformer) error {
 	if err := ValidateClusterName(cluster); err != nil {
 		return err
 	}
-	lc := a.lifecycleLock(cluster)
-	lc.Lock()
-	defer lc.Unlock()
+	defer a.lockLifecycle(cluster)()
 	old := a.member(cluster)
 	if old != nil && !old.informer.IsStopped() {
 		return fmt.Errorf("cluster %q: %s: the member's informer is still running; stop it before replacing it", cluster, a.resource)
@@ -389,9 +387,7 @@ func (m *member) markFedLocked() {
 // it was told about, whatever the informer's state; on a handoff, HandoffHandlers receive one
 // OnHandoff instead. The caller stops the informer (before or after).
 func (a *Aggregate) leave(cluster string, handoff bool) {
-	lc := a.lifecycleLock(cluster)
-	lc.Lock()
-	defer lc.Unlock()
+	defer a.lockLifecycle(cluster)()
 	a.mu.Lock()
 	m := a.members[cluster]
 	delete(a.members, cluster)

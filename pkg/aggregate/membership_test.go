@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -487,4 +488,29 @@ func TestEveryEventOverflow(t *testing.T) {
 	}
 	want := []string{fmt.Sprintf(":%d:<nil>", evOverflow), fmt.Sprintf("c:%d:<nil>", evSynced), fmt.Sprintf("d:%d:3", evAdd), fmt.Sprintf("d:%d:4", evAdd)}
 	eq(t, "after an overflow", got, want)
+}
+
+// TestLifecycleKeepsNoPastCluster: joins and leaves of many clusters, several of one cluster at
+// once, leave no lock behind: lifecycle holds a cluster only while it joins or leaves.
+func TestLifecycleKeepsNoPastCluster(t *testing.T) {
+	a := newAgg(t)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		name := fmt.Sprintf("c%d", i%8) // five goroutines for each cluster
+		wg.Go(func() {
+			inf, stop := startInformer(t, &source{})
+			if err := a.join(name, inf); err != nil && !strings.Contains(err.Error(), "still running") {
+				t.Errorf("join %s: %v", name, err)
+			}
+			stop()
+			a.leave(name, false)
+		})
+	}
+	wg.Wait()
+	a.mu.RLock()
+	left := len(a.lifecycle)
+	a.mu.RUnlock()
+	if left != 0 || len(a.Clusters()) != 0 {
+		t.Errorf("after every cluster left: %d lifecycle locks, clusters %v; want none", left, a.Clusters())
+	}
 }
