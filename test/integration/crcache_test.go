@@ -395,7 +395,13 @@ func TestControllerRuntimeCache(t *testing.T) {
 			t.Fatalf("before it leaves: %v", err)
 		}
 		writeKubeconfig(t, f, kubeconfig, names[:len(names)-1], withBroken)
-		harness.WaitFor(t, last+" out of the Registry", 30*time.Second, func() bool { return !slices.Contains(reg.Clusters(), last) })
+		// The Registry drops the cluster first, then its stack stops and leaves the aggregate;
+		// until then its objects are the fleet's, in every read (a list of the fleet too).
+		agg, _ := reg.Aggregate("configmaps")
+		harness.WaitFor(t, last+" out of the Registry and the aggregate", 30*time.Second, func() bool {
+			_, member := agg.Cluster(last)
+			return !slices.Contains(reg.Clusters(), last) && !member
+		})
 		err := c3.Get(ctx, key, &corev1.ConfigMap{})
 		if err == nil || !strings.Contains(err.Error(), "not in the fleet") {
 			t.Errorf("a read of a cluster that left: %v", err)
