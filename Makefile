@@ -166,6 +166,11 @@ bench-kubectl: tools ## kubectl get pods -A -l SEL through the daemon vs a kubec
 	MULTICACHE_BENCH_WRITE=1 MULTICACHE_BENCH_KUBECTL_PODS=$(BENCH_KUBECTL_PODS) MULTICACHE_BENCH_KUBECTL_RUNS=$(BENCH_KUBECTL_RUNS) \
 	  $(GO) test -run '^$$' -bench Kubectl -benchtime 1x -timeout 30m -v ./test/bench/ | grep -v '^    fleet.go'
 
+.PHONY: e2e-roll-wide
+e2e-roll-wide: tools ## TestRollingRestartAtWidth: a rolling restart of 3 replicas over 1,000 clusters (4 API servers x 250 Secrets) with writes and relisting watchers
+	MULTICACHE_E2E_ROLL_ALIASES=$${MULTICACHE_E2E_ROLL_ALIASES:-250} KUBE_CACHE_MUTATION_DETECTOR=true \
+	  $(GO) test -count=1 -timeout 90m -run '^TestRollingRestartAtWidth$$' -v ./test/e2e/ | grep -v '^    fleet.go'
+
 .PHONY: soak
 soak: tools ## 10-minute load (1,000 writes/s target, 3 clusters, fast/slow/panicking handlers) and wait for the slow handler
 	MULTICACHE_LOAD_SECONDS=600 MULTICACHE_LOAD_WAIT_SLOW=1 $(GO) test -count=1 -timeout 60m -run TestLoad -v ./test/chaos/ | grep -v '^    fleet.go'

@@ -268,7 +268,7 @@ func (e *scaleEnv) nativeWire(r replica, clusters ...string) wireClient {
 		list: func() (map[string]string, string, error) {
 			out, cont, rv := map[string]string{}, "", ""
 			for {
-				q := url.Values{"limit": {"50"}}
+				q := url.Values{"limit": {fmt.Sprint(max(50, e.page))}}
 				for k, v := range base {
 					q[k] = v
 				}
@@ -447,6 +447,49 @@ func (s *service) behind(name string, r replica) replica {
 // reports how long each cluster was not served and how often each watcher relisted.
 func TestRollingRestart(t *testing.T) {
 	e, _ := newScaleEnv(t, 5)
+	rollingRestart(t, e, rollOptions{writes: 5, python: true})
+}
+
+// TestRollingRestartAtWidth is TestRollingRestart over many clusters: the 4 member API servers
+// are each seen through MULTICACHE_E2E_ROLL_ALIASES clusters of their own (`make
+// e2e-roll-wide`: 250 each, 1,000 clusters), as S2 sees its servers. A write is then an event
+// in each of its server's aliases, so writes run at MULTICACHE_E2E_ROLL_WRITES a second per
+// server (default 2: 2,000 events a second over the fleet); client-go informers run on 4 of the
+// clusters' /clusters/{name}, and the Python client is left out. MULTICACHE_E2E_ROLL_ARGS
+// adds flags to every replica (--max-warmups=16). Opt-in: it takes minutes.
+func TestRollingRestartAtWidth(t *testing.T) {
+	aliases := harness.EnvInt("MULTICACHE_E2E_ROLL_ALIASES", 0)
+	if aliases <= 0 {
+		t.Skip("opt-in: set MULTICACHE_E2E_ROLL_ALIASES to the clusters each member API server is seen through (make e2e-roll-wide: 250, 1,000 clusters)")
+	}
+	e, _ := newAliasedScaleEnv(t, 5, aliases)
+	e.page = 500
+	e.args = strings.Fields(os.Getenv("MULTICACHE_E2E_ROLL_ARGS"))
+	rollingRestart(t, e, rollOptions{writes: harness.EnvInt("MULTICACHE_E2E_ROLL_WRITES", 2), informers: 4})
+}
+
+// rollOptions shape a rolling restart's load.
+type rollOptions struct {
+	writes    int  // a second, in each member API server
+	informers int  // client-go informers on members' /clusters/{name}, spread over them; 0: one on each
+	python    bool // a relisting watch of the Python client too (when installed)
+}
+
+// spread picks n of xs, evenly apart; all of them when n is 0 or not less than len(xs).
+func spread(xs []string, n int) []string {
+	if n <= 0 || n >= len(xs) {
+		return xs
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = xs[i*len(xs)/n]
+	}
+	return out
+}
+
+func rollingRestart(t *testing.T, e *scaleEnv, o rollOptions) {
+	// Waits grow with the fleet: every replica lists and syncs every cluster it takes.
+	within := func(d time.Duration) time.Duration { return d + time.Duration(len(e.members))*200*time.Millisecond }
 	e.stable = func(key string) bool { return strings.Contains(key, "|"+scaleNS+"/cm-") }
 	var rs, fronts []replica
 	var svcs []*service
@@ -459,15 +502,16 @@ func TestRollingRestart(t *testing.T) {
 		fronts = append(fronts, svc.behind("service of "+id, r))
 	}
 	var rsMu sync.Mutex // rs changes as replicas are replaced; the sampler reads it
-	e.settled("every member owned and synced", rs, nil, 2*time.Minute)
-	e.equalTruth("before the rolling restart", fronts, time.Minute)
+	e.settled("every member owned and synced", rs, nil, within(2*time.Minute))
+	e.equalTruth("before the rolling restart", fronts, within(time.Minute))
 
 	fos := []*follower{e.follow(fronts[0]), e.follow(fronts[1]), e.follow(fronts[2])}
 	var informers []*clusterInformer
-	for i, m := range e.members {
+	for i, m := range spread(e.members, o.informers) {
 		informers = append(informers, e.informOn(fronts[i%len(fronts)], m))
 	}
-	m0, m1 := e.members[0], e.members[1]
+	// Two members of different API servers when they are aliased.
+	m0, m1 := e.members[0], e.members[len(e.members)-1]
 	relisters := []*relister{
 		e.relist("Kubernetes API, fleet, via the first Service", fronts[0], e.kubeWire(fronts[0], "")),
 		e.relist("Kubernetes API, fleet, via the second Service", fronts[1], e.kubeWire(fronts[1], "")),
@@ -476,10 +520,21 @@ func TestRollingRestart(t *testing.T) {
 		e.relist("native API, cluster="+m1+", via the third Service", fronts[2], e.nativeWire(fronts[2], m1)),
 		e.followNative("pkg/client Follow, native API, fleet, via the first Service", fronts[0]),
 	}
-	if py := e.pythonRelister(fronts[0]); py != nil {
-		relisters = append(relisters, py)
+	if o.python {
+		if py := e.pythonRelister(fronts[0]); py != nil {
+			relisters = append(relisters, py)
+		}
 	}
-	e.followersEqualTruth("watchers started", fos, time.Minute)
+	e.followersEqualTruth("watchers started", fos, within(time.Minute))
+	// Every wire client has listed, and watches: the roll goes through their watches.
+	harness.WaitFor(t, "every relisting watcher listed once", within(time.Minute), func() bool {
+		for _, rl := range relisters {
+			if _, _, relists := rl.snapshot(); relists == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	// How long each member goes without a replica that serves it synced, sampled from a
 	// replica that is not stopping.
@@ -525,7 +580,7 @@ func TestRollingRestart(t *testing.T) {
 		}
 	}()
 
-	w := e.writeOps(5, true)
+	w := e.writeOps(o.writes, true)
 	time.Sleep(2 * time.Second)
 	readsBefore := e.memberReads()
 	e.logMemberReads("to start the 3 replicas", map[string]fleet.Reads{}, readsBefore)
@@ -540,7 +595,7 @@ func TestRollingRestart(t *testing.T) {
 		rsMu.Lock()
 		rs = append(rs, next)
 		rsMu.Unlock()
-		e.settled("every member owned and synced with "+next.id+" beside "+old.id, rs, nil, 2*time.Minute)
+		e.settled("every member owned and synced with "+next.id+" beside "+old.id, rs, nil, within(2*time.Minute))
 		svcs[i].point(addr)
 		restarting <- old.id
 		if err := old.d.Stop(t); err != nil {
@@ -550,7 +605,7 @@ func TestRollingRestart(t *testing.T) {
 		rs = slices.DeleteFunc(rs, func(r replica) bool { return r.id == old.id || r.id == next.id })
 		rs = slices.Insert(rs, i, next)
 		rsMu.Unlock()
-		e.settled("every member owned and synced after "+old.id+" stopped", rs, nil, 2*time.Minute)
+		e.settled("every member owned and synced after "+old.id+" stopped", rs, nil, within(2*time.Minute))
 		t.Logf("%s replaced by %s and the fleet settled in %s", old.id, next.id, time.Since(start).Round(10*time.Millisecond))
 	}
 	time.Sleep(2 * time.Second)
@@ -564,10 +619,10 @@ func TestRollingRestart(t *testing.T) {
 	<-sampled
 	t.Logf("writes during the rolling restart: %d (failed: %d)", w.writes.Load(), w.errs.Load())
 
-	e.equalTruth("after the rolling restart", rs, time.Minute)
-	e.equalTruth("after the rolling restart, through the Services", fronts, time.Minute)
-	e.followersEqualTruth("after the rolling restart", fos, time.Minute)
-	harness.WaitFor(t, "every informer and relisting watcher equal to the API servers", time.Minute, func() bool {
+	e.equalTruth("after the rolling restart", rs, within(time.Minute))
+	e.equalTruth("after the rolling restart, through the Services", fronts, within(time.Minute))
+	e.followersEqualTruth("after the rolling restart", fos, within(time.Minute))
+	harness.WaitFor(t, "every informer and relisting watcher equal to the API servers", within(time.Minute), func() bool {
 		truth := e.truth()
 		for _, ci := range informers {
 			if len(harness.Diff(onlyCluster(truth, ci.cluster), ci.state())) > 0 {
@@ -610,11 +665,20 @@ func TestRollingRestart(t *testing.T) {
 	}
 	sampleMu.Lock()
 	var lines []string
+	var gaps []time.Duration
 	for _, m := range e.members {
 		lines = append(lines, fmt.Sprintf("%s %.1fs", m, unserved[m].Seconds()))
+		gaps = append(gaps, unserved[m])
 	}
 	sampleMu.Unlock()
 	sort.Strings(lines)
+	slices.Sort(gaps)
+	if len(lines) > 12 {
+		never := len(gaps) - len(slices.DeleteFunc(slices.Clone(gaps), func(d time.Duration) bool { return d == 0 }))
+		t.Logf("time a member was not served synced during the rolling restart, over %d members: median %.1fs, p99 %.1fs, max %.1fs; %d members never unserved",
+			len(gaps), gaps[len(gaps)/2].Seconds(), gaps[len(gaps)*99/100].Seconds(), gaps[len(gaps)-1].Seconds(), never)
+		return
+	}
 	t.Logf("time each member was not served synced during the rolling restart: %s", strings.Join(lines, ", "))
 }
 

@@ -67,6 +67,15 @@ type scaleEnv struct {
 	client *http.Client
 	// source are the replicas' cluster source flags. Default: the cluster Secrets in secretsNS.
 	source []string
+	// servers are the API servers the members are seen through (the fleet's clusters but the
+	// management one), and server says which one a member is: itself, or with aliases the one
+	// its Secret names. Writes and ground truth go to each server once.
+	servers []string
+	server  map[string]string
+	// page is the small page size the answers are read by as well as whole.
+	page int
+	// args are more flags for every replica.
+	args []string
 }
 
 // httpClient is how the test reaches the replicas.
@@ -87,7 +96,7 @@ func (e *scaleEnv) start(id string, extra ...string) replica {
 func (e *scaleEnv) startAt(id, addr string, extra ...string) replica {
 	e.t.Helper()
 	scheme, client := "https", e.httpClient()
-	extra = append(extra, e.tls.args(id)...)
+	extra = append(append(extra, e.args...), e.tls.args(id)...)
 	source := e.source
 	if source == nil {
 		source = []string{"--cluster-secrets-namespace", secretsNS}
@@ -154,8 +163,14 @@ func unowned(members []string, holders map[string]string, renewed map[string]tim
 // newScaleEnv starts a local fleet of n clusters: the first is the management cluster (the
 // replicas' Leases, the members' Secrets), the others are members, each with 30 ConfigMaps
 // cm-0 … cm-29 in namespace scale.
-func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) {
-	env := harness.Start(t, harness.Options{Clusters: n, Timeout: 20 * time.Minute, AuditReads: true})
+func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) { return newAliasedScaleEnv(t, n, 0) }
+
+// newAliasedScaleEnv is newScaleEnv whose n-1 member API servers are each seen through aliases
+// clusters of their own (a Secret each, naming the same server, as S2 sees its servers through
+// kubeconfig contexts): (n-1) × aliases members, each holding its server's objects. With 0,
+// each server is one member under its own name.
+func newAliasedScaleEnv(t *testing.T, n, aliases int) (*scaleEnv, *harness.Env) {
+	env := harness.Start(t, harness.Options{Clusters: n, Timeout: 20*time.Minute + time.Duration(aliases*(n-1))*3*time.Second, AuditReads: true})
 	ctx, f := env.Ctx, env.Fleet
 	names := f.Names()
 	mgmt, err := f.Clientset(names[0])
@@ -163,7 +178,18 @@ func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	e := &scaleEnv{t: t, ctx: ctx, f: f, mgmt: mgmt, mgmtCtx: names[0], members: names[1:], token: filepath.Join(dir, "tokens"), dir: dir, tls: newPeerPKI(t)}
+	e := &scaleEnv{t: t, ctx: ctx, f: f, mgmt: mgmt, mgmtCtx: names[0], servers: names[1:], server: map[string]string{},
+		token: filepath.Join(dir, "tokens"), dir: dir, tls: newPeerPKI(t), page: 7}
+	for _, s := range e.servers {
+		if aliases == 0 {
+			e.members, e.server[s] = append(e.members, s), s
+			continue
+		}
+		for i := range aliases {
+			m := fmt.Sprintf("%s-a%03d", s, i)
+			e.members, e.server[m] = append(e.members, m), s
+		}
+	}
 	e.client = e.tls.clientWith(nil)
 	must := func(what string, err error) {
 		t.Helper()
@@ -177,11 +203,13 @@ func newScaleEnv(t *testing.T, n int) (*scaleEnv, *harness.Env) {
 		must("namespace "+ns, err)
 	}
 	for _, m := range e.members {
-		c, _ := f.Cluster(m)
+		c, _ := f.Cluster(e.server[m])
 		_, err := mgmt.CoreV1().Secrets(secretsNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "member-" + m, Labels: map[string]string{sources.ClusterLabel: m}},
 			Data: map[string][]byte{sources.ClusterKubeconfigKey: secretKubeconfig(t, c, c.Token)}}, metav1.CreateOptions{})
 		must("secret "+m, err)
-		cs, _ := f.Clientset(m)
+	}
+	for _, s := range e.servers {
+		cs, _ := f.Clientset(s)
 		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{})
 		must("namespace "+scaleNS, err)
 		for i := range 30 {
@@ -219,21 +247,26 @@ func (e *scaleEnv) settled(what string, rs []replica, dead map[string]bool, with
 	return holders
 }
 
-// truth lists the members' ConfigMaps from their API servers: cluster|ns/name → resourceVersion.
+// truth lists the members' ConfigMaps from their API servers, each server once:
+// cluster|ns/name → resourceVersion.
 func (e *scaleEnv) truth() map[string]string {
 	e.t.Helper()
-	out := map[string]string{}
-	for _, c := range e.members {
-		cs, err := e.f.Clientset(c)
+	of := map[string][]corev1.ConfigMap{}
+	for _, s := range e.servers {
+		cs, err := e.f.Clientset(s)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		l, err := cs.CoreV1().ConfigMaps("").List(e.ctx, metav1.ListOptions{})
 		if err != nil {
-			e.t.Fatalf("ground truth: %s: %v", c, err)
+			e.t.Fatalf("ground truth: %s: %v", s, err)
 		}
-		for _, cm := range l.Items {
-			out[c+"|"+cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
+		of[s] = l.Items
+	}
+	out := map[string]string{}
+	for _, m := range e.members {
+		for _, cm := range of[e.server[m]] {
+			out[m+"|"+cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
 		}
 	}
 	return out
@@ -273,8 +306,8 @@ func kubeKey(cm *corev1.ConfigMap) (string, string) {
 	return cm.Annotations[api.ClusterAnnotation] + "|" + cm.Namespace + "/" + cm.Name, cm.Annotations[api.ResourceVersionAnnotation]
 }
 
-// answers reads r's native list (whole and by pages of 7), and its Kubernetes API list (whole
-// and by pages of 7): each as cluster|ns/name → resourceVersion, and what went wrong.
+// answers reads r's native list (whole and by pages of e.page), and its Kubernetes API list
+// (whole and by pages of e.page): each as cluster|ns/name → resourceVersion, and what went wrong.
 func (e *scaleEnv) answers(r replica) (map[string]map[string]string, error) {
 	out := map[string]map[string]string{}
 	native := func(limit int) (map[string]string, error) {
@@ -339,13 +372,13 @@ func (e *scaleEnv) answers(r replica) (map[string]map[string]string, error) {
 	if out["native"], err = native(1000); err != nil {
 		return nil, err
 	}
-	if out["native paged"], err = native(7); err != nil {
+	if out["native paged"], err = native(e.page); err != nil {
 		return nil, err
 	}
 	if out["kube"], err = kube(0); err != nil {
 		return nil, err
 	}
-	if out["kube paged"], err = kube(7); err != nil {
+	if out["kube paged"], err = kube(e.page); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -511,13 +544,13 @@ type writer struct {
 	errs   atomic.Int64
 }
 
-// writeOps writes perClusterPerSecond times a second in every member; with keepStable, the
-// seeded ConfigMaps cm-0 … cm-29 are only updated, and creates and deletes go to churn-0 …
-// churn-29 (see scaleEnv.stable).
+// writeOps writes perClusterPerSecond times a second in every member's API server (once for
+// all its aliases); with keepStable, the seeded ConfigMaps cm-0 … cm-29 are only updated, and
+// creates and deletes go to churn-0 … churn-29 (see scaleEnv.stable).
 func (e *scaleEnv) writeOps(perClusterPerSecond int, keepStable bool) *writer {
 	ctx, stop := context.WithCancel(e.ctx)
 	w := &writer{stop: stop}
-	for i, c := range e.members {
+	for i, c := range e.servers {
 		cs, err := e.f.Clientset(c)
 		if err != nil {
 			e.t.Fatal(err)
@@ -935,13 +968,13 @@ func TestScaleOut(t *testing.T) {
 	}
 }
 
-// memberReads counts, per member, the reads of whole collections the replicas sent it so far
-// (their User-Agent is multicache/VERSION; the test's own clients' is multicache-fleet/…),
-// from the API servers' audit logs.
+// memberReads counts, per member API server (all its aliases together), the reads of whole
+// collections the replicas sent it so far (their User-Agent is multicache/VERSION; the test's
+// own clients' is multicache-fleet/…), from the API servers' audit logs.
 func (e *scaleEnv) memberReads() map[string]fleet.Reads {
 	e.t.Helper()
 	out := map[string]fleet.Reads{}
-	for _, m := range e.members {
+	for _, m := range e.servers {
 		c, _ := e.f.Cluster(m)
 		r, err := c.ReadsBy("multicache/")
 		if err != nil {
@@ -959,7 +992,7 @@ func (e *scaleEnv) logMemberReads(what string, before, after map[string]fleet.Re
 	e.t.Helper()
 	total := 0
 	var lines []string
-	for _, m := range e.members {
+	for _, m := range e.servers {
 		d := after[m].Sub(before[m])
 		n := d.Full[scaleResource]
 		total += n
