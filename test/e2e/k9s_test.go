@@ -141,6 +141,13 @@ func k9sRows(pane, first string) (header []string, rows [][]string) {
 	return header, rows
 }
 
+// k9sDrawn reports whether pane's view titles n objects and has drawn their n rows under a
+// CLUSTER column: k9s may draw the title's count before it draws the rows.
+func k9sDrawn(pane, view string, n int) bool {
+	_, rows := k9sRows(pane, "CLUSTER")
+	return k9sCount(pane, view) == n && len(rows) == n
+}
+
 // k9sCount is the count in a view's title, "pods(all)[36]".
 func k9sCount(pane, view string) int {
 	m := regexp.MustCompile(regexp.QuoteMeta(view) + `\((?:all|[a-z0-9-]+)\)\[(\d+)\]`).FindStringSubmatch(pane)
@@ -237,7 +244,7 @@ current-context: fleet
 		distinct[strings.SplitN(key, "|", 2)[1]] = true
 	}
 	k.command(":pods")
-	pane := k.await("the pods view", func(p string) bool { return k9sCount(p, "pods") == len(distinct) })
+	pane := k.await("the pods view", func(p string) bool { return k9sDrawn(p, "pods", len(distinct)) })
 	header, rows := k9sRows(pane, "CLUSTER")
 	if len(header) < 3 || header[1] != "NAMESPACE" || header[2] != "NAME" || len(rows) == 0 {
 		t.Fatalf("pods: header %v, %d rows; pane:\n%s", header, len(rows), pane)
@@ -257,7 +264,7 @@ current-context: fleet
 			inFleet2++
 		}
 	}
-	pane = k.await("fleet-2's pods", func(p string) bool { return k9sCount(p, "pods") == inFleet2 })
+	pane = k.await("fleet-2's pods", func(p string) bool { return k9sDrawn(p, "pods", inFleet2) })
 	if _, rows := k9sRows(pane, "CLUSTER"); len(rows) == 0 || anyRow(rows, func(r []string) bool { return r[0] != "fleet-2" }) {
 		t.Errorf("pods of fleet-2: rows %v", rows)
 	}
@@ -273,7 +280,7 @@ current-context: fleet
 	k.await("the Pod created meanwhile", func(p string) bool { return strings.Contains(p, "k9s-live") })
 
 	// A filter.
-	pane = k.commandUntil("/k9s-live", "the filtered view", func(p string) bool { return k9sCount(p, "pods") == 1 })
+	pane = k.commandUntil("/k9s-live", "the filtered view", func(p string) bool { return k9sDrawn(p, "pods", 1) })
 	if _, rows := k9sRows(pane, "CLUSTER"); len(rows) != 1 || rows[0][0] != "fleet-2" || rows[0][2] != "k9s-live" {
 		t.Errorf("filter k9s-live: rows %v", rows)
 	}
@@ -323,7 +330,12 @@ current-context: fleet
 		{":crds", "customresourcedefinitions", 1, false},
 	} {
 		k.command(v.cmd)
-		pane := k.await("the "+v.view+" view", func(p string) bool { return k9sCount(p, v.view) == v.want })
+		pane := k.await("the "+v.view+" view", func(p string) bool {
+			if v.cluster {
+				return k9sDrawn(p, v.view, v.want)
+			}
+			return k9sCount(p, v.view) == v.want
+		})
 		if !v.cluster {
 			continue
 		}
