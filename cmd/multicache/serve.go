@@ -25,7 +25,7 @@ type serveFlags struct {
 	peerCert, peerKey, peerCA                      string
 	leaseDuration                                  time.Duration
 	maxWarmups, weight                             int
-	syncGCPercent                                  int
+	syncGCPercent, takeoverGCPercent               int
 	unpagedListMax, unpagedListBudget              int
 }
 
@@ -73,6 +73,7 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.identity, "replica-id", "", "with --sharding: this replica's name among its peers (default: host name and a random suffix)")
 	fl.DurationVar(&f.leaseDuration, "lease-duration", 0, "with --sharding: a replica silent this long loses its clusters (default 15s)")
 	fl.IntVar(&f.maxWarmups, "max-warmups", 0, "with --sharding: clusters this replica syncs at once (default 4)")
+	fl.IntVar(&f.takeoverGCPercent, "takeover-gc-percent", 0, "with --sharding: --sync-gc-percent for a takeover, while this replica owns more clusters than it syncs at once (default -1)")
 	fl.IntVar(&f.weight, "shard-weight", 0, "with --sharding: this replica's share of clusters relative to the others' (default 1)")
 	fl.StringVar(&f.peerCert, "peer-cert-file", "", "with --sharding: this replica's peer client certificate (signed by --peer-ca-file): replicas then pass callers' identities, not their credentials")
 	fl.StringVar(&f.peerKey, "peer-key-file", "", "with --sharding: the key of --peer-cert-file")
@@ -166,7 +167,7 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		cfg.Server.AllowInsecure = true
 	}
 	if fl.Changed("sharding") || f.advertiseURL != "" || f.shardingNamespace != "" || f.identity != "" || f.leaseDuration != 0 || f.maxWarmups != 0 || f.weight != 0 ||
-		f.peerCert != "" || f.peerKey != "" || f.peerCA != "" {
+		fl.Changed("takeover-gc-percent") || f.peerCert != "" || f.peerKey != "" || f.peerCA != "" {
 		if cfg.Sharding == nil {
 			cfg.Sharding = &config.Sharding{}
 		}
@@ -191,6 +192,10 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		}
 		if f.weight != 0 {
 			sh.Weight = f.weight
+		}
+		if fl.Changed("takeover-gc-percent") {
+			p := f.takeoverGCPercent
+			sh.TakeoverGCPercent = &p
 		}
 		for _, v := range []struct {
 			to   *string

@@ -51,7 +51,8 @@ type Config struct {
 	// -1 turns the collector off meanwhile: it collects only when the heap reaches the budget,
 	// and GOGC's percent is back once the live heap outgrows half the budget. Nil: -1. 0 (or up
 	// to 100) leaves the collector alone, as does GOGC set in the environment. A sharded
-	// replica's clusters come after its start, through Leases, so they sync at GOGC's percent.
+	// replica's takeovers after its first sync have their own setting
+	// (sharding.takeoverGCPercent).
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
@@ -143,6 +144,11 @@ type Sharding struct {
 	Weight int `json:"weight,omitempty"`
 	// MaxWarmups caps the clusters this replica syncs at once. Default 4.
 	MaxWarmups int `json:"maxWarmups,omitempty"`
+	// TakeoverGCPercent is SyncGCPercent for a takeover: the garbage collector's percent while
+	// this replica owns more clusters than it warms at once (MaxWarmups; a peer died or left,
+	// or the fleet grew by many clusters), until every cluster it owns is synced, within the
+	// same budget and with the same values. Nil: -1.
+	TakeoverGCPercent *int `json:"takeoverGCPercent,omitempty"`
 	// PeerCAFile is the peers' CA: it signs every replica's peer certificate, and nothing else
 	// (any certificate it signed may vouch for any user).
 	PeerCAFile string `json:"peerCAFile,omitempty"`
@@ -467,6 +473,9 @@ func (c *Config) Validate() error {
 		if sh.Weight < 0 {
 			bad("sharding.weight", "%d: must not be negative", sh.Weight)
 		}
+		if p := sh.TakeoverGCPercent; p != nil && (*p < -1 || *p > 10000) {
+			bad("sharding.takeoverGCPercent", "%d: want -1 (off until the budget), 0 (leave the collector alone) or up to 10000", *p)
+		}
 		if sh.MaxWarmups < 0 {
 			bad("sharding.maxWarmups", "%d: must not be negative", sh.MaxWarmups)
 		}
@@ -609,4 +618,13 @@ func (c *Config) SyncGC() int {
 		return DefaultSyncGCPercent
 	}
 	return *c.SyncGCPercent
+}
+
+// TakeoverGC is the garbage collector's percent for a sharded replica's takeovers:
+// sharding.takeoverGCPercent, or its default (DefaultSyncGCPercent).
+func (c *Config) TakeoverGC() int {
+	if c.Sharding == nil || c.Sharding.TakeoverGCPercent == nil {
+		return DefaultSyncGCPercent
+	}
+	return *c.Sharding.TakeoverGCPercent
 }

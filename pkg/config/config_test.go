@@ -116,6 +116,8 @@ func TestManagementFields(t *testing.T) {
 		{"resources: [{name: pods}]\nsyncGCPercent: 800\n", ""},
 		{"resources: [{name: pods}]\nsyncGCPercent: -1\n", ""},
 		{"resources: [{name: pods}]\nsyncGCPercent: -2\n", `syncGCPercent: -2: want -1`},
+		{"resources: [{name: pods}]\nsharding: {enabled: true, advertiseURL: 'http://127.0.0.1:1', takeoverGCPercent: 0}\n", ""},
+		{"resources: [{name: pods}]\nsharding: {enabled: true, advertiseURL: 'http://127.0.0.1:1', takeoverGCPercent: 10001}\n", `sharding.takeoverGCPercent: 10001: want -1`},
 		{"resources: [{name: pods}]\nsources: {secret: {}}\n", `unknown field "secret"`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
@@ -125,5 +127,21 @@ func TestManagementFields(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%q: got %v, want %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+func TestTakeoverGC(t *testing.T) {
+	var c Config
+	if got := c.TakeoverGC(); got != DefaultSyncGCPercent {
+		t.Errorf("no sharding: TakeoverGC() = %d, want the default %d", got, DefaultSyncGCPercent)
+	}
+	c.Sharding = &Sharding{}
+	if got := c.TakeoverGC(); got != DefaultSyncGCPercent {
+		t.Errorf("unset: TakeoverGC() = %d, want the default %d", got, DefaultSyncGCPercent)
+	}
+	zero := 0
+	c.Sharding.TakeoverGCPercent = &zero
+	if got := c.TakeoverGC(); got != 0 {
+		t.Errorf("set to 0: TakeoverGC() = %d, want 0 (leave the collector alone)", got)
 	}
 }

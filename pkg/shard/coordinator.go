@@ -85,6 +85,8 @@ type Coordinator struct {
 	subs       map[*chan struct{}]struct{}
 	owners     []Owner
 	peers      []Peer
+	warming    int // offered clusters not yet running and synced, as of the last reconcile
+	queued     int // owned clusters waiting for a warm-up slot, as of the last reconcile
 	gen        uint64
 	changed    chan struct{} // closed and replaced when gen moves
 }
@@ -229,6 +231,16 @@ func (c *Coordinator) Owners() []Owner {
 	return append([]Owner(nil), c.owners...)
 }
 
+// Warmups reports, as of the last reconcile, how many of the clusters this replica offers
+// (Load) are not yet running and synced, and how many more it owns that wait for a warm-up
+// slot (Options.MaxWarmups). queued > 0 is a takeover larger than the replica warms at once:
+// a peer died or left, or the fleet grew by many clusters.
+func (c *Coordinator) Warmups() (warming, queued int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.warming, c.queued
+}
+
 // Generation changes whenever Owners may answer differently.
 func (c *Coordinator) Generation() uint64 {
 	c.mu.Lock()
@@ -251,6 +263,9 @@ type snapshot struct {
 	live    bool // selfLive when the snapshot was taken
 	owners  []Owner
 	peers   []Peer
+	// warming and queued are admit's counts: offered clusters not yet running and synced,
+	// and owned ones waiting for a warm-up slot.
+	warming, queued int
 }
 
 // publish installs s and tells whoever waits on what changed. It returns the version of the
@@ -273,6 +288,7 @@ func (c *Coordinator) publish(s snapshot) uint64 {
 		c.changed = make(chan struct{})
 	}
 	c.peers = s.peers
+	c.warming, c.queued = s.warming, s.queued
 	return c.version
 }
 

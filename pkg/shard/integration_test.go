@@ -118,6 +118,19 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 		t.Errorf("%s still holds %v after its shutdown", leaving, held)
 	}
 	r.converge("the rest share the fleet", 5*r.ld, r.assigned(r.aliveIDs()...))
+	// r1 started alone and owned all 9 clusters, more than its 2 warm-up slots; once the
+	// fleet is shared and synced, nothing warms or waits anywhere.
+	if q := r.queuedSeen.Load(); q == 0 {
+		t.Errorf("no coordinator ever reported a cluster waiting for a warm-up slot (Warmups)")
+	}
+	r.waitFor("every replica's warm-ups done", 5*r.ld, 20*time.Millisecond, func() (bool, string) {
+		for _, id := range r.aliveIDs() {
+			if w, q := r.node(id).c.Warmups(); w != 0 || q != 0 {
+				return false, fmt.Sprintf("%s: %d warming, %d queued", id, w, q)
+			}
+		}
+		return true, ""
+	})
 	r.finish()
 }
 
@@ -210,6 +223,8 @@ type rig struct {
 	verify func(ctx context.Context, id, url string) error
 
 	checkUnowned atomic.Bool
+	// queuedSeen is the most clusters any coordinator's Warmups reported waiting for a slot.
+	queuedSeen   atomic.Int64
 	vmu          sync.Mutex
 	violations   []string
 	stopSampling context.CancelFunc
@@ -459,13 +474,21 @@ func (r *rig) violate(format string, args ...any) {
 }
 
 // sampleLoads checks, every 10 ms, that no cluster is offered by two coordinators' Load, nor
-// running in two fake registries, at once.
+// running in two fake registries, at once, and that no coordinator reports more clusters
+// warming than its warm-up slots (Warmups).
 func (r *rig) sampleLoads(ctx context.Context) {
 	defer r.sampling.Done()
 	for ctx.Err() == nil {
 		r.mu.Lock()
 		offered, running := map[string]string{}, map[string]string{}
 		for id, n := range r.nodes {
+			warming, queued := n.c.Warmups()
+			if warming < 0 || queued < 0 || warming > n.c.opts.MaxWarmups {
+				r.violate("%s: Warmups() = %d warming, %d queued, with %d slots", id, warming, queued, n.c.opts.MaxWarmups)
+			}
+			if int64(queued) > r.queuedSeen.Load() {
+				r.queuedSeen.Store(int64(queued))
+			}
 			cfgs, _ := n.c.Load()
 			for _, cfg := range cfgs {
 				if other, dup := offered[cfg.Name]; dup {

@@ -442,7 +442,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 		c.logHolders(st, view.holders)
 	}
 
-	chosen, queued := admit(candidates, st.offered, local, c.opts.MaxWarmups)
+	chosen, warming, queued := admit(candidates, st.offered, local, c.opts.MaxWarmups)
 	if queued > 0 {
 		busy = true
 	}
@@ -462,7 +462,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 		}
 	}
 	return decision{acts: acts, offered: offered, holders: view.holders, owned: view.owned, unowned: unowned, live: live, busy: busy, next: next,
-		snap: snapshot{offered: cfgs, loadErr: st.srcErr, force: st.srcNew, live: selfLive, owners: owners, peers: c.peerList(peers, selfLive)}}
+		snap: snapshot{offered: cfgs, loadErr: st.srcErr, force: st.srcNew, live: selfLive, owners: owners, peers: c.peerList(peers, selfLive), warming: warming, queued: queued}}
 }
 
 // apply carries out d: it publishes what the Registry and the readers see (Load, Owners,
@@ -543,9 +543,9 @@ func (c *Coordinator) logHolders(st *loopState, holders map[string]string) {
 // admit chooses what Load offers among candidates (the clusters we may run, sorted): those
 // offered already stay, and the others join in name order while fewer than max offered
 // clusters are warming (per local, not both running and synced). Without local nothing warms.
-// It returns the chosen names in order and how many wait for a slot.
-func admit(candidates []string, offered map[string]bool, local func(string) (bool, bool), max int) (next []string, queued int) {
-	warming := 0
+// It returns the chosen names in order, how many of them are warming (those just chosen
+// included) and how many wait for a slot.
+func admit(candidates []string, offered map[string]bool, local func(string) (bool, bool), max int) (next []string, warming, queued int) {
 	if local != nil {
 		for _, name := range candidates {
 			if offered[name] {
@@ -568,7 +568,7 @@ func admit(candidates []string, offered map[string]bool, local func(string) (boo
 			queued++
 		}
 	}
-	return next, queued
+	return next, warming, queued
 }
 
 func lowestID(ms []member) string {

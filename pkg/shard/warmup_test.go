@@ -11,21 +11,26 @@ import (
 
 func TestAdmit(t *testing.T) {
 	cands := []string{"a", "b", "c", "d", "e"}
-	// Without Local everything is admitted.
-	if next, queued := admit(cands, map[string]bool{}, nil, 1); !reflect.DeepEqual(next, cands) || queued != 0 {
-		t.Errorf("no local: %v, %d queued", next, queued)
+	// Without Local everything is admitted, and nothing counts as warming.
+	if next, warming, queued := admit(cands, map[string]bool{}, nil, 1); !reflect.DeepEqual(next, cands) || warming != 0 || queued != 0 {
+		t.Errorf("no local: %v, %d warming, %d queued", next, warming, queued)
 	}
 	state := map[string][2]bool{"b": {true, true}, "d": {true, false}}
 	local := func(n string) (bool, bool) { s := state[n]; return s[0], s[1] }
 	// b (synced) and d (warming) stay; one slot of two is free: a joins, c and e wait.
-	next, queued := admit(cands, map[string]bool{"b": true, "d": true}, local, 2)
-	if want := []string{"a", "b", "d"}; !reflect.DeepEqual(next, want) || queued != 2 {
-		t.Errorf("admit = %v, %d queued; want %v, 2 queued", next, queued, want)
+	next, warming, queued := admit(cands, map[string]bool{"b": true, "d": true}, local, 2)
+	if want := []string{"a", "b", "d"}; !reflect.DeepEqual(next, want) || warming != 2 || queued != 2 {
+		t.Errorf("admit = %v, %d warming, %d queued; want %v, 2 warming (a, d), 2 queued", next, warming, queued, want)
 	}
 	// A full set of warming clusters admits nothing, but keeps what is offered.
-	next, queued = admit(cands, map[string]bool{"d": true}, local, 1)
-	if want := []string{"d"}; !reflect.DeepEqual(next, want) || queued != 4 {
-		t.Errorf("admit = %v, %d queued; want %v, 4 queued", next, queued, want)
+	next, warming, queued = admit(cands, map[string]bool{"d": true}, local, 1)
+	if want := []string{"d"}; !reflect.DeepEqual(next, want) || warming != 1 || queued != 4 {
+		t.Errorf("admit = %v, %d warming, %d queued; want %v, 1 warming, 4 queued", next, warming, queued, want)
+	}
+	// All synced: nothing warms, nothing waits.
+	state = map[string][2]bool{"a": {true, true}, "b": {true, true}}
+	if next, warming, queued := admit([]string{"a", "b"}, map[string]bool{"a": true, "b": true}, local, 1); len(next) != 2 || warming != 0 || queued != 0 {
+		t.Errorf("all synced: %v, %d warming, %d queued; want none warming or queued", next, warming, queued)
 	}
 }
 

@@ -35,6 +35,10 @@ func BenchmarkFleetScale1000(b *testing.B) {
 		// no single replica, so only S2.6 and S2.7 are recorded.
 		var rr []shardedRun
 		wide.profileDir = os.Getenv("MULTICACHE_BENCH_PROFILE_DIR")
+		if ab := strings.Fields(os.Getenv("MULTICACHE_BENCH_SCALE1000_AB_ARGS")); len(ab) > 0 {
+			killAB(b, wide, rounds, ab)
+			return
+		}
 		for k := 1; k <= rounds; k++ {
 			rr = append(rr, wide.sharded(k, wide.names[len(wide.names)/2]))
 		}
@@ -249,4 +253,82 @@ Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE_RU
 		ceilingSpread(col(func(r shardedRun) float64 { return r.killOwned.Seconds() }), "%.1f s"),
 		ceilingSpread(served, "%.1f s"), ceilingSpread(budget, "%.1f s"),
 		strings.Join(rows, "\n"), strings.Join(detail, "\n"), len(rr)))
+}
+
+// killAB measures S2.6 side by side: rounds of the three replicas alone, without the rolling
+// restart, alternating the default flags (odd rounds) with ab added to them (even rounds), so
+// that both arms see the machine in the same state. It records S2.6 from the default arm and
+// writes both arms in a section of their own.
+func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
+	wide.rolling = false
+	var def, alt []shardedRun
+	for k := 1; k <= 2*rounds; k++ {
+		wide.extraArgs = nil
+		if k%2 == 0 {
+			wide.extraArgs = ab
+		}
+		r := wide.sharded(k, wide.names[len(wide.names)/2])
+		if k%2 == 0 {
+			alt = append(alt, r)
+		} else {
+			def = append(def, r)
+		}
+	}
+	wide.extraArgs = nil
+	lease := scaleLease
+	served := func(rr []shardedRun) []float64 {
+		return column(rr, func(r shardedRun) float64 { return r.killServed.Seconds() })
+	}
+	budget := func(rr []shardedRun) []float64 {
+		return column(rr, func(r shardedRun) float64 { return (2*lease + r.slowestRelist).Seconds() })
+	}
+	owned := func(rr []shardedRun) []float64 {
+		return column(rr, func(r shardedRun) float64 { return r.killOwned.Seconds() })
+	}
+	peak := func(rr []shardedRun) []float64 {
+		return column(rr, func(r shardedRun) float64 { return r.killPeak / (1 << 30) })
+	}
+	ratio := median(served(def)) / median(served(alt))
+	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone, killed without a rolling restart before (BENCHMARKS.md, \"S2.6 side by side\")", rounds)
+	recordGoals(b, goal{ID: "S2.6", Figure: "kill one of three: every cluster served again", Goal: "≤ 2 lease durations + the slowest relist",
+		Measured: fmt.Sprintf("%s against %s; %s", ceilingSpread(served(def), "%.1f s"), ceilingSpread(budget(def), "%.1f s"), note), Met: met(median(served(def)) <= median(budget(def)))})
+	var rows []string
+	for i := range def {
+		for _, arm := range []struct {
+			name string
+			r    shardedRun
+		}{{"default", def[i]}, {strings.Join(ab, " "), alt[i]}} {
+			r := arm.r
+			rows = append(rows, fmt.Sprintf("| %d | %s | %s, %s, %s (%d clusters, slowest relist %s) | %s | %s |", i+1, arm.name,
+				r.killOwned.Round(100*time.Millisecond), r.killServed.Round(100*time.Millisecond), (2*lease+r.slowestRelist).Round(100*time.Millisecond), r.moved, r.slowestRelist.Round(100*time.Millisecond), gib(r.killPeak), r.killCPU))
+		}
+	}
+	writeSection(b, "S2.6 side by side", fmt.Sprintf(`%s
+
+S2's fleet (%d clusters × %d objects: %d kube-apiservers, each seen through %d contexts) and
+its three replicas (lease %s), as in "S2: the three replicas alone", without the rolling
+restart: each round starts the three, waits until they share the fleet and hold still, and
+kills one with SIGKILL. Rounds alternate between the default flags and `+"`%s`"+` added to
+every replica; %d rounds of each.
+
+| figure | default | `+"`%s`"+` |
+|---|---|---|
+| one replica killed: its clusters owned by survivors | %s | %s |
+| one replica killed: every cluster served again | %s | %s |
+| S2.6's budget: 2 lease durations + the slowest relist | %s | %s |
+| peak RSS of a survivor (VmHWM, over its life) | %s | %s |
+
+Every cluster served again, default ÷ `+"`%s`"+`: %.2f× (medians).
+
+| round | flags | kill: owned, served, budget | survivors' peak RSS | CPU after the kill (survivors, API servers with etcd, the machine's busy share) |
+|---|---|---|---|---|
+%s
+
+Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE1000_AB_ARGS='%s' MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale1000$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`
+`, machineLine(), wide.clusters, wide.perServer, wide.servers, wide.aliases, lease, strings.Join(ab, " "), rounds, strings.Join(ab, " "),
+		ceilingSpread(owned(def), "%.1f s"), ceilingSpread(owned(alt), "%.1f s"),
+		ceilingSpread(served(def), "%.1f s"), ceilingSpread(served(alt), "%.1f s"),
+		ceilingSpread(budget(def), "%.1f s"), ceilingSpread(budget(alt), "%.1f s"),
+		ceilingSpread(peak(def), "%.2f GiB"), ceilingSpread(peak(alt), "%.2f GiB"),
+		strings.Join(ab, " "), ratio, strings.Join(rows, "\n"), strings.Join(ab, " "), rounds))
 }

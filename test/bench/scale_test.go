@@ -339,7 +339,10 @@ type shardedRun struct {
 	watchCluster, watchOwner             string
 	killOwned, killServed, slowestRelist time.Duration
 	moved                                int
-	slowestRelistCluster                 string
+	// killPeak is the larger of the two survivors' peak RSS (VmHWM, over their lives) once
+	// every cluster was served again.
+	killPeak             float64
+	slowestRelistCluster string
 	// killCPU is where the CPU went from the kill until every cluster was served, and from
 	// their owners' return until then (the relists): the survivors', the API servers' (with
 	// etcd) and the machine's busy share.
@@ -380,6 +383,8 @@ type scaleFleet struct {
 	rnd               *rand.Rand
 	// rolling also restarts the three replicas, one at a time, before the kill.
 	rolling bool
+	// extraArgs are flags added to every replica of the rounds that set them (an A/B run).
+	extraArgs []string
 	// profileDir, when set, receives a CPU profile of the first round's single replica over
 	// the profileFor from its start (sf.profile); the round waits for it.
 	profileDir string
@@ -543,7 +548,8 @@ func (sf *scaleFleet) replicaArgs(shardNS, id, addr string) []string {
 		"--management-context", sf.f.Names()[0], "--sharding-namespace", shardNS, "--advertise-url", "http://" + addr, "--replica-id", id}
 	// MULTICACHE_BENCH_SCALE_REPLICA_ARGS adds flags to every replica, for a check such as
 	// --max-warmups; a run with it is not the default configuration.
-	return append(args, strings.Fields(os.Getenv("MULTICACHE_BENCH_SCALE_REPLICA_ARGS"))...)
+	args = append(args, strings.Fields(os.Getenv("MULTICACHE_BENCH_SCALE_REPLICA_ARGS"))...)
+	return append(args, sf.extraArgs...)
 }
 
 func (sf *scaleFleet) awaitReady(p *scaleProc, start time.Time) {
@@ -753,8 +759,12 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 			}
 		}
 	}
-	b.Logf("round %d, %s killed: its %d clusters owned again in %s, every cluster served in %s; slowest relist %s (%s; lease duration %s); CPU %s",
-		k, killed.id, r.moved, r.killOwned.Round(10*time.Millisecond), r.killServed.Round(10*time.Millisecond), r.slowestRelist.Round(10*time.Millisecond), r.slowestRelistCluster, scaleLease, r.killCPU)
+	for _, p := range rs[:2] {
+		_, _, peak := p.memory(b)
+		r.killPeak = max(r.killPeak, peak)
+	}
+	b.Logf("round %d, %s killed: its %d clusters owned again in %s, every cluster served in %s; slowest relist %s (%s; lease duration %s); CPU %s; survivors' peak RSS %s",
+		k, killed.id, r.moved, r.killOwned.Round(10*time.Millisecond), r.killServed.Round(10*time.Millisecond), r.slowestRelist.Round(10*time.Millisecond), r.slowestRelistCluster, scaleLease, r.killCPU, gib(r.killPeak))
 	return r
 }
 

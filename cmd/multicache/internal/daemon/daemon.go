@@ -226,7 +226,7 @@ func tlsConfig(cfg *config.Config, trust *peer.Trust) (*tls.Config, error) {
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
 	log, reg, cfg := d.log, d.reg, d.cfg
-	restoreGC := raiseGCForSync(cfg.SyncGC(), log)
+	restoreGC := raiseGCForSync(cfg.SyncGC(), "initial sync", log)
 	regCtx, stopReg := context.WithCancel(context.Background())
 	defer stopReg()
 	var wg sync.WaitGroup
@@ -242,6 +242,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if regCtx.Err() == nil {
 			returns.free("initial-sync")
 			log.Info("initial sync over; freed memory returned to the OS", zap.Strings("failing", failing))
+		}
+		if d.coord != nil {
+			// Takeovers raise it again; returnMemoryAfterMoves returns what they freed.
+			raiseGCForTakeovers(regCtx, d.coord.Warmups, cfg.TakeoverGC(), log)
 		}
 	}()
 	if d.coord != nil {

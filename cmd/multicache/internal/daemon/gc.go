@@ -64,7 +64,7 @@ func unpagedListBudget() int {
 }
 
 // raiseGCForSync sets the collector's percent to pct until the returned function is called
-// (once the initial sync is over), and returns it to what it was. pct -1 turns the collector
+// (once the sync, named by what in the log, is over), and returns it to what it was. pct -1 turns the collector
 // off meanwhile: it then collects only when the heap reaches the budget (the memory limit
 // while the raise holds).
 //
@@ -82,7 +82,7 @@ func unpagedListBudget() int {
 // memory, so in a small container collections come sooner than that). It does nothing when pct is 0 to 100, or when GOGC is
 // set: an operator's own choice of GOGC stands. The returned function may be called more than
 // once.
-func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
+func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
 	if (pct >= 0 && pct <= 100) || os.Getenv("GOGC") != "" {
 		return func() {}
 	}
@@ -99,7 +99,7 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 		debug.SetMemoryLimit(prevLimit)
 		return func() {}
 	}
-	log.Info("initial sync: garbage collector raised", zap.Int("gcPercent", pct), zap.Int("was", prev), zap.Int64("budgetBytes", budget))
+	log.Info(what+": garbage collector raised", zap.Int("gcPercent", pct), zap.Int("was", prev), zap.Int64("budgetBytes", budget))
 	done := make(chan struct{})
 	var once sync.Once
 	restore = func() {
@@ -125,7 +125,7 @@ func raiseGCForSync(pct int, log *zap.Logger) (restore func()) {
 				return
 			}
 			if live := sample[0].Value.Uint64(); !raiseFits(live, pct, budget) {
-				log.Info("initial sync: the live heap outgrew the raised collector's budget; back to GOGC's percent", zap.Uint64("liveHeapBytes", live))
+				log.Info(what+": the live heap outgrew the raised collector's budget; back to GOGC's percent", zap.Uint64("liveHeapBytes", live))
 				restore()
 				return
 			}
@@ -142,6 +142,47 @@ func raiseFits(live uint64, pct int, budget int64) bool {
 		pct = 100
 	}
 	return float64(live)*(1+float64(pct)/100) <= float64(budget)
+}
+
+// A takeover is a sync of its own: when a peer dies, each survivor lists the clusters it
+// takes, hundreds at 1,000 clusters, a few at a time (sharding.maxWarmups), over a heap that
+// already holds its own share. At GOGC 100 the collector then took 28% of the survivors' CPU
+// in a profile of S2's kill (docs/BENCHMARKS.md), on cores the relists and the API servers
+// needed.
+
+// takeoverPoll is how often raiseGCForTakeovers reads the coordinator's warm-ups.
+const takeoverPoll = 250 * time.Millisecond
+
+// raiseGCForTakeovers raises the collector as raiseGCForSync does (pct, the same budget) while
+// a takeover lasts: from when the coordinator owns more clusters than it warms at once
+// (queued > 0, per warmups) until every cluster it owns is synced (none warming or queued). A
+// takeover of no more clusters than the warm-up slots runs at GOGC's percent. It returns when
+// ctx ends, the collector as it found it. Run it after the initial sync's raise has ended:
+// both set the same process-wide settings.
+func raiseGCForTakeovers(ctx context.Context, warmups func() (warming, queued int), pct int, log *zap.Logger) {
+	t := time.NewTicker(takeoverPoll)
+	defer t.Stop()
+	var restore func() // non-nil while a takeover lasts (the raise may have ended sooner)
+	defer func() {
+		if restore != nil {
+			restore()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		warming, queued := warmups()
+		switch {
+		case restore == nil && queued > 0:
+			restore = raiseGCForSync(pct, "takeover", log.With(zap.Int("warming", warming), zap.Int("queued", queued)))
+		case restore != nil && warming == 0 && queued == 0:
+			restore()
+			restore = nil
+		}
+	}
 }
 
 // waitInitialSync waits until reg has loaded its clusters and none of their resources is

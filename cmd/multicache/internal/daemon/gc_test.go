@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"math"
 	"runtime/debug"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -21,7 +24,7 @@ func TestRaiseGCForSync(t *testing.T) {
 	if before < 0 {
 		t.Skip("the collector is off in this process (GOGC=off)")
 	}
-	restore := raiseGCForSync(400, zap.NewNop())
+	restore := raiseGCForSync(400, "test", zap.NewNop())
 	if got := gcPercent(); got != 400 {
 		t.Errorf("during the sync: GC percent %d, want 400", got)
 	}
@@ -38,7 +41,7 @@ func TestRaiseGCForSync(t *testing.T) {
 	}
 
 	// Off: the collector stops, under the same limit, and both come back.
-	restore = raiseGCForSync(-1, zap.NewNop())
+	restore = raiseGCForSync(-1, "test", zap.NewNop())
 	if got := gcPercent(); got != -1 {
 		t.Errorf("off during the sync: GC percent %d, want -1", got)
 	}
@@ -51,17 +54,84 @@ func TestRaiseGCForSync(t *testing.T) {
 	}
 
 	for _, pct := range []int{0, 100} {
-		raiseGCForSync(pct, zap.NewNop())()
+		raiseGCForSync(pct, "test", zap.NewNop())()
 		if got := gcPercent(); got != before {
 			t.Errorf("pct %d: GC percent %d, want it left at %d", pct, got, before)
 		}
 	}
 	t.Setenv("GOGC", "150")
-	restore = raiseGCForSync(400, zap.NewNop())
+	restore = raiseGCForSync(400, "test", zap.NewNop())
 	if got := gcPercent(); got != before {
 		t.Errorf("with GOGC set: GC percent %d, want it left at %d", got, before)
 	}
 	restore()
+}
+
+// TestRaiseGCForTakeovers: the collector is raised once more clusters are owned than warm at
+// once, stays raised while any warms, and comes back when none warms or waits, or when the
+// context ends.
+func TestRaiseGCForTakeovers(t *testing.T) {
+	t.Setenv("GOGC", "")
+	before, limit := gcPercent(), debug.SetMemoryLimit(-1)
+	if before < 0 || before == 400 {
+		t.Skipf("the collector is at %d in this process", before)
+	}
+	var mu sync.Mutex
+	warming, queued := 0, 0
+	set := func(w, q int) {
+		mu.Lock()
+		warming, queued = w, q
+		mu.Unlock()
+	}
+	warmups := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return warming, queued
+	}
+	waitGC := func(what string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * takeoverPoll)
+		for gcPercent() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: GC percent %d, want %d", what, gcPercent(), want)
+			}
+			time.Sleep(takeoverPoll / 10)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raiseGCForTakeovers(ctx, warmups, 400, zap.NewNop())
+	}()
+
+	set(4, 0) // as many warming as there are slots: not a takeover
+	time.Sleep(3 * takeoverPoll)
+	if got := gcPercent(); got != before {
+		t.Errorf("4 warming, none queued: GC percent %d, want %d (no raise)", got, before)
+	}
+	set(4, 120)
+	waitGC("4 warming, 120 queued", 400)
+	if l := debug.SetMemoryLimit(-1); l == math.MaxInt64 || (limit != math.MaxInt64 && l != limit/4) {
+		t.Errorf("during a takeover: memory limit %d (was %d): want a quarter of the one in force, or of the machine's memory", l, limit)
+	}
+	set(3, 0) // the last ones warm: still raised
+	time.Sleep(3 * takeoverPoll)
+	if got := gcPercent(); got != 400 {
+		t.Errorf("3 warming, none queued, after a takeover: GC percent %d, want 400 until they are synced", got)
+	}
+	set(0, 0)
+	waitGC("all synced", before)
+	if l := debug.SetMemoryLimit(-1); l != limit {
+		t.Errorf("after a takeover: memory limit %d, want %d again", l, limit)
+	}
+	set(2, 9) // a second takeover, ended by the context
+	waitGC("a second takeover", 400)
+	cancel()
+	<-done
+	if got, l := gcPercent(), debug.SetMemoryLimit(-1); got != before || l != limit {
+		t.Errorf("after the context ended: GC percent %d, limit %d; want %d and %d again", got, l, before, limit)
+	}
 }
 
 func TestRaiseFits(t *testing.T) {
