@@ -9,6 +9,7 @@ import (
 // metrics are one Coordinator's collectors; registered only when Options.Metrics is set.
 type metrics struct {
 	owned, unowned, livePeers prometheus.Gauge
+	warming, queued           prometheus.Gauge
 	handoffIn, handoffOut     prometheus.Counter
 	peerWrites, fenceWrites   prometheus.Counter
 }
@@ -35,6 +36,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "multicache_shard_live_peers",
 			Help: "Live replicas, this one included, as observed.",
 		}),
+		warming: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "multicache_shard_warming_clusters",
+			Help: "Clusters this replica runs that are not yet synced (at most sharding.maxWarmups).",
+		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "multicache_shard_queued_clusters",
+			Help: "Clusters this replica owns that wait for a warm-up slot (sharding.maxWarmups).",
+		}),
 		handoffIn:   handoffs.WithLabelValues("in"),
 		handoffOut:  handoffs.WithLabelValues("out"),
 		peerWrites:  writes.WithLabelValues(kindPeer),
@@ -43,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.owned, m.unowned, m.livePeers, handoffs, writes} {
+	for _, c := range []prometheus.Collector{m.owned, m.unowned, m.livePeers, m.warming, m.queued, handoffs, writes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("shard: registering metrics: %w", err)
 		}

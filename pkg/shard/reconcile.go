@@ -482,6 +482,8 @@ func (c *Coordinator) apply(ctx context.Context, st *loopState, d decision) (bus
 	c.m.owned.Set(float64(d.owned))
 	c.m.unowned.Set(float64(d.unowned))
 	c.m.livePeers.Set(float64(d.live))
+	c.m.warming.Set(float64(d.snap.warming))
+	c.m.queued.Set(float64(d.snap.queued))
 	st.first = false
 
 	for _, a := range d.acts {
