@@ -146,8 +146,8 @@ type Sharding struct {
 	MaxWarmups int `json:"maxWarmups,omitempty"`
 	// TakeoverGCPercent is SyncGCPercent for a takeover: the garbage collector's percent while
 	// this replica owns more clusters than it warms at once (MaxWarmups; a peer died or left,
-	// or the fleet grew by many clusters), until every cluster it owns is synced, within the
-	// same budget and with the same values. Nil: -1.
+	// or the fleet grew by many clusters), until every cluster it owns is synced or failing,
+	// within the same budget and with the same values. Nil: -1.
 	TakeoverGCPercent *int `json:"takeoverGCPercent,omitempty"`
 	// PeerCAFile is the peers' CA: it signs every replica's peer certificate, and nothing else
 	// (any certificate it signed may vouch for any user).

@@ -155,8 +155,8 @@ const takeoverPoll = 250 * time.Millisecond
 
 // raiseGCForTakeovers raises the collector as raiseGCForSync does (pct, the same budget) while
 // a takeover lasts: from when the coordinator owns more clusters than it warms at once
-// (queued > 0, per warmups) until every cluster it owns is synced (none warming or queued). A
-// takeover of no more clusters than the warm-up slots runs at GOGC's percent. It returns when
+// (queued > 0, per warmups) until every cluster it owns is synced or failing (none warming
+// or queued). A takeover of no more clusters than the warm-up slots runs at GOGC's percent. It returns when
 // ctx ends, the collector as it found it. Run it after the initial sync's raise has ended:
 // both set the same process-wide settings.
 func raiseGCForTakeovers(ctx context.Context, warmups func() (warming, queued int), pct int, log *zap.Logger) {
