@@ -29,6 +29,12 @@ type Options struct {
 	Burst int
 	// UserAgent of every request to the clusters. Default "multicache".
 	UserAgent string
+	// DisableCompression asks every cluster's API server for uncompressed answers, as
+	// kubectl's --disable-compression does: a large list is then not gzipped by the API
+	// server and unzipped here, which costs CPU on both sides, and more bytes cross the
+	// network. A cluster whose kubeconfig sets disable-compression answers uncompressed either
+	// way.
+	DisableCompression bool
 	// DiscoveryInterval is how often resources a cluster does not serve are looked up again
 	// (a CRD installed later). Default 30s.
 	DiscoveryInterval time.Duration

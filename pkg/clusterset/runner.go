@@ -115,6 +115,7 @@ func (r *runner) restConfig() *rest.Config {
 	c := rest.CopyConfig(r.cfg.Config)
 	c.QPS, c.Burst = r.reg.opts.QPS, r.reg.opts.Burst
 	c.UserAgent = r.reg.opts.UserAgent
+	c.DisableCompression = c.DisableCompression || r.reg.opts.DisableCompression
 	return c
 }
 

@@ -57,6 +57,10 @@ type Config struct {
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
 	Burst int     `json:"burst,omitempty"`
+	// DisableCompression asks the member API servers for uncompressed answers
+	// (clusterset.Options.DisableCompression). Default false: as kubectl, and as each
+	// cluster's kubeconfig says.
+	DisableCompression bool `json:"disableCompression,omitempty"`
 	// UnpagedListMax and UnpagedListBudget decide which first lists are one unpaged LIST from
 	// the API server's watch cache rather than streamed (clusterset.Options). 0: the defaults;
 	// UnpagedListMax -1: every first list streams.

@@ -114,7 +114,7 @@ func Build(cfg *config.Config, opts Options) (*Daemon, error) {
 	if listBudget == 0 { // before raiseGCForSync, which lowers the memory limit while it holds
 		listBudget = unpagedListBudget()
 	}
-	d.reg, err = clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst,
+	d.reg, err = clusterset.New(clusterset.Options{Source: src, Resources: specs, Logger: log, QPS: cfg.QPS, Burst: cfg.Burst, DisableCompression: cfg.DisableCompression,
 		UserAgent: "multicache/" + opts.Version, UnpagedListMax: cfg.UnpagedListMax, UnpagedListBudget: listBudget})
 	if err != nil {
 		return nil, err
