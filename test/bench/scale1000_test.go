@@ -258,7 +258,7 @@ Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE_RU
 // killAB measures S2.6 side by side: rounds of the three replicas alone, without the rolling
 // restart, alternating the default flags (odd rounds) with ab added to them (even rounds), so
 // that both arms see the machine in the same state. It records S2.6 from the default arm and
-// writes both arms in a section of their own.
+// writes both arms in a section of their own, named by ab.
 func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 	wide.rolling = false
 	var def, alt []shardedRun
@@ -288,8 +288,17 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 	peak := func(rr []shardedRun) []float64 {
 		return column(rr, func(r shardedRun) float64 { return r.killPeak / (1 << 30) })
 	}
+	spans := func(rr []shardedRun) []float64 {
+		return column(rr, func(r shardedRun) float64 { return r.maxSpans / (1 << 30) })
+	}
+	rss := func(rr []shardedRun) []float64 {
+		return column(rr, func(r shardedRun) float64 { return r.maxRSSRatio })
+	}
+	synced := func(rr []shardedRun) []float64 {
+		return column(rr, func(r shardedRun) float64 { return r.threeSynced.Seconds() })
+	}
 	ratio := median(served(def)) / median(served(alt))
-	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone, killed without a rolling restart before (BENCHMARKS.md, \"S2.6 side by side\")", rounds)
+	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone, killed without a rolling restart before (BENCHMARKS.md, \"S2.6 side by side: %s\", the default arm)", rounds, strings.Join(ab, " "))
 	recordGoals(b, goal{ID: "S2.6", Figure: "kill one of three: every cluster served again", Goal: "≤ 2 lease durations + the slowest relist",
 		Measured: fmt.Sprintf("%s against %s; %s", ceilingSpread(served(def), "%.1f s"), ceilingSpread(budget(def), "%.1f s"), note), Met: met(median(served(def)) <= median(budget(def)))})
 	var rows []string
@@ -303,7 +312,7 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 				r.killOwned.Round(100*time.Millisecond), r.killServed.Round(100*time.Millisecond), (2*lease+r.slowestRelist).Round(100*time.Millisecond), r.moved, r.slowestRelist.Round(100*time.Millisecond), gib(r.killPeak), r.killCPU))
 		}
 	}
-	writeSection(b, "S2.6 side by side", fmt.Sprintf(`%s
+	writeSection(b, "S2.6 side by side: "+strings.Join(ab, " "), fmt.Sprintf(`%s
 
 S2's fleet (%d clusters × %d objects: %d kube-apiservers, each seen through %d contexts) and
 its three replicas (lease %s), as in "S2: the three replicas alone", without the rolling
@@ -317,6 +326,9 @@ every replica; %d rounds of each.
 | one replica killed: every cluster served again | %s | %s |
 | S2.6's budget: 2 lease durations + the slowest relist | %s | %s |
 | peak RSS of a survivor (VmHWM, over its life) | %s | %s |
+| three replicas' start → every cluster synced | %s | %s |
+| after the start: heap spans in use, the largest of the three | %s | %s |
+| after the start: RSS ÷ live heap, the largest of the three | %s | %s |
 
 Every cluster served again, default ÷ `+"`%s`"+`: %.2f× (medians).
 
@@ -330,5 +342,8 @@ Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE100
 		ceilingSpread(served(def), "%.1f s"), ceilingSpread(served(alt), "%.1f s"),
 		ceilingSpread(budget(def), "%.1f s"), ceilingSpread(budget(alt), "%.1f s"),
 		ceilingSpread(peak(def), "%.2f GiB"), ceilingSpread(peak(alt), "%.2f GiB"),
+		ceilingSpread(synced(def), "%.1f s"), ceilingSpread(synced(alt), "%.1f s"),
+		ceilingSpread(spans(def), "%.2f GiB"), ceilingSpread(spans(alt), "%.2f GiB"),
+		ceilingSpread(rss(def), "%.2f"), ceilingSpread(rss(alt), "%.2f"),
 		strings.Join(ab, " "), ratio, strings.Join(rows, "\n"), strings.Join(ab, " "), rounds))
 }

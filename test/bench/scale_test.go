@@ -332,6 +332,7 @@ type singleRun struct {
 type shardedRun struct {
 	threeSynced, balanced                time.Duration
 	maxHeap, maxRSSRatio, maxPeak        float64
+	maxSpans                             float64 // heap spans in use, the largest of the three
 	perReplica, owners                   string
 	fanPage50, fanPage99                 time.Duration
 	fanNode50, fanNode99                 time.Duration
@@ -656,6 +657,7 @@ func (sf *scaleFleet) sharded(k int, probe string) shardedRun {
 	for _, p := range rs {
 		h, rss, peak := p.memory(b)
 		r.maxHeap, r.maxRSSRatio, r.maxPeak = max(r.maxHeap, h), max(r.maxRSSRatio, rss/h), max(r.maxPeak, peak)
+		r.maxSpans = max(r.maxSpans, p.lastInuse)
 		lines = append(lines, fmt.Sprintf("%s heap %s (spans in use %s, free spans not returned to the OS %s, last returned %s before) RSS %s peak RSS %s", p.id, gib(h), gib(p.lastInuse), gib(p.lastIdle-p.lastReleased), p.lastReturn, gib(rss), gib(peak)))
 	}
 	r.perReplica = strings.Join(lines, ", ")
