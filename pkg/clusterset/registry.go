@@ -33,7 +33,8 @@ type Options struct {
 	// kubectl's --disable-compression does: a large list is then not gzipped by the API
 	// server and unzipped here, which costs CPU on both sides, and more bytes cross the
 	// network. A cluster whose kubeconfig sets disable-compression answers uncompressed either
-	// way.
+	// way. It holds for clusters reached over TLS: client-go gives a cluster without TLS
+	// options Go's default transport, which asks for gzip whatever the config says.
 	DisableCompression bool
 	// DiscoveryInterval is how often resources a cluster does not serve are looked up again
 	// (a CRD installed later). Default 30s.

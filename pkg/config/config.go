@@ -51,8 +51,8 @@ type Config struct {
 	// -1 turns the collector off meanwhile: it collects only when the heap reaches the budget,
 	// and GOGC's percent is back once the live heap outgrows half the budget. Nil: -1. 0 (or up
 	// to 100) leaves the collector alone, as does GOGC set in the environment. A sharded
-	// replica's takeovers after its first sync have their own setting
-	// (sharding.takeoverGCPercent).
+	// replica's clusters come through Leases after its first sync is over: its start, as
+	// its takeovers, follows sharding.takeoverGCPercent.
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`

@@ -118,8 +118,8 @@ func TestCoordinatorsShareTheFleet(t *testing.T) {
 		t.Errorf("%s still holds %v after its shutdown", leaving, held)
 	}
 	r.converge("the rest share the fleet", 5*r.ld, r.assigned(r.aliveIDs()...))
-	// r1 started alone and owned all 9 clusters, more than its 2 warm-up slots; once the
-	// fleet is shared and synced, nothing warms or waits anywhere.
+	// Each replica came to own about 3 of the 9 clusters, more than its 2 warm-up slots; once
+	// the fleet is shared and synced, nothing warms or waits anywhere.
 	if q := r.queuedSeen.Load(); q == 0 {
 		t.Errorf("no coordinator ever reported a cluster waiting for a warm-up slot (Warmups)")
 	}

@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		warming: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "multicache_shard_warming_clusters",
-			Help: "Clusters this replica runs that are not yet synced (at most sharding.maxWarmups).",
+			Help: "Clusters this replica offers that are not yet running and synced, as of its last look.",
 		}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "multicache_shard_queued_clusters",

@@ -91,6 +91,13 @@ func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
 	if !ok {
 		return func() {} // no measure of the machine: no budget to hold the raise to
 	}
+	liveHeap := liveHeap // read once: the watchdog below uses this one
+	if live, ok := liveHeap(); !ok || !raiseFits(live, pct, budget) {
+		// A takeover starts over the cache already held: a live heap the raise does not
+		// fit would meet a memory limit below it (collections back to back) until the
+		// first check below.
+		return func() {}
+	}
 	// The limit first: the collector is never off without it.
 	debug.SetMemoryLimit(budget)
 	prev := debug.SetGCPercent(pct)
@@ -112,19 +119,18 @@ func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
 	go func() {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
-		sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
 			}
-			metrics.Read(sample)
-			if sample[0].Value.Kind() != metrics.KindUint64 {
+			live, ok := liveHeap()
+			if !ok {
 				restore() // not measured by this runtime: no way to hold the raise to its budget
 				return
 			}
-			if live := sample[0].Value.Uint64(); !raiseFits(live, pct, budget) {
+			if !raiseFits(live, pct, budget) {
 				log.Info(what+": the live heap outgrew the raised collector's budget; back to GOGC's percent", zap.Uint64("liveHeapBytes", live))
 				restore()
 				return
@@ -132,6 +138,17 @@ func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
 		}
 	}()
 	return restore
+}
+
+// liveHeap is the heap the last collection kept (/gc/heap/live:bytes); ok is false when this
+// runtime does not measure it. A variable, so that tests can stand in for the runtime.
+var liveHeap = func() (bytes uint64, ok bool) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0, false
+	}
+	return sample[0].Value.Uint64(), true
 }
 
 // raiseFits reports whether a live heap, grown by pct percent, fits in budget bytes. Off
@@ -155,11 +172,17 @@ const takeoverPoll = 250 * time.Millisecond
 
 // raiseGCForTakeovers raises the collector as raiseGCForSync does (pct, the same budget) while
 // a takeover lasts: from when the coordinator owns more clusters than it warms at once
-// (queued > 0, per warmups) until every cluster it owns is synced or failing (none warming
-// or queued). A takeover of no more clusters than the warm-up slots runs at GOGC's percent. It returns when
-// ctx ends, the collector as it found it. Run it after the initial sync's raise has ended:
-// both set the same process-wide settings.
+// (queued > 0, per warmups) until every cluster it owns is synced or failing (none warming or
+// queued). A takeover of no more clusters than the warm-up slots runs at GOGC's percent, and
+// so does one that starts over a live heap the raise does not fit in its budget. It returns
+// when ctx ends, the collector as it found it. A cluster that stays Syncing without failing (a
+// list that never completes) keeps the takeover going, as it keeps the first sync going; the
+// raise itself still ends once the live heap outgrows what it fits in its budget. Run it after
+// the initial sync's raise has ended: both set the same process-wide settings.
 func raiseGCForTakeovers(ctx context.Context, warmups func() (warming, queued int), pct int, log *zap.Logger) {
+	if (pct >= 0 && pct <= 100) || os.Getenv("GOGC") != "" {
+		return // nothing to raise: see raiseGCForSync
+	}
 	t := time.NewTicker(takeoverPoll)
 	defer t.Stop()
 	var restore func() // non-nil while a takeover lasts (the raise may have ended sooner)
@@ -181,6 +204,7 @@ func raiseGCForTakeovers(ctx context.Context, warmups func() (warming, queued in
 		case restore != nil && warming == 0 && queued == 0:
 			restore()
 			restore = nil
+			log.Info("takeover over: every owned cluster synced or failing; the collector is as before")
 		}
 	}
 }

@@ -104,6 +104,7 @@ func TestRaiseGCForTakeovers(t *testing.T) {
 		defer close(done)
 		raiseGCForTakeovers(ctx, warmups, 400, zap.NewNop())
 	}()
+	t.Cleanup(func() { cancel(); <-done }) // the collector as it was, even after a failure
 
 	set(4, 0) // as many warming as there are slots: not a takeover
 	time.Sleep(3 * takeoverPoll)
@@ -131,6 +132,37 @@ func TestRaiseGCForTakeovers(t *testing.T) {
 	<-done
 	if got, l := gcPercent(), debug.SetMemoryLimit(-1); got != before || l != limit {
 		t.Errorf("after the context ended: GC percent %d, limit %d; want %d and %d again", got, l, before, limit)
+	}
+}
+
+// TestRaiseGCForSyncChecksTheLiveHeapFirst: a raise that starts over a live heap it does not
+// fit in its budget (a takeover over a large cache) changes nothing, not even for a moment.
+func TestRaiseGCForSyncChecksTheLiveHeapFirst(t *testing.T) {
+	t.Setenv("GOGC", "")
+	before, limit := gcPercent(), debug.SetMemoryLimit(-1)
+	if before < 0 {
+		t.Skip("the collector is off in this process (GOGC=off)")
+	}
+	budget, ok := syncMemoryBudget()
+	if !ok {
+		t.Skip("no measure of this machine's memory")
+	}
+	prev := liveHeap
+	t.Cleanup(func() { liveHeap = prev })
+	liveHeap = func() (uint64, bool) { return uint64(budget)/2 + 1, true } // off fits up to half
+	restore := raiseGCForSync(-1, "test", zap.NewNop())
+	if got, l := gcPercent(), debug.SetMemoryLimit(-1); got != before || l != limit {
+		t.Errorf("over a live heap above half the budget: GC percent %d, limit %d; want %d and %d untouched", got, l, before, limit)
+	}
+	restore()
+	liveHeap = func() (uint64, bool) { return uint64(budget) / 4, true }
+	restore = raiseGCForSync(-1, "test", zap.NewNop())
+	if got := gcPercent(); got != -1 {
+		t.Errorf("over a live heap of a quarter of the budget: GC percent %d, want -1", got)
+	}
+	restore()
+	if got, l := gcPercent(), debug.SetMemoryLimit(-1); got != before || l != limit {
+		t.Errorf("after: GC percent %d, limit %d; want %d and %d again", got, l, before, limit)
 	}
 }
 
