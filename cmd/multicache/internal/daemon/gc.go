@@ -64,9 +64,9 @@ func unpagedListBudget() int {
 }
 
 // raiseGCForSync sets the collector's percent to pct until the returned function is called
-// (once the sync, named by what in the log, is over), and returns it to what it was. pct -1 turns the collector
-// off meanwhile: it then collects only when the heap reaches the budget (the memory limit
-// while the raise holds).
+// (once the sync, named by what in the log, is over), and returns it to what it was. pct -1
+// turns the collector off meanwhile: it then collects only when the heap reaches the budget
+// (the memory limit while the raise holds).
 //
 // What it trades: the heap may grow to (1 + pct/100) × the live heap between collections.
 // So that the trade stays small, the raise has a budget of a quarter of the memory limit in
@@ -83,7 +83,7 @@ func unpagedListBudget() int {
 // set: an operator's own choice of GOGC stands. The returned function may be called more than
 // once.
 func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
-	if (pct >= 0 && pct <= 100) || os.Getenv("GOGC") != "" {
+	if !raises(pct) {
 		return func() {}
 	}
 	prevLimit := debug.SetMemoryLimit(-1)
@@ -140,6 +140,12 @@ func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
 	return restore
 }
 
+// raises reports whether a raise to pct changes the collector: not at 0 to 100, and not when
+// GOGC is set (an operator's own choice of GOGC stands).
+func raises(pct int) bool {
+	return (pct < 0 || pct > 100) && os.Getenv("GOGC") == ""
+}
+
 // liveHeap is the heap the last collection kept (/gc/heap/live:bytes); ok is false when this
 // runtime does not measure it. A variable, so that tests can stand in for the runtime.
 var liveHeap = func() (bytes uint64, ok bool) {
@@ -180,8 +186,8 @@ const takeoverPoll = 250 * time.Millisecond
 // raise itself still ends once the live heap outgrows what it fits in its budget. Run it after
 // the initial sync's raise has ended: both set the same process-wide settings.
 func raiseGCForTakeovers(ctx context.Context, warmups func() (warming, queued int), pct int, log *zap.Logger) {
-	if (pct >= 0 && pct <= 100) || os.Getenv("GOGC") != "" {
-		return // nothing to raise: see raiseGCForSync
+	if !raises(pct) {
+		return
 	}
 	t := time.NewTicker(takeoverPoll)
 	defer t.Stop()
