@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/config"
 	"github.com/multicache/multicache/pkg/storage/peer"
 )
 
@@ -160,5 +161,91 @@ func TestPeerCerts(t *testing.T) {
 	}
 	if err := run("Not_A_Name"); err == nil {
 		t.Error("an identity that is no DNS name was accepted")
+	}
+}
+
+// TestServeFlagsReachTheConfig parses each of serve's flags as cobra does and checks the
+// config field it sets, so a flag bound to the wrong field, or to none, fails here.
+func TestServeFlagsReachTheConfig(t *testing.T) {
+	tlsFile := filepath.Join(t.TempDir(), "tls.yaml")
+	if err := os.WriteFile(tlsFile, []byte("server: {tls: {certFile: /s.crt, keyFile: /s.key}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sharded := []string{"--sharding", "--advertise-url", "https://127.0.0.1:8443", "--management-kubeconfig", "/k"}
+	for _, tc := range []struct {
+		args  []string
+		check func(c *config.Config) bool
+	}{
+		{[]string{"--kubeconfig", "/a", "--kubeconfig", "/b"}, func(c *config.Config) bool {
+			return len(c.Kubeconfig.Paths) == 2 && c.Kubeconfig.Paths[1] == "/b"
+		}},
+		{[]string{"--context", "a*", "--exclude-context", "a1"}, func(c *config.Config) bool {
+			return c.Kubeconfig.Include[0] == "a*" && c.Kubeconfig.Exclude[0] == "a1"
+		}},
+		{[]string{"--resource", "configmaps"}, func(c *config.Config) bool {
+			return len(c.Resources) == 2 && c.Resources[1].Name == "configmaps"
+		}},
+		{[]string{"--listen", "127.0.0.1:9009"}, func(c *config.Config) bool { return c.Server.Listen == "127.0.0.1:9009" }},
+		{[]string{"--token-file", "/t"}, func(c *config.Config) bool { return c.Server.Auth != nil && c.Server.Auth.TokenFile == "/t" }},
+		{[]string{"--profiling"}, func(c *config.Config) bool { return c.Server.Profiling }},
+		{[]string{"--unpaged-list-max", "-1", "--unpaged-list-budget", "1234"}, func(c *config.Config) bool {
+			return c.UnpagedListMax == -1 && c.UnpagedListBudget == 1234
+		}},
+		{[]string{"--sync-gc-percent", "0"}, func(c *config.Config) bool { return c.SyncGCPercent != nil && *c.SyncGCPercent == 0 }},
+		{[]string{"--sync-gc-percent", "300"}, func(c *config.Config) bool { return c.SyncGCPercent != nil && *c.SyncGCPercent == 300 }},
+		{[]string{"--memory-limit", "3Gi"}, func(c *config.Config) bool { return c.MemoryLimit == "3Gi" }},
+		{[]string{"--disable-compression"}, func(c *config.Config) bool { return c.DisableCompression }},
+		{[]string{"--disable-compression=false"}, func(c *config.Config) bool { return !c.DisableCompression }},
+		{[]string{"--management-kubeconfig", "/m", "--management-context", "mc", "--cluster-secrets-namespace", "fleet"}, func(c *config.Config) bool {
+			return c.Management.Kubeconfig == "/m" && c.Management.Context == "mc" && c.Sources.Secrets != nil && c.Sources.Secrets.Namespace == "fleet"
+		}},
+		{[]string{"--management-kubeconfig", "/m", "--cluster-profiles", "inv", "--cluster-profile-provider-file", "/p.json"}, func(c *config.Config) bool {
+			p := c.Clusters.ClusterProfiles
+			return p != nil && p.Namespace == "inv" && p.ProviderFile == "/p.json"
+		}},
+		{[]string{"--log-format", "json", "--log-level", "debug"}, func(c *config.Config) bool {
+			return c.Logging.Format == "json" && c.Logging.Level == "debug"
+		}},
+		{append(sharded, "--sharding-namespace", "shards", "--replica-id", "r1", "--lease-duration", "20s", "--max-warmups", "7", "--shard-weight", "2"), func(c *config.Config) bool {
+			s := c.Sharding
+			return s != nil && s.Enabled && s.AdvertiseURL == "https://127.0.0.1:8443" && s.Namespace == "shards" && s.Identity == "r1" &&
+				s.LeaseDuration.Duration == 20*time.Second && s.MaxWarmups == 7 && s.Weight == 2
+		}},
+		{append(sharded, "--takeover-gc-percent", "0"), func(c *config.Config) bool {
+			return c.Sharding.TakeoverGCPercent != nil && *c.Sharding.TakeoverGCPercent == 0
+		}},
+		{append(sharded, "--takeover-gc-percent", "200"), func(c *config.Config) bool {
+			return c.Sharding.TakeoverGCPercent != nil && *c.Sharding.TakeoverGCPercent == 200
+		}},
+		{append(sharded, "--config", tlsFile, "--peer-cert-file", "/c", "--peer-key-file", "/k2", "--peer-ca-file", "/ca"), func(c *config.Config) bool {
+			s := c.Sharding
+			return s.PeerCertFile == "/c" && s.PeerKeyFile == "/k2" && s.PeerCAFile == "/ca" && c.Server.TLS.CertFile == "/s.crt"
+		}},
+	} {
+		cmd, f := serveCommand()
+		args := append([]string{"--resource", "pods"}, tc.args...)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		c, err := f.load(cmd)
+		if err != nil {
+			t.Errorf("%v: %v", args, err)
+			continue
+		}
+		if !tc.check(c) {
+			t.Errorf("%v did not reach the config: %+v (sharding %+v)", args, c, c.Sharding)
+		}
+	}
+	// Unset, the GC percents stay nil: the defaults (-1) are the daemon's, not the flags'.
+	cmd, f := serveCommand()
+	if err := cmd.ParseFlags(append([]string{"--resource", "pods"}, sharded...)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.load(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SyncGCPercent != nil || c.Sharding.TakeoverGCPercent != nil || c.DisableCompression {
+		t.Errorf("unset flags changed the config: sync %v, takeover %v, compression off %v", c.SyncGCPercent, c.Sharding.TakeoverGCPercent, c.DisableCompression)
 	}
 }

@@ -30,7 +30,13 @@ type serveFlags struct {
 }
 
 func newServe() *cobra.Command {
-	var f serveFlags
+	cmd, _ := serveCommand()
+	return cmd
+}
+
+// serveCommand returns the serve command and the flags its parsing fills, for load.
+func serveCommand() (*cobra.Command, *serveFlags) {
+	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the daemon: cache the fleet and serve the HTTP API",
@@ -81,7 +87,7 @@ func newServe() *cobra.Command {
 	fl.StringVar(&f.peerCA, "peer-ca-file", "", "with --sharding: the CA of the replicas' peer and serving certificates")
 	fl.StringVar(&f.logFormat, "log-format", "", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
-	return cmd
+	return cmd, f
 }
 
 // load reads the config file if any, then applies the flags that were set.
