@@ -262,16 +262,26 @@ Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE_RU
 func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 	wide.rolling = false
 	var def, alt []shardedRun
-	for k := 1; k <= 2*rounds; k++ {
-		wide.extraArgs = nil
-		if k%2 == 0 {
-			wide.extraArgs = ab
+	// Each round runs both arms, the default first in odd rounds and second in even ones, so
+	// neither arm always runs on a machine the other has just warmed or loaded.
+	k := 0
+	for i := range rounds {
+		order := []bool{false, true}
+		if i%2 == 1 {
+			order = []bool{true, false}
 		}
-		r := wide.sharded(k, wide.names[len(wide.names)/2])
-		if k%2 == 0 {
-			alt = append(alt, r)
-		} else {
-			def = append(def, r)
+		for _, withAB := range order {
+			k++
+			wide.extraArgs = nil
+			if withAB {
+				wide.extraArgs = ab
+			}
+			r := wide.sharded(k, wide.names[len(wide.names)/2])
+			if withAB {
+				alt = append(alt, r)
+			} else {
+				def = append(def, r)
+			}
 		}
 	}
 	wide.extraArgs = nil
@@ -317,8 +327,8 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 S2's fleet (%d clusters × %d objects: %d kube-apiservers, each seen through %d contexts) and
 its three replicas (lease %s), as in "S2: the three replicas alone", without the rolling
 restart: each round starts the three, waits until they share the fleet and hold still, and
-kills one with SIGKILL. Rounds alternate between the default flags and `+"`%s`"+` added to
-every replica; %d rounds of each.
+kills one with SIGKILL. Each of %d rounds runs the default flags and `+"`%s`"+` added to
+every replica, the default first in odd rounds and second in even ones.
 
 | figure | default | `+"`%s`"+` |
 |---|---|---|
@@ -337,7 +347,7 @@ Every cluster served again, default ÷ `+"`%s`"+`: %.2f× (medians).
 %s
 
 Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE1000_AB_ARGS='%s' MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale1000$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`
-`, machineLine(), wide.clusters, wide.perServer, wide.servers, wide.aliases, lease, strings.Join(ab, " "), rounds, strings.Join(ab, " "),
+`, machineLine(), wide.clusters, wide.perServer, wide.servers, wide.aliases, lease, rounds, strings.Join(ab, " "), strings.Join(ab, " "),
 		ceilingSpread(owned(def), "%.1f s"), ceilingSpread(owned(alt), "%.1f s"),
 		ceilingSpread(served(def), "%.1f s"), ceilingSpread(served(alt), "%.1f s"),
 		ceilingSpread(budget(def), "%.1f s"), ceilingSpread(budget(alt), "%.1f s"),
