@@ -147,6 +147,9 @@ func (a *API) List(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
+		for _, warning := range l.Warnings {
+			filters.AddWarning(w.Header(), warning)
+		}
 		if err := a.writeList(ctx, w, sel.Resource, l); err != nil {
 			writeError(w, err)
 		}
@@ -361,6 +364,9 @@ func (a *API) Get(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
+		for _, warning := range l.Warnings {
+			filters.AddWarning(w.Header(), warning)
+		}
 		if len(l.Items) == 0 {
 			msg := fmt.Sprintf("%s %q not found in cluster %q", res, k.ObjectKey(), k.Cluster)
 			if !serves(l.Freshness, k.Cluster) {
@@ -408,6 +414,9 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, sel storage.Selectio
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	for _, warning := range wt.Warnings() {
+		filters.AddWarning(w.Header(), warning)
 	}
 	if ws := downWarning(wt.Freshness()); ws != "" {
 		filters.AddWarning(w.Header(), ws)
