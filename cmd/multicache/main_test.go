@@ -206,10 +206,10 @@ func TestServeFlagsReachTheConfig(t *testing.T) {
 		{[]string{"--log-format", "json", "--log-level", "debug"}, func(c *config.Config) bool {
 			return c.Logging.Format == "json" && c.Logging.Level == "debug"
 		}},
-		{append(sharded, "--sharding-namespace", "shards", "--replica-id", "r1", "--lease-duration", "20s", "--max-warmups", "7", "--shard-weight", "2"), func(c *config.Config) bool {
+		{append(sharded, "--sharding-namespace", "shards", "--replica-id", "r1", "--lease-duration", "20s", "--max-warmups", "7", "--max-handovers", "-1", "--shard-weight", "2"), func(c *config.Config) bool {
 			s := c.Sharding
 			return s != nil && s.Enabled && s.AdvertiseURL == "https://127.0.0.1:8443" && s.Namespace == "shards" && s.Identity == "r1" &&
-				s.LeaseDuration.Duration == 20*time.Second && s.MaxWarmups == 7 && s.Weight == 2
+				s.LeaseDuration.Duration == 20*time.Second && s.MaxWarmups == 7 && s.MaxHandovers == -1 && s.Weight == 2
 		}},
 		{append(sharded, "--takeover-gc-percent", "0"), func(c *config.Config) bool {
 			return c.Sharding.TakeoverGCPercent != nil && *c.Sharding.TakeoverGCPercent == 0

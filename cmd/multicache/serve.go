@@ -24,7 +24,7 @@ type serveFlags struct {
 	advertiseURL, shardingNamespace, identity      string
 	peerCert, peerKey, peerCA                      string
 	leaseDuration                                  time.Duration
-	maxWarmups, weight                             int
+	maxWarmups, maxHandovers, weight               int
 	syncGCPercent, takeoverGCPercent               int
 	unpagedListMax, unpagedListBudget              int
 }
@@ -80,6 +80,7 @@ func serveCommand() (*cobra.Command, *serveFlags) {
 	fl.StringVar(&f.identity, "replica-id", "", "with --sharding: this replica's name among its peers (default: host name and a random suffix)")
 	fl.DurationVar(&f.leaseDuration, "lease-duration", 0, "with --sharding: a replica silent this long loses its clusters (default 15s)")
 	fl.IntVar(&f.maxWarmups, "max-warmups", 0, "with --sharding: clusters this replica syncs at once (default 4)")
+	fl.IntVar(&f.maxHandovers, "max-handovers", 0, "with --sharding: clusters handed over by a peer this replica syncs at once, beside --max-warmups (a handover costs the member a watch, not a list); -1: they take --max-warmups' slots (default 16)")
 	fl.IntVar(&f.takeoverGCPercent, "takeover-gc-percent", 0, "with --sharding: --sync-gc-percent for a takeover, while this replica owns more clusters than it syncs at once, its start included (default -1)")
 	fl.IntVar(&f.weight, "shard-weight", 0, "with --sharding: this replica's share of clusters relative to the others' (default 1)")
 	fl.StringVar(&f.peerCert, "peer-cert-file", "", "with --sharding: this replica's peer client certificate (signed by --peer-ca-file): replicas then pass callers' identities, not their credentials")
@@ -176,7 +177,7 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	if f.allowInsecure {
 		cfg.Server.AllowInsecure = true
 	}
-	if fl.Changed("sharding") || f.advertiseURL != "" || f.shardingNamespace != "" || f.identity != "" || f.leaseDuration != 0 || f.maxWarmups != 0 || f.weight != 0 ||
+	if fl.Changed("sharding") || f.advertiseURL != "" || f.shardingNamespace != "" || f.identity != "" || f.leaseDuration != 0 || f.maxWarmups != 0 || f.maxHandovers != 0 || f.weight != 0 ||
 		fl.Changed("takeover-gc-percent") || f.peerCert != "" || f.peerKey != "" || f.peerCA != "" {
 		if cfg.Sharding == nil {
 			cfg.Sharding = &config.Sharding{}
@@ -199,6 +200,9 @@ func (f *serveFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		}
 		if f.maxWarmups != 0 {
 			sh.MaxWarmups = f.maxWarmups
+		}
+		if f.maxHandovers != 0 {
+			sh.MaxHandovers = f.maxHandovers
 		}
 		if f.weight != 0 {
 			sh.Weight = f.weight

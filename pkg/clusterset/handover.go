@@ -30,7 +30,7 @@ import (
 
 // ShelfTTL is how long a handed-off cluster's state waits for its next owner, counted from
 // when it was shelved or from the shelf's last take, whichever is later: while next owners keep
-// taking states (they warm their clusters a few at a time, sharding.maxWarmups, so that a
+// taking states (they warm their clusters a few at a time, sharding.maxHandovers, so that a
 // move of hundreds of clusters takes them one after another for minutes), every state waits;
 // once nobody has taken one for ShelfTTL, those left expire. A state is the cluster as it was
 // when handed off, and its next owner replays from there; one the member no longer has the

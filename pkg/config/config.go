@@ -148,6 +148,10 @@ type Sharding struct {
 	Weight int `json:"weight,omitempty"`
 	// MaxWarmups caps the clusters this replica syncs at once. Default 4.
 	MaxWarmups int `json:"maxWarmups,omitempty"`
+	// MaxHandovers caps, beside MaxWarmups, the clusters this replica syncs at once that a
+	// peer handed over (their state taken from it, a watch and no list for their member).
+	// Default 16; -1: they take MaxWarmups' slots.
+	MaxHandovers int `json:"maxHandovers,omitempty"`
 	// TakeoverGCPercent is SyncGCPercent for a takeover: the garbage collector's percent while
 	// this replica owns more clusters than it warms at once (MaxWarmups; a peer died or left,
 	// or the fleet grew by many clusters), until every cluster it owns is synced or failing,
@@ -482,6 +486,9 @@ func (c *Config) Validate() error {
 		}
 		if sh.MaxWarmups < 0 {
 			bad("sharding.maxWarmups", "%d: must not be negative", sh.MaxWarmups)
+		}
+		if sh.MaxHandovers < -1 {
+			bad("sharding.maxHandovers", "%d: want -1 (handovers take warm-up slots), 0 (the default) or more", sh.MaxHandovers)
 		}
 		if sh.PeerTimeout.Duration < 0 {
 			bad("sharding.peerTimeout", "%s: must not be negative", sh.PeerTimeout.Duration)

@@ -233,8 +233,9 @@ func (c *Coordinator) Owners() []Owner {
 
 // Warmups reports, as of the last reconcile, how many of the clusters this replica offers
 // (Load) are not yet running and synced, and how many more it owns that wait for a warm-up
-// slot (Options.MaxWarmups). queued > 0 is a takeover larger than the replica warms at once:
-// a peer died or left, or the fleet grew by many clusters.
+// slot (Options.MaxWarmups, or Options.MaxHandovers for those a peer handed over). queued > 0
+// is a takeover larger than the replica warms at once: a peer died or left, or the fleet grew
+// by many clusters.
 func (c *Coordinator) Warmups() (warming, queued int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -205,6 +205,42 @@ func TestForgedPeerLeaseMovesNothing(t *testing.T) {
 	r.finish()
 }
 
+// TestHandoversWarmInTheirOwnSlots: clusters a live replica hands over warm in MaxHandovers'
+// slots beside the MaxWarmups of the others; with MaxHandovers -1 they share the warm-up
+// slots. r1 holds all 9 clusters; r2 joins with one warm-up slot and 4 for handovers, and
+// warms more than one cluster at once (the rig checks that no more than one of them lacks
+// a handed-over fence, and no more than 5 warm); r3 joins with MaxHandovers -1 and never
+// warms more than its one slot.
+func TestHandoversWarmInTheirOwnSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver")
+	}
+	env := harness.Start(t, harness.Options{Clusters: 1})
+	r := newRig(t, env.Ctx, env.Fleet.Clusters[0].AdminConfig(), 9)
+	r.start("r1", nil)
+	r.converge("r1 holds the fleet", 5*r.ld, r.assigned("r1"))
+	slow := func(o *Options) { o.MaxWarmups = 1 }
+	r.start("r2", nil, slow, func(o *Options) { o.MaxHandovers = 4 })
+	r.converge("r1 hands r2 its share", 5*r.ld, r.assigned("r1", "r2"))
+	r2 := r.node("r2").reg
+	r2.mu.Lock()
+	got := r2.maxWarming
+	r2.mu.Unlock()
+	if got < 2 {
+		t.Errorf("r2 warmed at most %d cluster at once of the %d handed to it, with 1 warm-up slot and 4 for handovers", got, len(r.holdersOf("r2")))
+	}
+	r.start("r3", nil, slow, func(o *Options) { o.MaxHandovers = -1 })
+	r.converge("r1 and r2 hand r3 its share", 5*r.ld, r.assigned("r1", "r2", "r3"))
+	r3 := r.node("r3").reg
+	r3.mu.Lock()
+	got = r3.maxWarming
+	r3.mu.Unlock()
+	if n := len(r.holdersOf("r3")); got != 1 || n < 2 {
+		t.Errorf("r3, handovers sharing its 1 warm-up slot, warmed at most %d at once of the %d handed to it, want 1", got, n)
+	}
+	r.finish()
+}
+
 // rig runs coordinators over one namespace of a real API server and samples them.
 type rig struct {
 	t     *testing.T
@@ -281,17 +317,23 @@ func newRig(t *testing.T, ctx context.Context, admin *rest.Config, clusters int)
 	return r
 }
 
-func (r *rig) start(id string, metrics prometheus.Registerer) {
+// start runs a coordinator with the rig's options (MaxWarmups 2, MaxHandovers 2), changed by
+// tweaks.
+func (r *rig) start(id string, metrics prometheus.Registerer, tweaks ...func(*Options)) {
 	r.t.Helper()
 	cs, err := kubernetes.NewForConfig(r.cfg) // its own rate limiter, as a replica would have
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	c, err := New(Options{
+	o := Options{
 		Client: cs, Namespace: r.ns, Identity: id, AdvertiseURL: "http://" + id + ".test:8080",
-		LeaseDuration: r.ld, MaxWarmups: 2, Source: r.src, Metrics: metrics, Verify: r.verify,
+		LeaseDuration: r.ld, MaxWarmups: 2, MaxHandovers: 2, Source: r.src, Metrics: metrics, Verify: r.verify,
 		Logger: zaptest.NewLogger(r.t, zaptest.Level(zap.InfoLevel)).Named(id),
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&o)
+	}
+	c, err := New(o)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -483,8 +525,8 @@ func (r *rig) sampleLoads(ctx context.Context) {
 		offered, running := map[string]string{}, map[string]string{}
 		for id, n := range r.nodes {
 			warming, queued := n.c.Warmups()
-			if warming < 0 || queued < 0 || warming > n.c.opts.MaxWarmups {
-				r.violate("%s: Warmups() = %d warming, %d queued, with %d slots", id, warming, queued, n.c.opts.MaxWarmups)
+			if slots := n.c.opts.MaxWarmups + max(n.c.opts.MaxHandovers, 0); warming < 0 || queued < 0 || warming > slots {
+				r.violate("%s: Warmups() = %d warming, %d queued, with %d slots", id, warming, queued, slots)
 			}
 			if int64(queued) > r.queuedSeen.Load() {
 				r.queuedSeen.Store(int64(queued))
@@ -559,16 +601,17 @@ type fakeRegistry struct {
 	syncAfter time.Duration
 	rig       *rig
 
-	mu      sync.Mutex
-	running map[string]time.Time
-	dead    bool
+	mu         sync.Mutex
+	running    map[string]time.Time
+	dead       bool
+	maxWarming int // the most clusters seen warming at once
 }
 
 func (f *fakeRegistry) follow(ctx context.Context, c *Coordinator) {
 	changes := c.Changes(ctx)
 	for {
 		cfgs, _ := c.Load()
-		f.apply(cfgs, c.opts.MaxWarmups)
+		f.apply(cfgs, c)
 		select {
 		case <-ctx.Done():
 			return
@@ -577,7 +620,14 @@ func (f *fakeRegistry) follow(ctx context.Context, c *Coordinator) {
 	}
 }
 
-func (f *fakeRegistry) apply(cfgs []clusterset.ClusterConfig, maxWarmups int) {
+// apply runs what c offers, and checks that no more clusters warm at once than c's slots: at
+// most MaxWarmups of those no peer handed over (their fence names no state to take), and at
+// most MaxHandovers more of those one did.
+func (f *fakeRegistry) apply(cfgs []clusterset.ClusterConfig, c *Coordinator) {
+	handed := map[string]bool{}
+	for _, o := range c.Owners() {
+		handed[o.Cluster] = o.From != ""
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.dead {
@@ -590,16 +640,20 @@ func (f *fakeRegistry) apply(cfgs []clusterset.ClusterConfig, maxWarmups int) {
 			f.running[cfg.Name] = time.Now()
 		}
 	}
-	warming := 0
+	warming, plain := 0, 0
 	for name, since := range f.running {
 		if !want[name] {
 			delete(f.running, name)
 		} else if time.Since(since) < f.syncAfter {
 			warming++
+			if !handed[name] {
+				plain++
+			}
 		}
 	}
-	if warming > maxWarmups {
-		f.rig.violate("%s: %d clusters warming at once, more than %d", f.id, warming, maxWarmups)
+	f.maxWarming = max(f.maxWarming, warming)
+	if slots := c.opts.MaxWarmups + max(c.opts.MaxHandovers, 0); plain > c.opts.MaxWarmups || warming > slots {
+		f.rig.violate("%s: %d clusters warming at once (%d not handed over), more than %d slots (%d for those)", f.id, warming, plain, slots, c.opts.MaxWarmups)
 	}
 }
 

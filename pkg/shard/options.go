@@ -47,6 +47,12 @@ type Options struct {
 	// MaxWarmups bounds how many owned clusters may be running but not yet synced at once
 	// (sharding.maxWarmups). Default 4; at least 1.
 	MaxWarmups int
+	// MaxHandovers bounds, apart from MaxWarmups, how many clusters that a live peer handed
+	// over may be warming at once (sharding.maxHandovers): such a cluster starts from the
+	// state its peer kept and costs its member API server a watch, not a list (one whose
+	// state is gone lists all the same). Default 16; -1: they take MaxWarmups' slots as any
+	// other cluster.
+	MaxHandovers int
 	// Source yields the whole fleet; every replica must load the same. Required.
 	Source clusterset.Source
 	// Logger. Default: no-op.
@@ -82,6 +88,9 @@ func (o *Options) Default() {
 	}
 	if o.MaxWarmups == 0 {
 		o.MaxWarmups = 4
+	}
+	if o.MaxHandovers == 0 {
+		o.MaxHandovers = 16
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
@@ -139,6 +148,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxWarmups < 1 {
 		errs = append(errs, fmt.Errorf("sharding.maxWarmups: %d: must be at least 1", o.MaxWarmups))
+	}
+	if o.MaxHandovers < -1 {
+		errs = append(errs, fmt.Errorf("sharding.maxHandovers: %d: want -1 (handovers take warm-up slots) or at least 1", o.MaxHandovers))
 	}
 	return errors.Join(errs...)
 }

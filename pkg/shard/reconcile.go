@@ -49,6 +49,10 @@ type loopState struct {
 	assigned  *assignment             // the last assignment computed, reused while its inputs hold
 	scores    *scores                 // the last assignment's scores, reused while its sets hold
 	arrived   map[string]arrival      // fences that came to us from another holder, from whom and when
+	// handedIn: fences a peer handed to us, naming where the cluster's state waits, and when
+	// we saw them come; kept while we hold them, at most clusterset.ShelfMaxAge. Such a cluster
+	// warms in a slot of Options.MaxHandovers.
+	handedIn map[string]time.Time
 }
 
 // arrival: a fence we hold came to us from the replica from, as this replica saw at `at` (by
@@ -93,6 +97,7 @@ func newLoopState(leases coordlisters.LeaseNamespaceLister) *loopState {
 		lastOffer: map[string]uint64{},
 		handoff:   map[string]string{},
 		arrived:   map[string]arrival{},
+		handedIn:  map[string]time.Time{},
 		orphan:    map[string]orphanMark{},
 		pending:   map[string]pendingWrite{},
 		holders:   map[string]string{},
@@ -342,6 +347,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 
 	var acts []action
 	var candidates []string
+	handed := map[string]bool{} // candidates a peer handed over (st.handedIn)
 	owners := make([]Owner, 0, len(st.names))
 	unowned := 0
 	for _, name := range st.names {
@@ -359,9 +365,13 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 		if h != self {
 			delete(st.handoff, name)
 			delete(st.arrived, name)
+			delete(st.handedIn, name)
 		} else if prev := st.holders[name]; !st.first && prev != "" && prev != self {
 			// The fence just came to us from prev (the last pass saw prev hold it).
 			st.arrived[name] = arrival{from: prev, at: now}
+			if from != "" {
+				st.handedIn[name] = now
+			}
 		}
 		switch {
 		case h == self:
@@ -379,6 +389,9 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 					delete(st.handoff, name)
 				}
 				candidates = append(candidates, name)
+				if at, ok := st.handedIn[name]; ok && now.Sub(at) < clusterset.ShelfMaxAge {
+					handed[name] = true
+				}
 				continue
 			}
 			if st.handoff[name] != to {
@@ -402,6 +415,11 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 	for name, a := range st.arrived {
 		if now.Sub(a.at) >= c.ld {
 			delete(st.arrived, name) // its window is over: nothing to remember
+		}
+	}
+	for name, at := range st.handedIn {
+		if now.Sub(at) >= clusterset.ShelfMaxAge {
+			delete(st.handedIn, name) // its state has expired wherever it waited
 		}
 	}
 
@@ -442,7 +460,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 		c.logHolders(st, view.holders)
 	}
 
-	chosen, warming, queued := admit(candidates, st.offered, local, c.opts.MaxWarmups)
+	chosen, warming, queued := admit(candidates, st.offered, local, c.opts.MaxWarmups, handed, c.opts.MaxHandovers)
 	if queued > 0 {
 		busy = true
 	}
@@ -543,34 +561,45 @@ func (c *Coordinator) logHolders(st *loopState, holders map[string]string) {
 }
 
 // admit chooses what Load offers among candidates (the clusters we may run, sorted): those
-// offered already stay, and the others join in name order while fewer than max offered
-// clusters are warming (per local, not both running and synced). Without local nothing warms.
-// It returns the chosen names in order, how many of them are warming (those just chosen
-// included) and how many wait for a slot.
-func admit(candidates []string, offered map[string]bool, local func(string) (bool, bool), max int) (next []string, warming, queued int) {
+// offered already stay, and the others join in name order while a slot of their pool is free.
+// A cluster a live peer handed over (handed) warms in a pool of maxHanded slots, any other in
+// one of max; a slot is an offered cluster that is warming (per local, not both running and
+// synced). With maxHanded < 1 (or handed nil) every cluster takes a slot of max. Without
+// local nothing warms. It returns the chosen names in order, how many of them are warming
+// (those just chosen included) and how many wait for a slot, both pools together.
+func admit(candidates []string, offered map[string]bool, local func(string) (bool, bool), max int, handed map[string]bool, maxHanded int) (next []string, warming, queued int) {
+	pool := func(name string) int {
+		if maxHanded >= 1 && handed[name] {
+			return 1
+		}
+		return 0
+	}
+	size := [2]int{max, maxHanded}
+	var busy [2]int
 	if local != nil {
 		for _, name := range candidates {
 			if offered[name] {
 				if running, synced := local(name); !running || !synced {
-					warming++
+					busy[pool(name)]++
 				}
 			}
 		}
 	}
 	for _, name := range candidates {
+		p := pool(name)
 		switch {
 		case offered[name]:
 			next = append(next, name)
 		case local == nil:
 			next = append(next, name)
-		case warming < max:
+		case busy[p] < size[p]:
 			next = append(next, name)
-			warming++
+			busy[p]++
 		default:
 			queued++
 		}
 	}
-	return next, warming, queued
+	return next, busy[0] + busy[1], queued
 }
 
 func lowestID(ms []member) string {

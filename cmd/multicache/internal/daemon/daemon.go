@@ -302,7 +302,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 // Handing off on shutdown: the replica waits while its clusters' next owners take the states
-// it kept (they take them a few at a time, sharding.maxWarmups), until none has been taken for
+// it kept (they take them a few at a time, sharding.maxHandovers), until none has been taken for
 // handoverIdle, and at most handoverWaitMax. deploy/sharded gives the Pod a termination grace
 // period above the whole shutdown: a lease duration for the clusters to stop, the fence
 // writes, this wait, and the HTTP server's drain.

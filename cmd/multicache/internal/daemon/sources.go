@@ -33,7 +33,7 @@ func newCoordinator(cfg *config.Config, mgmt kubernetes.Interface, src clusterse
 		}
 	}
 	opts := shard.Options{Client: mgmt, Namespace: ns, Identity: sh.Identity, AdvertiseURL: sh.AdvertiseURL,
-		LeaseDuration: sh.LeaseDuration.Duration, Weight: sh.Weight, MaxWarmups: sh.MaxWarmups, Source: src,
+		LeaseDuration: sh.LeaseDuration.Duration, Weight: sh.Weight, MaxWarmups: sh.MaxWarmups, MaxHandovers: sh.MaxHandovers, Source: src,
 		Logger: log.Named("shard"), Metrics: metrics}
 	if trust != nil {
 		opts.Identity, opts.Verify = trust.Identity(), trust.Verify
