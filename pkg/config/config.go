@@ -146,16 +146,19 @@ type Sharding struct {
 	Identity string `json:"identity,omitempty"`
 	// Weight is this replica's share of the clusters relative to the others'. Default 1.
 	Weight int `json:"weight,omitempty"`
-	// MaxWarmups caps the clusters this replica syncs at once. Default 4.
+	// MaxWarmups caps the clusters this replica syncs at once, but for those MaxHandovers
+	// counts. Default 4.
 	MaxWarmups int `json:"maxWarmups,omitempty"`
 	// MaxHandovers caps, beside MaxWarmups, the clusters this replica syncs at once that a
-	// peer handed over (their state taken from it, a watch and no list for their member).
-	// Default 16; -1: they take MaxWarmups' slots.
+	// peer handed over in the last 5 minutes: one whose state the peer still keeps costs its
+	// member a watch, not a list; one whose state is gone lists in its slot, so that up to
+	// MaxWarmups + MaxHandovers lists may run at once. Default 16; -1: they take MaxWarmups'
+	// slots.
 	MaxHandovers int `json:"maxHandovers,omitempty"`
 	// TakeoverGCPercent is SyncGCPercent for a takeover: the garbage collector's percent while
-	// this replica owns more clusters than it warms at once (MaxWarmups; a peer died or left,
-	// or the fleet grew by many clusters), until every cluster it owns is synced or failing,
-	// within the same budget and with the same values. Nil: -1.
+	// this replica owns more clusters than it warms at once (MaxWarmups and MaxHandovers; a
+	// peer died or left, or the fleet grew by many clusters), until every cluster it owns is
+	// synced or failing, within the same budget and with the same values. Nil: -1.
 	TakeoverGCPercent *int `json:"takeoverGCPercent,omitempty"`
 	// PeerCAFile is the peers' CA: it signs every replica's peer certificate, and nothing else
 	// (any certificate it signed may vouch for any user).

@@ -299,16 +299,19 @@ func TestReaderErrorsKeepTheirStatus(t *testing.T) {
 	}
 }
 
-// TestGet: one object as an api.Item with its type; none found is 404 that says whether the
-// cluster serves the resource here.
+// TestGet: one object as an api.Item with its type and its answer's warnings; none found is
+// 404 that says whether the cluster serves the resource here.
 func TestGet(t *testing.T) {
 	r := &fakeReader{get: &storage.List{Items: []storage.Item{{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Object: configMap("a")}},
-		Freshness: []api.ClusterFreshness{{Name: "c1", Synced: true}}}}
+		Freshness: []api.ClusterFreshness{{Name: "c1", Synced: true}}, Warnings: []string{"a part said so"}}}
 	srv := front(t, r)
 	resp, body := get(t, srv, "/multicache/v1/resources/configmaps/c1/ns/a")
 	var it api.Item
 	if err := json.Unmarshal(body, &it); err != nil || resp.StatusCode != 200 || it.Cluster != "c1" || !strings.HasPrefix(string(it.Object), `{"kind":"ConfigMap","apiVersion":"v1",`) {
 		t.Fatalf("%d %s (%v)", resp.StatusCode, body, err)
+	}
+	if w := resp.Header.Get("Warning"); !strings.Contains(w, "a part said so") {
+		t.Errorf("Warning header: %q", w)
 	}
 	want := storage.GetOptions{Selection: storage.Selection{Resource: "configmaps", Clusters: []string{"c1"}, Namespace: "ns"}, Name: "a",
 		Encoding: storage.Encoding{API: storage.NativeAPI, TypeMeta: true}}

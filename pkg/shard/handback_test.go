@@ -372,3 +372,45 @@ func withResourceVersions(cs *fake.Clientset, moved func(name, from, to string))
 		return false, nil, nil
 	})
 }
+
+// TestHandedOverArrivals: a fence counts as handed over when a pass sees it come to us from
+// another holder naming where its state waits, not on the first pass (a restart), not
+// without the name (an acquire), not once another holds it, and not after
+// clusterset.ShelfMaxAge.
+func TestHandedOverArrivals(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := newLoopState(nil)
+	st.holders = map[string]string{"a": "r2", "b": "r2", "c": "r2", "d": "r1"}
+	// The first pass finds every fence where it is: nothing arrived.
+	for _, name := range []string{"a", "b", "c"} {
+		st.noteHolder(name, "r1", "https://r2", "r1", at)
+	}
+	if st.handedOver("a", at) {
+		t.Error("the first pass counted a fence it found held as handed over")
+	}
+	st.first = false
+	st.noteHolder("a", "r1", "https://r2", "r1", at) // handed over
+	st.noteHolder("b", "r1", "", "r1", at)           // acquired: the annotation was cleared
+	st.noteHolder("c", "r1", "https://r2", "r1", at)
+	st.noteHolder("d", "r1", "https://r3", "r1", at) // ours already at the last pass
+	for name, want := range map[string]bool{"a": true, "b": false, "c": true, "d": false} {
+		if got := st.handedOver(name, at); got != want {
+			t.Errorf("%s: handed over %v, want %v", name, got, want)
+		}
+	}
+	if _, ok := st.arrived["b"]; !ok {
+		t.Error("an acquired fence is an arrival (for the hand-back window) all the same")
+	}
+	st.noteHolder("c", "r3", "", "r1", at.Add(time.Second)) // handed on to r3
+	if st.handedOver("c", at.Add(time.Second)) {
+		t.Error("a fence another replica holds still counts as handed over to us")
+	}
+	late := at.Add(clusterset.ShelfMaxAge)
+	if st.handedOver("a", late) || !st.handedOver("a", late.Add(-time.Millisecond)) {
+		t.Errorf("a handover counts until clusterset.ShelfMaxAge (%s) after it, not from then", clusterset.ShelfMaxAge)
+	}
+	st.forgetArrivals(late, time.Second)
+	if _, ok := st.handedIn["a"]; ok {
+		t.Error("forgetArrivals kept a handover past clusterset.ShelfMaxAge")
+	}
+}

@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "multicache_shard_queued_clusters",
-			Help: "Clusters this replica owns that wait for a warm-up slot (sharding.maxWarmups).",
+			Help: "Clusters this replica owns that wait for a warm-up slot (sharding.maxWarmups, or sharding.maxHandovers for those a peer handed over).",
 		}),
 		handoffIn:   handoffs.WithLabelValues("in"),
 		handoffOut:  handoffs.WithLabelValues("out"),

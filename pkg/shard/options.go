@@ -47,11 +47,15 @@ type Options struct {
 	// MaxWarmups bounds how many owned clusters may be running but not yet synced at once
 	// (sharding.maxWarmups). Default 4; at least 1.
 	MaxWarmups int
-	// MaxHandovers bounds, apart from MaxWarmups, how many clusters that a live peer handed
-	// over may be warming at once (sharding.maxHandovers): such a cluster starts from the
-	// state its peer kept and costs its member API server a watch, not a list (one whose
-	// state is gone lists all the same). Default 16; -1: they take MaxWarmups' slots as any
-	// other cluster.
+	// MaxHandovers bounds, apart from MaxWarmups, how many clusters that a peer handed over
+	// may be warming at once (sharding.maxHandovers). A cluster counts as handed over when
+	// this replica saw its fence come from another holder naming where its state waits
+	// (multicache.io/handed-over-from), for clusterset.ShelfMaxAge after that, while it holds
+	// the fence; not on its first pass, so a restart counts none. Such a cluster starts from
+	// the state its peer kept and costs its member API server a watch, not a list, while the
+	// peer keeps that state (and Secrets, never handed over, list): one whose state is gone
+	// lists in its handover slot, so that up to MaxWarmups + MaxHandovers lists may run at
+	// once. Default 16; -1: they take MaxWarmups' slots as any other cluster.
 	MaxHandovers int
 	// Source yields the whole fleet; every replica must load the same. Required.
 	Source clusterset.Source
@@ -150,7 +154,7 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("sharding.maxWarmups: %d: must be at least 1", o.MaxWarmups))
 	}
 	if o.MaxHandovers < -1 {
-		errs = append(errs, fmt.Errorf("sharding.maxHandovers: %d: want -1 (handovers take warm-up slots) or at least 1", o.MaxHandovers))
+		errs = append(errs, fmt.Errorf("sharding.maxHandovers: %d: want -1 (handovers take warm-up slots), 0 (the default, 16) or more", o.MaxHandovers))
 	}
 	return errors.Join(errs...)
 }

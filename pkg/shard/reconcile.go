@@ -75,6 +75,48 @@ func (st *loopState) handBack(cluster, to string, now time.Time, ld time.Duratio
 	return a.at.Add(ld), true
 }
 
+// noteHolder keeps the records of a fence's arrival as a pass sees its holder h (self is this
+// replica; from is the fence's multicache.io/handed-over-from): a fence held by another drops
+// them; one that came to us since the last pass saw prev hold it is an arrival, and a handover
+// too when it names where its state waits. The first pass sees no arrival: a replica that
+// restarts finds its own fences.
+func (st *loopState) noteHolder(cluster, h, from, self string, now time.Time) {
+	if h != self {
+		delete(st.handoff, cluster)
+		delete(st.arrived, cluster)
+		delete(st.handedIn, cluster)
+		return
+	}
+	if prev := st.holders[cluster]; !st.first && prev != "" && prev != self {
+		st.arrived[cluster] = arrival{from: prev, at: now}
+		if from != "" {
+			st.handedIn[cluster] = now
+		}
+	}
+}
+
+// handedOver reports whether cluster came to us by a handover less than
+// clusterset.ShelfMaxAge ago: its state may still wait on the peer that handed it.
+func (st *loopState) handedOver(cluster string, now time.Time) bool {
+	at, ok := st.handedIn[cluster]
+	return ok && now.Sub(at) < clusterset.ShelfMaxAge
+}
+
+// forgetArrivals drops the arrivals whose windows are over: the hand-back window (ld) and a
+// handover's (clusterset.ShelfMaxAge, after which its state has expired wherever it waited).
+func (st *loopState) forgetArrivals(now time.Time, ld time.Duration) {
+	for name, a := range st.arrived {
+		if now.Sub(a.at) >= ld {
+			delete(st.arrived, name)
+		}
+	}
+	for name, at := range st.handedIn {
+		if now.Sub(at) >= clusterset.ShelfMaxAge {
+			delete(st.handedIn, name)
+		}
+	}
+}
+
 // orphanMark: the fence's holder was first seen without a peer Lease at since.
 type orphanMark struct {
 	holder string
@@ -362,17 +404,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 		if !live {
 			unowned++
 		}
-		if h != self {
-			delete(st.handoff, name)
-			delete(st.arrived, name)
-			delete(st.handedIn, name)
-		} else if prev := st.holders[name]; !st.first && prev != "" && prev != self {
-			// The fence just came to us from prev (the last pass saw prev hold it).
-			st.arrived[name] = arrival{from: prev, at: now}
-			if from != "" {
-				st.handedIn[name] = now
-			}
-		}
+		st.noteHolder(name, h, from, self, now)
 		switch {
 		case h == self:
 			if !active {
@@ -389,7 +421,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 					delete(st.handoff, name)
 				}
 				candidates = append(candidates, name)
-				if at, ok := st.handedIn[name]; ok && now.Sub(at) < clusterset.ShelfMaxAge {
+				if st.handedOver(name, now) {
 					handed[name] = true
 				}
 				continue
@@ -412,16 +444,7 @@ func (c *Coordinator) decide(ctx context.Context, st *loopState) decision {
 		}
 	}
 
-	for name, a := range st.arrived {
-		if now.Sub(a.at) >= c.ld {
-			delete(st.arrived, name) // its window is over: nothing to remember
-		}
-	}
-	for name, at := range st.handedIn {
-		if now.Sub(at) >= clusterset.ShelfMaxAge {
-			delete(st.handedIn, name) // its state has expired wherever it waited
-		}
-	}
+	st.forgetArrivals(now, c.ld)
 
 	// Fences of clusters that left the fleet.
 	lowest := lowestID(members)

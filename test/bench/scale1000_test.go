@@ -313,10 +313,15 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 		Measured: fmt.Sprintf("%s against %s; %s", ceilingSpread(served(def), "%.1f s"), ceilingSpread(budget(def), "%.1f s"), note), Met: met(median(served(def)) <= median(budget(def)))})
 	var rows []string
 	for i := range def {
-		for _, arm := range []struct {
+		type armRun struct {
 			name string
 			r    shardedRun
-		}{{"default", def[i]}, {strings.Join(ab, " "), alt[i]}} {
+		}
+		arms := []armRun{{"default", def[i]}, {strings.Join(ab, " "), alt[i]}}
+		if i%2 == 1 {
+			arms[0], arms[1] = arms[1], arms[0] // in the order they ran
+		}
+		for _, arm := range arms {
 			r := arm.r
 			rows = append(rows, fmt.Sprintf("| %d | %s | %s, %s, %s (%d clusters, slowest relist %s) | %s | %s |", i+1, arm.name,
 				r.killOwned.Round(100*time.Millisecond), r.killServed.Round(100*time.Millisecond), (2*lease+r.slowestRelist).Round(100*time.Millisecond), r.moved, r.slowestRelist.Round(100*time.Millisecond), gib(r.killPeak), r.killCPU))
