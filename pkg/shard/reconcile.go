@@ -585,10 +585,10 @@ func (c *Coordinator) logHolders(st *loopState, holders map[string]string) {
 
 // admit chooses what Load offers among candidates (the clusters we may run, sorted): those
 // offered already stay, and the others join in name order while a slot of their pool is free.
-// A cluster a live peer handed over (handed) warms in a pool of maxHanded slots, any other in
-// one of max; a slot is an offered cluster that is warming (per local, not both running and
-// synced). With maxHanded < 1 (or handed nil) every cluster takes a slot of max. Without
-// local nothing warms. It returns the chosen names in order, how many of them are warming
+// A cluster a peer handed over (handed, per loopState.handedOver) warms in a pool of maxHanded
+// slots, any other in one of max; a slot is an offered cluster that is warming (per local, not
+// both running and synced). With maxHanded < 1 (or handed nil) every cluster takes a slot of
+// max. Without local nothing warms. It returns the chosen names in order, how many of them are warming
 // (those just chosen included) and how many wait for a slot, both pools together.
 func admit(candidates []string, offered map[string]bool, local func(string) (bool, bool), max int, handed map[string]bool, maxHanded int) (next []string, warming, queued int) {
 	pool := func(name string) int {
