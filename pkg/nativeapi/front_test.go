@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -438,7 +439,7 @@ func TestSummary(t *testing.T) {
 				t.Errorf("%s: group key %v", tc.query, g.Key)
 			}
 		}
-		if out.Kind != "Summary" || out.Total != 9 || out.Clusters == nil || !equalInts(counts, tc.want) {
+		if out.Kind != "Summary" || out.Total != 9 || out.Clusters == nil || !slices.Equal(counts, tc.want) {
 			t.Errorf("%s: %s, want counts %v", tc.query, body, tc.want)
 		}
 		if !strings.Contains(resp.Header.Get("Warning"), "counted from a part") {
@@ -477,16 +478,4 @@ func TestClusters(t *testing.T) {
 	if err := json.Unmarshal(body, &cl); err != nil || resp.StatusCode != 200 || len(cl.Clusters) != 1 || cl.Clusters[0].Name != "c1" {
 		t.Errorf("%d %s (%v)", resp.StatusCode, body, err)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
