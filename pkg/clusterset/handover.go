@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,6 +175,21 @@ func (s *shelf) shrunkLocked() {
 // handed the cluster off.
 func (r *Registry) Shelved(cluster, key string) (HandedState, bool) {
 	return r.shelf.take(cluster, key)
+}
+
+// HasShelved reports whether any state of cluster waits on the shelf now: whether the replica
+// that runs the cluster next can take one from this replica.
+func (r *Registry) HasShelved(cluster string) bool {
+	r.shelf.mu.Lock()
+	defer r.shelf.mu.Unlock()
+	r.shelf.expireLocked()
+	prefix := shelfKey(cluster, "")
+	for k := range r.shelf.entries {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // ShelvedStates is how many handed-off states wait on the shelf now.

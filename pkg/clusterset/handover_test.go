@@ -26,6 +26,16 @@ import (
 func TestShelf(t *testing.T) {
 	r := &Registry{}
 	r.shelf.put("a", []HandedState{{Key: "k1", ResourceVersion: "5"}, {Key: "k2", ResourceVersion: "6"}})
+	r.shelf.put("ab", []HandedState{{Key: "k1", ResourceVersion: "1"}})
+	if !r.HasShelved("a") || !r.HasShelved("ab") || r.HasShelved("b") {
+		t.Errorf("HasShelved a, ab, b: %t %t %t, want true true false", r.HasShelved("a"), r.HasShelved("ab"), r.HasShelved("b"))
+	}
+	if _, ok := r.Shelved("ab", "k1"); !ok {
+		t.Fatal("ab's state not taken")
+	}
+	if r.HasShelved("ab") {
+		t.Error("HasShelved(ab) once its one state was taken")
+	}
 	if st, ok := r.Shelved("a", "k1"); !ok || st.ResourceVersion != "5" {
 		t.Fatalf("take k1: %+v %t", st, ok)
 	}
@@ -56,6 +66,9 @@ func TestShelf(t *testing.T) {
 	ShelfTTL = time.Millisecond
 	r.shelf.put("a", []HandedState{{Key: "k3"}})
 	time.Sleep(5 * time.Millisecond)
+	if r.HasShelved("a") {
+		t.Error("HasShelved(a) once its state expired")
+	}
 	if _, ok := r.Shelved("a", "k3"); ok {
 		t.Error("an expired state was taken")
 	}

@@ -150,10 +150,10 @@ type Sharding struct {
 	// counts. Default 4.
 	MaxWarmups int `json:"maxWarmups,omitempty"`
 	// MaxHandovers caps, beside MaxWarmups, the clusters this replica syncs at once that a
-	// peer handed over in the last 5 minutes: one whose state the peer still keeps costs its
-	// member a watch, not a list; one whose state is gone lists in its slot, so that up to
-	// MaxWarmups + MaxHandovers lists may run at once. Default 16; -1: they take MaxWarmups'
-	// slots.
+	// peer handed over naming itself (it kept the cluster's state, or may yet) in the last 5
+	// minutes: such a cluster costs its member a watch, not a list; one whose state is gone by
+	// the time it is asked for lists in its slot, so that up to MaxWarmups + MaxHandovers
+	// lists may run at once. Default 16; -1: they take MaxWarmups' slots.
 	MaxHandovers int `json:"maxHandovers,omitempty"`
 	// TakeoverGCPercent is SyncGCPercent for a takeover: the garbage collector's percent while
 	// this replica owns more clusters than it warms at once (MaxWarmups and MaxHandovers; a

@@ -75,6 +75,7 @@ type Coordinator struct {
 
 	mu      sync.Mutex // guards the published snapshot below
 	local   func(cluster string) (running, synced bool)
+	kept    func(cluster string) bool
 	offered []clusterset.ClusterConfig // what Load returns, sorted by name
 	loadErr error
 	version uint64 // bumped whenever offered or loadErr changes
@@ -143,6 +144,35 @@ func (c *Coordinator) SetLocal(f func(cluster string) (running, synced bool)) {
 	defer c.mu.Unlock()
 	c.local = f
 	c.poke()
+}
+
+// SetKept sets how the Coordinator learns whether the Registry kept a stopped cluster's state
+// for its next owner (clusterset.Registry.HasShelved). A handoff names this replica on the
+// fence (multicache.io/handed-over-from) only when it did, or when the cluster still runs here
+// (a shutdown that hands it over before it stopped: its state may wait by the time it is
+// asked for): the next owner then warms the cluster in a handover slot (Options.MaxHandovers)
+// and asks this replica for the state first. One handed over without a state lists at its
+// next owner in a warm-up slot, as any cluster that starts. Until it is set, every handoff
+// names this replica.
+func (c *Coordinator) SetKept(f func(cluster string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kept = f
+}
+
+// mayHandState reports whether a handoff of cluster names this replica (SetKept).
+func (c *Coordinator) mayHandState(cluster string) bool {
+	c.mu.Lock()
+	kept, local := c.kept, c.local
+	c.mu.Unlock()
+	if kept == nil || kept(cluster) {
+		return true
+	}
+	if local == nil {
+		return false
+	}
+	running, _ := local(cluster)
+	return running
 }
 
 func (c *Coordinator) localFunc() func(string) (bool, bool) {

@@ -414,3 +414,44 @@ func TestHandedOverArrivals(t *testing.T) {
 		t.Error("forgetArrivals kept a handover past clusterset.ShelfMaxAge")
 	}
 }
+
+// TestHandoffNamesTheHolderOnlyWithAState: a fence handed to another replica names this one
+// (multicache.io/handed-over-from and -by) only when SetKept says a state of the cluster
+// waits here, or the cluster still runs here, or SetKept was never called; a take never names
+// anyone, and clears a name left by the last handoff.
+func TestHandoffNamesTheHolderOnlyWithAState(t *testing.T) {
+	c, err := New(Options{
+		Client: fake.NewClientset(), Namespace: "ns", Identity: "r1", AdvertiseURL: "https://r1:8443",
+		Source: clusterset.Static{{Name: "kept"}, {Name: "lost"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	handed := func(l *coordv1.Lease) (from, by string) {
+		return l.Annotations[annoHandedFrom], l.Annotations[annoHandedBy]
+	}
+	ours := c.newFence("lost", now)
+	if from, by := handed(c.withHolder(ours, "lost", "r2", now)); from != "https://r1:8443" || by != "r1" {
+		t.Errorf("without SetKept, a handoff names %q, %q; want this replica", from, by)
+	}
+	c.SetKept(func(cluster string) bool { return cluster == "kept" })
+	if from, by := handed(c.withHolder(c.newFence("kept", now), "kept", "r2", now)); from != "https://r1:8443" || by != "r1" {
+		t.Errorf("a handoff with a kept state names %q, %q; want this replica", from, by)
+	}
+	if from, by := handed(c.withHolder(ours, "lost", "r2", now)); from != "" || by != "" {
+		t.Errorf("a handoff without a kept state names %q, %q; want nobody, so that its next owner lists it in a warm-up slot", from, by)
+	}
+	// A shutdown hands over what it could not stop in time: its state may still be kept.
+	c.SetLocal(func(cluster string) (bool, bool) { return cluster == "lost", true })
+	if from, by := handed(c.withHolder(ours, "lost", "r2", now)); from != "https://r1:8443" || by != "r1" {
+		t.Errorf("a handoff of a cluster still running here names %q, %q; want this replica", from, by)
+	}
+	theirs := c.withHolder(ours, "lost", "r2", now)
+	r2 := "r2"
+	theirs.Spec.HolderIdentity = &r2
+	theirs.Annotations[annoHandedFrom], theirs.Annotations[annoHandedBy] = "https://r3:8443", "r3"
+	if from, by := handed(c.withHolder(theirs, "lost", "r1", now)); from != "" || by != "" {
+		t.Errorf("a take kept the last handoff's names %q, %q", from, by)
+	}
+}

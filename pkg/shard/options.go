@@ -50,12 +50,13 @@ type Options struct {
 	// MaxHandovers bounds, apart from MaxWarmups, how many clusters that a peer handed over
 	// may be warming at once (sharding.maxHandovers). A cluster counts as handed over when
 	// this replica saw its fence come from another holder naming where its state waits
-	// (multicache.io/handed-over-from), for clusterset.ShelfMaxAge after that, while it holds
-	// the fence; not on its first pass, so a restart counts none. Such a cluster starts from
-	// the state its peer kept and costs its member API server a watch, not a list, while the
-	// peer keeps that state (and Secrets, never handed over, list): one whose state is gone
-	// lists in its handover slot, so that up to MaxWarmups + MaxHandovers lists may run at
-	// once. Default 16; -1: they take MaxWarmups' slots as any other cluster.
+	// (multicache.io/handed-over-from, written only when that holder kept a state or may yet:
+	// Coordinator.SetKept), for clusterset.ShelfMaxAge after that, while it holds the fence;
+	// not on its first pass, so a restart counts none. Such a cluster starts from the state its peer kept and costs
+	// its member API server a watch, not a list (Secrets, never handed over, list). One whose
+	// state is gone by the time it is asked for (expired, its replica gone, or refused by the
+	// member: 410) lists in its handover slot, so that up to MaxWarmups + MaxHandovers lists
+	// may run at once. Default 16; -1: they take MaxWarmups' slots as any other cluster.
 	MaxHandovers int
 	// Source yields the whole fleet; every replica must load the same. Required.
 	Source clusterset.Source

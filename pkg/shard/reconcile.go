@@ -770,9 +770,9 @@ func (c *Coordinator) withHolder(l *coordv1.Lease, cluster, to string, now time.
 	} else {
 		n.Spec.HolderIdentity = &to
 	}
-	// A fence this replica hands to another names where the cluster's state waits; any other
-	// write (a take) clears that.
-	if holderOf(l) == c.opts.Identity && to != "" && to != c.opts.Identity && c.opts.AdvertiseURL != "" {
+	// A fence this replica hands to another names where the cluster's state waits, when one
+	// may (SetKept); any other write (a take) clears that.
+	if holderOf(l) == c.opts.Identity && to != "" && to != c.opts.Identity && c.opts.AdvertiseURL != "" && c.mayHandState(cluster) {
 		n.Annotations[annoHandedFrom] = c.opts.AdvertiseURL
 		n.Annotations[annoHandedBy] = c.opts.Identity
 	} else {

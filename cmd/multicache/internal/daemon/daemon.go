@@ -170,6 +170,8 @@ func (d *Daemon) serverOptions(reviews kubernetes.Interface, trust *peer.Trust) 
 			cs, ok := d.reg.ClusterStatus(cluster)
 			return d.reg.Running(cluster), ok && (cs.Waiting || cs.State != clusterset.Pending && cs.State != clusterset.Syncing)
 		})
+		// A handoff names this replica only when a state of the cluster waits here (or may yet).
+		d.coord.SetKept(d.reg.HasShelved)
 		sopts.Fleet, sopts.PeerTrust = d.coord, trust
 		if cfg.Sharding.PeerTimeout.Duration > 0 {
 			sopts.PeerTimeout = cfg.Sharding.PeerTimeout.Duration
