@@ -46,9 +46,9 @@ type noWatchList struct{}
 
 func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
-// benchAggregate joins one member per cluster, each with the objects of list(c), and waits
-// for them.
-func benchAggregate(b *testing.B, resource string, clusters int, example runtime.Object, list func(c int) runtime.Object) *aggregate.Aggregate {
+// fixedAggregate joins one member per cluster, named c0, c1, …, each with the objects of
+// list(c), and waits for them.
+func fixedAggregate(b testing.TB, resource string, clusters int, example runtime.Object, list func(c int) runtime.Object) *aggregate.Aggregate {
 	a, ms, err := aggregate.New(aggregate.Options{Resource: resource, SyncPollInterval: 5 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)
@@ -82,7 +82,7 @@ func BenchmarkSortedPage(b *testing.B) {
 	const perRS = 10
 	t0 := metav1.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	uid := func(c int, kind string, i int) types.UID { return types.UID(fmt.Sprintf("%s-%d-%d", kind, c, i)) }
-	podAgg := benchAggregate(b, "pods", clusters, &corev1.Pod{}, func(c int) runtime.Object {
+	podAgg := fixedAggregate(b, "pods", clusters, &corev1.Pod{}, func(c int) runtime.Object {
 		l := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: make([]corev1.Pod, pods)}
 		for i := range pods {
 			p := &l.Items[i]
@@ -95,7 +95,7 @@ func BenchmarkSortedPage(b *testing.B) {
 		}
 		return l
 	})
-	rsAgg := benchAggregate(b, "replicasets.apps", clusters, &appsv1.ReplicaSet{}, func(c int) runtime.Object {
+	rsAgg := fixedAggregate(b, "replicasets.apps", clusters, &appsv1.ReplicaSet{}, func(c int) runtime.Object {
 		l := &appsv1.ReplicaSetList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
 		for i := range pods / perRS {
 			l.Items = append(l.Items, appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprint("ns-", (i/2)%20), Name: fmt.Sprint("rs", i), UID: uid(c, "rs", i), ResourceVersion: "1",
@@ -103,7 +103,7 @@ func BenchmarkSortedPage(b *testing.B) {
 		}
 		return l
 	})
-	dAgg := benchAggregate(b, "deployments.apps", clusters, &appsv1.Deployment{}, func(c int) runtime.Object {
+	dAgg := fixedAggregate(b, "deployments.apps", clusters, &appsv1.Deployment{}, func(c int) runtime.Object {
 		l := &appsv1.DeploymentList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
 		for i := range pods / perRS / 2 {
 			l.Items = append(l.Items, appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprint("ns-", i%20), Name: fmt.Sprint("d", i), UID: uid(c, "d", i), ResourceVersion: "1"}})

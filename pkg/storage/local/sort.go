@@ -42,17 +42,18 @@ func sortingOf(opts storage.ListOptions, sel *selected) (*sorting, error) {
 		return nil, nil
 	}
 	srt := &sorting{by: opts.SortBy, path: barePath(by), desc: opts.Desc, view: readView(sel.secrets, sel.allowSecretData)}
-	if read, ok := metaSort(by); ok {
-		srt.read = read
-		return srt, nil
-	}
 	path := by
 	if !strings.HasPrefix(path, "{") && !strings.HasPrefix(path, ".") && !strings.HasPrefix(path, "$") {
 		path = "." + path // metadata.name, as kubectl's --sort-by takes it
 	}
+	// Every path is parsed, those metaSort reads too, so that one that does not parse
+	// ({.metadata.name, its brace unclosed) is refused whichever way it would be read.
 	read, err := index.Compile(index.Spec{Name: "sortBy", JSONPath: path})
 	if err != nil {
 		return nil, storage.Errorf(http.StatusBadRequest, "sortBy %q: %v", opts.SortBy, err)
+	}
+	if fast, ok := metaSort(by); ok {
+		read = fast
 	}
 	srt.read = read
 	return srt, nil
