@@ -182,10 +182,9 @@ func (r *Registry) Shelved(cluster, key string) (HandedState, bool) {
 func (r *Registry) HasShelved(cluster string) bool {
 	r.shelf.mu.Lock()
 	defer r.shelf.mu.Unlock()
-	r.shelf.expireLocked()
-	prefix := shelfKey(cluster, "")
-	for k := range r.shelf.entries {
-		if strings.HasPrefix(k, prefix) {
+	now, prefix := time.Now(), shelfKey(cluster, "")
+	for k, e := range r.shelf.entries {
+		if strings.HasPrefix(k, prefix) && !now.After(r.shelf.expiresLocked(e)) {
 			return true
 		}
 	}

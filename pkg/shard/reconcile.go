@@ -588,8 +588,8 @@ func (c *Coordinator) logHolders(st *loopState, holders map[string]string) {
 // A cluster a peer handed over (handed, per loopState.handedOver) warms in a pool of maxHanded
 // slots, any other in one of max; a slot is an offered cluster that is warming (per local, not
 // both running and synced). With maxHanded < 1 (or handed nil) every cluster takes a slot of
-// max. Without local nothing warms. It returns the chosen names in order, how many of them are warming
-// (those just chosen included) and how many wait for a slot, both pools together.
+// max. Without local nothing warms. It returns the chosen names in order, how many of them
+// are warming (those just chosen included) and how many wait for a slot, both pools together.
 func admit(candidates []string, offered map[string]bool, local func(string) (bool, bool), max int, handed map[string]bool, maxHanded int) (next []string, warming, queued int) {
 	pool := func(name string) int {
 		if maxHanded >= 1 && handed[name] {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/storage"
+	"github.com/multicache/multicache/pkg/watchcache"
 )
 
 // ownerFixture is two clusters, c0 and c1, with the same names in each and uids that differ
@@ -159,8 +160,8 @@ func TestOwnerChains(t *testing.T) {
 		for _, it := range r.Items {
 			got = append(got, it.Key())
 		}
-		slices.SortFunc(got, compareKeys)
-		slices.SortFunc(want, compareKeys)
+		slices.SortFunc(got, watchcache.CompareKeys)
+		slices.SortFunc(want, watchcache.CompareKeys)
 		if !slices.Equal(got, want) {
 			t.Errorf("owner=%s: %v, want %v", id, got, want)
 		}
@@ -179,10 +180,6 @@ func TestOwnerChains(t *testing.T) {
 	if !maps.Equal(got, tops) {
 		t.Errorf("summary by owner: %v, want %v", got, tops)
 	}
-}
-
-func compareKeys(a, b aggregate.Key) int {
-	return strings.Compare(a.Cluster+"/"+a.Namespace+"/"+a.Name, b.Cluster+"/"+b.Namespace+"/"+b.Name)
 }
 
 // TestValidOwner: owner= takes group/Kind/namespace/name; anything else is a 400 that names
