@@ -582,6 +582,19 @@ func (a *Aggregate) eachIndexed(indexName, value string, f func(m *member, store
 	return nil
 }
 
+// Namespaces returns the namespaces in which the member cluster's store holds objects now,
+// sorted ("" alone for a cluster-scoped resource's); nil when cluster is not a member. It reads
+// the namespace index's values, no object.
+func (a *Aggregate) Namespaces(cluster string) []string {
+	m := a.member(cluster)
+	if m == nil {
+		return nil
+	}
+	out := m.current().ListIndexFuncValues(IndexNamespace)
+	sort.Strings(out)
+	return out
+}
+
 // ListIndexFuncValues returns the distinct values of an index across the fleet, sorted.
 func (a *Aggregate) ListIndexFuncValues(indexName string) []string {
 	if indexName == IndexCluster {

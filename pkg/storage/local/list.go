@@ -208,8 +208,13 @@ type page struct {
 // keys when nil), in key order. It looks at each selected object once and keeps only the
 // limit+1 smallest keys in a bounded heap, so a page of 100 out of 500,000 objects costs no
 // sort of 500,000. Keys sort by cluster first, so it reads the clusters in order and stops at
-// the first cluster that completes the page: later clusters cannot contribute. With count, the
-// clusters it did not read are counted (countClusters: O(1) each without a filter).
+// the first cluster that completes the page: later clusters cannot contribute. Within a
+// cluster, keys sort by namespace next: where namespaceWalk allows, it reads the cluster's
+// namespaces in order through the namespace index, from the cursor's, and stops at the first
+// that completes the page (a first page of 500 over clusters of 20 namespaces of 1,000 reads
+// 1,000 objects, not 20,000). With count, the clusters and namespaces it did not read are
+// counted without reading their objects (countClusters, namespaceCounts: O(1) each without a
+// filter).
 func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit int, count bool) (page, error) {
 	pg := page{fresh: map[string]bool{}}
 	h := &sortHeap{} // no sort value: key order
@@ -224,18 +229,54 @@ func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit 
 		}
 		q := sel.query
 		q.Clusters = []string{c}
-		result, err := sel.agg.Select(q)
-		if err != nil {
-			return page{}, err
-		}
-		pg.fresh[c] = len(result.Unsynced) == 0
-		for it := range keyed(result) {
-			pg.total++
-			if after != nil && !less(*after, it.Key) {
-				pg.before++
-				continue
+		read := func(q aggregate.Query) error {
+			result, err := sel.agg.Select(q)
+			if err != nil {
+				return err
 			}
-			h.offer(sortedItem{Item: it}, limit)
+			if f, seen := pg.fresh[c]; !seen || f {
+				pg.fresh[c] = len(result.Unsynced) == 0
+			}
+			for it := range keyed(result) {
+				pg.total++
+				if after != nil && !less(*after, it.Key) {
+					pg.before++
+					continue
+				}
+				h.offer(sortedItem{Item: it}, limit)
+			}
+			return nil
+		}
+		namespaces := namespaceWalk(sel, c, count)
+		if namespaces == nil {
+			if err := read(q); err != nil {
+				return page{}, err
+			}
+			continue
+		}
+		// One namespace at a time, in key order: a namespace after the one that completes
+		// the page, or before the cursor's, holds no key the page can answer, and is counted
+		// without a look at its objects.
+		var counts map[string]int64
+		if count {
+			var err error
+			if counts, err = namespaceCounts(ctx, sel, c); err != nil {
+				return page{}, err
+			}
+		}
+		for _, ns := range namespaces {
+			switch {
+			case after != nil && c == after.Cluster && ns < after.Namespace:
+				pg.total += counts[ns]
+				pg.before += counts[ns]
+			case h.Len() > limit:
+				pg.total += counts[ns]
+			default:
+				q.Namespace = ns
+				if err := read(q); err != nil {
+					return page{}, err
+				}
+			}
 		}
 	}
 	if count {
@@ -246,6 +287,48 @@ func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit 
 	pg.setSorted(h.items, false, limit)
 	pg.sorts = nil
 	return pg, nil
+}
+
+// namespaceWalk is cluster c's namespaces in key order when selectPage may read them one at a
+// time through the namespace index, and nil when it reads the cluster whole: for a resource
+// that is not namespaced, a selection that already names a namespace or an index, a cluster
+// with fewer than two namespaces, and, when the page is counted (count), a selection that
+// filters objects (a namespace the page skips would then be counted by reading its objects).
+func namespaceWalk(sel *selected, c string, count bool) []string {
+	q := sel.query
+	if q.Index != "" || q.Namespace != "" || !sel.info.namespaced() {
+		return nil
+	}
+	if count && ((q.Labels != nil && !q.Labels.Empty()) || len(q.Fields) > 0) {
+		return nil
+	}
+	if ns := sel.agg.Namespaces(c); len(ns) > 1 {
+		return ns
+	}
+	return nil
+}
+
+// namespaceCounts is how many objects of cluster c the selection spans in each namespace: from
+// the aggregate's namespace counts (kept by default) or its namespace index, reading no object
+// (namespaceWalk asks only for a selection that filters none).
+func namespaceCounts(ctx context.Context, sel *selected, c string) (map[string]int64, error) {
+	byNamespace, err := aggregate.ParseGroupKey("namespace")
+	if err != nil {
+		return nil, err
+	}
+	q := sel.query
+	q.Clusters = []string{c}
+	sum, err := sel.agg.SummarizeKeysContext(ctx, q, []aggregate.GroupKey{byNamespace})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(sum.Groups))
+	for _, g := range sum.Groups {
+		if g.Key[0] != nil {
+			out[*g.Key[0]] += int64(g.Count)
+		}
+	}
+	return out, nil
 }
 
 // pageOf is the page of items that keep accepts after the cursor cur, in the list's order (srt,

@@ -52,6 +52,52 @@ func summaryPods(cluster string) []corev1.Pod {
 	return []corev1.Pod{pod("a", "web-1", "web")} // c2's: never listed, its lists hang
 }
 
+// fakeFleetStorage is a Storage over a Registry caching the Pods of one fake API server per
+// cluster of pods. The lists of the clusters named in hanging never complete; New waits for
+// the others to be synced.
+func fakeFleetStorage(t *testing.T, pods map[string][]corev1.Pod, hanging ...string) *Storage {
+	t.Helper()
+	var static clusterset.Static
+	for _, c := range slices.Sorted(maps.Keys(pods)) {
+		f := fakeapi.New(t)
+		f.SetPods(pods[c])
+		if slices.Contains(hanging, c) {
+			f.SetSlow(true)
+			t.Cleanup(func() { f.SetSlow(false) })
+		}
+		static = append(static, clusterset.ClusterConfig{Name: c, Config: f.Config(), Fingerprint: c})
+	}
+	reg, err := clusterset.New(clusterset.Options{Source: static, Resources: []clusterset.ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = reg.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for synced := 0; synced < len(pods)-len(hanging); {
+		if time.Now().After(deadline) {
+			t.Fatalf("not every cluster synced in 30 s: %+v", reg.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+		synced = 0
+		for _, cs := range reg.Status() {
+			for _, rs := range cs.Resources {
+				if rs.State == clusterset.Synced && !slices.Contains(hanging, cs.Name) {
+					synced++
+				}
+			}
+		}
+	}
+	return s
+}
+
 // counts is a summary's groups as "value,value" → count, a missing value as "<none>".
 func counts(t *testing.T, s *storage.Summary) map[string]int {
 	t.Helper()
@@ -77,44 +123,7 @@ func counts(t *testing.T, s *storage.Summary) map[string]int {
 // only that one and is told which were left out; one that names a cluster it may not read is
 // refused; bad keys and expressions are 400s that name their parameter.
 func TestSummarizeOverTheRegistry(t *testing.T) {
-	var static clusterset.Static
-	for _, c := range []string{"c0", "c1", "c2"} {
-		f := fakeapi.New(t)
-		f.SetPods(summaryPods(c))
-		if c == "c2" {
-			f.SetSlow(true)
-			t.Cleanup(func() { f.SetSlow(false) })
-		}
-		static = append(static, clusterset.ClusterConfig{Name: c, Config: f.Config(), Fingerprint: c})
-	}
-	reg, err := clusterset.New(clusterset.Options{Source: static, Resources: []clusterset.ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = reg.Start(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(30 * time.Second)
-	for synced := 0; synced < 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("c0 and c1 not synced in 30 s: %+v", reg.Status())
-		}
-		time.Sleep(20 * time.Millisecond)
-		synced = 0
-		for _, cs := range reg.Status() {
-			for _, rs := range cs.Resources {
-				if rs.State == clusterset.Synced && cs.Name != "c2" {
-					synced++
-				}
-			}
-		}
-	}
+	s := fakeFleetStorage(t, map[string][]corev1.Pod{"c0": summaryPods("c0"), "c1": summaryPods("c1"), "c2": summaryPods("c2")}, "c2")
 
 	// want counts the Pods of clusters that keep passes, by what key says of each.
 	want := func(clusters []string, keep func(c string, p corev1.Pod) bool, key func(c string, p corev1.Pod) string) (map[string]int, int) {

@@ -1,0 +1,99 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/auth"
+	"github.com/multicache/multicache/pkg/storage"
+	"github.com/multicache/multicache/pkg/watchcache"
+)
+
+// TestKeyOrderPagesWalkTheFleet: unsorted pages (key order: cluster, namespace, name), which
+// read a cluster one namespace at a time when they can, walked at several page sizes over
+// clusters of several namespaces (one with a single namespace, one with namespaces that sort
+// before and after the others'), with and without counts and a label selector. The pages
+// joined are every selected key once, in order; each page's total and before are counted here
+// from the Pods the API servers list.
+func TestKeyOrderPagesWalkTheFleet(t *testing.T) {
+	sizes := map[string]map[string]int{
+		"c0": {"a": 3, "b": 1, "kube-system": 7, "m": 12},
+		"c1": {"0-first": 2, "m": 5, "zz": 4},
+		"c2": {"only": 9},
+	}
+	pods := map[string][]corev1.Pod{}
+	var all []aggregate.Key
+	web := map[aggregate.Key]bool{}
+	for c, namespaces := range sizes {
+		for ns, n := range namespaces {
+			for i := range n {
+				name := fmt.Sprintf("p-%02d", i)
+				p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(c + ns + name), ResourceVersion: "1",
+					Labels: map[string]string{"tier": []string{"web", "db"}[i%2]}}}
+				pods[c] = append(pods[c], p)
+				key := aggregate.Key{Cluster: c, Namespace: ns, Name: name}
+				all = append(all, key)
+				web[key] = i%2 == 0
+			}
+		}
+	}
+	slices.SortFunc(all, watchcache.CompareKeys)
+	s := fakeFleetStorage(t, pods)
+	ctx := auth.WithAccess(context.Background(), auth.Everything{})
+
+	for _, tc := range []struct {
+		name   string
+		labels string
+		count  bool
+	}{
+		{"every pod, counted", "", true},
+		{"every pod", "", false},
+		{"tier=web, counted", "tier=web", true},
+		{"tier=web", "tier=web", false},
+	} {
+		var want []aggregate.Key
+		for _, k := range all {
+			if tc.labels == "" || web[k] {
+				want = append(want, k)
+			}
+		}
+		for _, limit := range []int64{1, 2, 3, 7, 500} {
+			var got []aggregate.Key
+			cont := ""
+			for pages := 0; ; pages++ {
+				if pages > len(all)+1 {
+					t.Fatalf("%s, limit %d: the pages do not end", tc.name, limit)
+				}
+				l, err := s.List(ctx, storage.ListOptions{Selection: storage.Selection{Resource: "pods", LabelSelector: tc.labels}, Limit: limit, Continue: cont, Count: tc.count})
+				if err != nil {
+					t.Fatalf("%s, limit %d, page %d: %v", tc.name, limit, pages, err)
+				}
+				if tc.count {
+					if l.Count == nil || l.Count.Total != int64(len(want)) || l.Count.Before != int64(len(got)) {
+						t.Errorf("%s, limit %d, page %d: count %+v, want total %d before %d", tc.name, limit, pages, l.Count, len(want), len(got))
+					}
+				}
+				if int64(len(l.Items)) > limit {
+					t.Fatalf("%s, limit %d: a page of %d", tc.name, limit, len(l.Items))
+				}
+				for _, it := range l.Items {
+					got = append(got, it.Key)
+				}
+				if l.Continue == "" {
+					break
+				}
+				cont = l.Continue
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, limit %d: the pages give\n %v\nwant\n %v", tc.name, limit, got, want)
+			}
+		}
+	}
+}
