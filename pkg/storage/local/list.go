@@ -213,8 +213,8 @@ type page struct {
 // namespaces in order through the namespace index, from the cursor's, and stops at the first
 // that completes the page (a first page of 500 over clusters of 20 namespaces of 1,000 reads
 // 1,000 objects, not 20,000). With count, the clusters and namespaces it did not read are
-// counted without reading their objects (countClusters, namespaceCounts: O(1) each without a
-// filter).
+// counted without reading their objects (countClusters, namespaceCounts; without a filter, the
+// aggregate's counts).
 func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit int, count bool) (page, error) {
 	pg := page{fresh: map[string]bool{}}
 	h := &sortHeap{} // no sort value: key order
@@ -247,7 +247,7 @@ func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit 
 			}
 			return nil
 		}
-		namespaces := namespaceWalk(sel, c, count)
+		namespaces := namespaceWalk(sel, c, limit, count)
 		if namespaces == nil {
 			if err := read(q); err != nil {
 				return page{}, err
@@ -290,27 +290,37 @@ func selectPage(ctx context.Context, sel *selected, after *aggregate.Key, limit 
 }
 
 // namespaceWalk is cluster c's namespaces in key order when selectPage may read them one at a
-// time through the namespace index, and nil when it reads the cluster whole: for a resource
-// that is not namespaced, a selection that already names a namespace or an index, a cluster
-// with fewer than two namespaces, and, when the page is counted (count), a selection that
-// filters objects (a namespace the page skips would then be counted by reading its objects).
-func namespaceWalk(sel *selected, c string, count bool) []string {
+// time through the namespace index, and nil when it reads the cluster whole: for a list
+// without a limit (it reads every namespace anyway, and one read of the cluster is one moment
+// of it), a resource that is not namespaced, a selection that already names a namespace or an
+// index, a cluster with fewer than two namespaces (or objects without one), and, when the page
+// is counted (count), a selection that filters objects (a namespace the page skips would then
+// be counted by reading its objects).
+//
+// Each namespace is then read at its own moment, not the cluster at one: a namespace that
+// appears after Namespaces is not read by this page, as an object created after a cluster was
+// read is not. Either's events come after the list's position, so a watch from it sees them.
+func namespaceWalk(sel *selected, c string, limit int, count bool) []string {
 	q := sel.query
-	if q.Index != "" || q.Namespace != "" || !sel.info.namespaced() {
+	if limit >= math.MaxInt32 || q.Index != "" || q.Namespace != "" || !sel.info.namespaced() {
 		return nil
 	}
 	if count && ((q.Labels != nil && !q.Labels.Empty()) || len(q.Fields) > 0) {
 		return nil
 	}
-	if ns := sel.agg.Namespaces(c); len(ns) > 1 {
+	// "" is no namespace to Select (every object): a store holding objects without one is read
+	// whole.
+	if ns := sel.agg.Namespaces(c); len(ns) > 1 && ns[0] != "" {
 		return ns
 	}
 	return nil
 }
 
 // namespaceCounts is how many objects of cluster c the selection spans in each namespace: from
-// the aggregate's namespace counts (kept by default) or its namespace index, reading no object
-// (namespaceWalk asks only for a selection that filters none).
+// the aggregate's namespace counts (kept by default: one entry per namespace, trailing the
+// store by what its handler has not had yet, as the counts of clusters a page does not read
+// do), or else its namespace index (a key per object), reading no object (namespaceWalk asks
+// only for a selection that filters none). A counted page is an answer of those counts.
 func namespaceCounts(ctx context.Context, sel *selected, c string) (map[string]int64, error) {
 	byNamespace, err := aggregate.ParseGroupKey("namespace")
 	if err != nil {

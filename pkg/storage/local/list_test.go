@@ -3,6 +3,8 @@ package local
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"testing"
 
@@ -47,6 +49,32 @@ func TestKeyOrderPagesWalkTheFleet(t *testing.T) {
 	slices.SortFunc(all, watchcache.CompareKeys)
 	s := fakeFleetStorage(t, pods)
 	ctx := auth.WithAccess(context.Background(), auth.Everything{})
+
+	// The pages below read by namespace where namespaceWalk says so: check that it does for
+	// the clusters of several namespaces, and not where it must not.
+	for _, w := range []struct {
+		labels  string
+		cluster string
+		limit   int
+		count   bool
+		walks   bool
+	}{
+		{"", "c0", 500, true, true},
+		{"", "c1", 1, true, true},
+		{"", "c2", 500, true, false},            // one namespace
+		{"", "c0", math.MaxInt32, false, false}, // no limit: read whole
+		{"tier=web", "c0", 500, false, true},    // filtered, not counted
+		{"tier=web", "c0", 500, true, false},    // filtered and counted
+	} {
+		sel, err := s.selectFor(ctx, s.view(), storage.Selection{Resource: "pods", LabelSelector: w.labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns := namespaceWalk(sel, w.cluster, w.limit, w.count)
+		if want := slices.Sorted(maps.Keys(sizes[w.cluster])); w.walks && !slices.Equal(ns, want) || !w.walks && ns != nil {
+			t.Errorf("namespaceWalk(%q, %s, limit %d, count %v) = %q, walks %v", w.labels, w.cluster, w.limit, w.count, ns, w.walks)
+		}
+	}
 
 	for _, tc := range []struct {
 		name   string
@@ -93,6 +121,21 @@ func TestKeyOrderPagesWalkTheFleet(t *testing.T) {
 			}
 			if !slices.Equal(got, want) {
 				t.Errorf("%s, limit %d: the pages give\n %v\nwant\n %v", tc.name, limit, got, want)
+			}
+			if !tc.count {
+				continue
+			}
+			// A count alone, after the first page: what follows it and what precedes it.
+			first, err := s.List(ctx, storage.ListOptions{Selection: storage.Selection{Resource: "pods", LabelSelector: tc.labels}, Limit: limit})
+			if err != nil || first.Continue == "" && int64(len(want)) > limit {
+				t.Fatalf("%s, limit %d: first page: %v", tc.name, limit, err)
+			}
+			if first.Continue == "" {
+				continue
+			}
+			l, err := s.List(ctx, storage.ListOptions{Selection: storage.Selection{Resource: "pods", LabelSelector: tc.labels}, Limit: limit, Continue: first.Continue, CountOnly: true})
+			if err != nil || l.Count == nil || l.Count.Total != int64(len(want)) || l.Count.Before != limit || len(l.Items) != 0 {
+				t.Errorf("%s, limit %d: count only after the first page: %+v %v, want total %d before %d", tc.name, limit, l, err, len(want), limit)
 			}
 		}
 	}
