@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,16 @@ func BenchmarkDaemonBinaries(b *testing.B) {
 	label := os.Getenv("MULTICACHE_BENCH_AB_LABEL")
 	if label == "" {
 		label = other
+	}
+	// The commit of this tree's daemon (built below), read before it is built. Each pair has a
+	// section of its own, named by both commits, so that a later pair leaves this one's
+	// figures in place.
+	here := "this tree"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		here = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			here += " with changes"
+		}
 	}
 	servers := harness.EnvInt("MULTICACHE_BENCH_SCALE_SERVERS", 5)
 	aliases := harness.EnvInt("MULTICACHE_BENCH_SCALE_ALIASES", 20)
@@ -96,12 +107,12 @@ func BenchmarkDaemonBinaries(b *testing.B) {
 			ms3(theirs[i].onePage50), ms3(mine[i].onePage50), ms3(theirs[i].onePage99), ms3(mine[i].onePage99),
 			ms3(theirs[i].oneWatch99), ms3(mine[i].oneWatch99)))
 	}
-	title := "S1, one replica: two daemon binaries side by side"
+	title := fmt.Sprintf("S1, one replica side by side: %s and %s", label, here)
 	writeSection(b, title, fmt.Sprintf(`%s
 
 %d clusters × %d objects (%d API server(s), each seen through %d contexts, half Pods, half
 ConfigMaps), one daemon at a time, measured as S1's one replica is. Each of %d rounds runs
-both daemons: %s (MULTICACHE_BENCH_AB_BINARY) and this tree's, alternating which goes first.
+both daemons: %s (MULTICACHE_BENCH_AB_BINARY) and this tree's (%s), alternating which goes first.
 Median (min–max) over the rounds; the ratio is this tree's median ÷ the other's.
 
 | figure | %s | this tree | ratio |
@@ -113,5 +124,5 @@ Median (min–max) over the rounds; the ratio is this tree's median ÷ the other
 %s
 
 Command: `+"`MULTICACHE_BENCH_AB_BINARY=<a daemon built at %s> MULTICACHE_BENCH_AB_LABEL=%s MULTICACHE_BENCH_SCALE_SERVERS=%d MULTICACHE_BENCH_SCALE_ALIASES=%d MULTICACHE_BENCH_SCALE_OBJECTS=%d MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench DaemonBinaries -benchtime 1x -timeout 3h -v ./test/bench/`"+`
-`, machineLine(), sf.clusters, per, servers, aliases, rounds, label, label, strings.Join(rows, "\n"), label, strings.Join(perRound, "\n"), label, label, servers, aliases, per, rounds))
+`, machineLine(), sf.clusters, per, servers, aliases, rounds, label, here, label, strings.Join(rows, "\n"), label, strings.Join(perRound, "\n"), label, label, servers, aliases, per, rounds))
 }
