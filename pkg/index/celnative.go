@@ -71,6 +71,13 @@ var nframes = sync.Pool{New: func() any { return new(nframe) }}
 // error, and then answers for the object).
 func (p *nativeProgram) eval(object ref.Val) (val ref.Val, ok bool) {
 	fr := nframes.Get().(*nframe)
+	defer nframes.Put(fr)
+	return p.evalIn(fr, object)
+}
+
+// evalIn is eval in the frame fr, which it leaves empty for the next evaluation: an
+// evaluation state's own (evalState.frame), which the pool that holds the state keeps.
+func (p *nativeProgram) evalIn(fr *nframe, object ref.Val) (val ref.Val, ok bool) {
 	fr.object, fr.bailed = object, false
 	if cap(fr.vars) < p.slots {
 		fr.vars = make([]ref.Val, p.slots)
@@ -82,7 +89,6 @@ func (p *nativeProgram) eval(object ref.Val) (val ref.Val, ok bool) {
 		}
 		clear(fr.vars)
 		fr.object = nil
-		nframes.Put(fr)
 	}()
 	val = p.root(fr)
 	return val, !fr.bailed
@@ -364,6 +370,26 @@ func (p *nplanner) planComprehension(e celast.Expr) (nexpr, error) {
 	}
 	accu := p.push(c.AccuVar())
 	iter := p.push(c.IterVar())
+	// rangeOf is the comprehension's range as cel-go's folder takes it.
+	rangeOf := func(fr *nframe) (niter, ref.Val) {
+		r := rng(fr)
+		if types.IsUnknownOrError(r) {
+			return niter{}, r
+		}
+		iterable, ok := r.(traits.Iterable)
+		if !ok || !r.Type().HasTrait(traits.IterableType) {
+			return niter{}, types.ValOrErr(r, "got '%T', expected iterable type", r)
+		}
+		return iterOf(iterable), nil
+	}
+	if pred, decisive, ok := quantifier(c); ok {
+		test, err := p.plan(pred)
+		if err != nil {
+			return nil, err
+		}
+		p.pop(2)
+		return quantify(rangeOf, test, accu, iter, decisive), nil
+	}
 	cond, err := p.plan(c.LoopCondition())
 	if err != nil {
 		return nil, err
@@ -379,21 +405,21 @@ func (p *nplanner) planComprehension(e celast.Expr) (nexpr, error) {
 	}
 	p.pop(1)
 	return func(fr *nframe) ref.Val {
-		r := rng(fr)
-		if types.IsUnknownOrError(r) {
-			return r
-		}
-		iterable, ok := r.(traits.Iterable)
-		if !ok || !r.Type().HasTrait(traits.IterableType) {
-			return types.ValOrErr(r, "got '%T', expected iterable type", r)
+		it, failed := rangeOf(fr)
+		if failed != nil {
+			return failed
 		}
 		if emptyList {
 			fr.vars[accu] = types.NewMutableList(types.DefaultTypeAdapter)
 		} else {
 			fr.vars[accu] = init
 		}
-		for it := iterable.Iterator(); it.HasNext() == types.True; {
-			fr.vars[iter] = it.Next()
+		for {
+			v, ok := it.next()
+			if !ok {
+				break
+			}
+			fr.vars[iter] = v
 			if b, ok := cond(fr).(types.Bool); ok && b != types.True {
 				break
 			}
@@ -408,6 +434,127 @@ func (p *nplanner) planComprehension(e celast.Expr) (nexpr, error) {
 		}
 		return res
 	}, nil
+}
+
+// niter walks a comprehension's range as cel-go's folder does (HasNext, then Next), a list
+// view by index rather than through an iterator: the same reads, each spent as its
+// iterator's Next spends it.
+type niter struct {
+	l  *listVal
+	it traits.Iterator
+	i  int
+}
+
+func iterOf(r traits.Iterable) niter {
+	if l, ok := r.(*listVal); ok {
+		return niter{l: l}
+	}
+	return niter{it: r.Iterator()}
+}
+
+func (n *niter) next() (ref.Val, bool) {
+	if n.l != nil {
+		if n.i >= n.l.v.Len() {
+			return nil, false
+		}
+		n.i++
+		return n.l.item(n.i - 1), true
+	}
+	if n.it.HasNext() != types.True {
+		return nil, false
+	}
+	return n.it.Next(), true
+}
+
+// quantifier recognizes the comprehension cel-go's exists() and all() macros make
+// (parser.makeQuantifier): an accumulator that starts false (exists) or true (all), a loop
+// condition of @not_strictly_false(!accu) or @not_strictly_false(accu), a step of accu ||
+// pred or accu && pred, and accu as the result. It returns pred and the value that decides
+// the macro: true for exists, false for all.
+func quantifier(c celast.ComprehensionExpr) (pred celast.Expr, decisive types.Bool, ok bool) {
+	accu := c.AccuVar()
+	isAccu := func(e celast.Expr) bool { return e.Kind() == celast.IdentKind && e.AsIdent() == accu }
+	argsOf := func(e celast.Expr, fn string, n int) ([]celast.Expr, bool) {
+		if e.Kind() != celast.CallKind {
+			return nil, false
+		}
+		call := e.AsCall()
+		if call.FunctionName() != fn || call.IsMemberFunction() || len(call.Args()) != n {
+			return nil, false
+		}
+		return call.Args(), true
+	}
+	if c.AccuInit().Kind() != celast.LiteralKind || !isAccu(c.Result()) {
+		return nil, false, false
+	}
+	init, isBool := c.AccuInit().AsLiteral().(types.Bool)
+	cond, isCall := argsOf(c.LoopCondition(), operators.NotStrictlyFalse, 1)
+	if !isBool || !isCall {
+		return nil, false, false
+	}
+	op := operators.LogicalAnd // all
+	if init == types.False {   // exists: the condition negates the accumulator
+		if cond, isCall = argsOf(cond[0], operators.LogicalNot, 1); !isCall {
+			return nil, false, false
+		}
+		op = operators.LogicalOr
+	}
+	step, isCall := argsOf(c.LoopStep(), op, 2)
+	if !isCall || !isAccu(cond[0]) || !isAccu(step[0]) {
+		return nil, false, false
+	}
+	return step[1], !init, true
+}
+
+// quantify is the loop of an exists() (decisive true) or all() (decisive false), with the
+// values and reads of cel-go's comprehension over the macro's condition and step, without
+// evaluating them as calls: the accumulator starts as !decisive; each element is read, and
+// the loop ends, that element unjudged, once the accumulator is decisive (the condition is
+// strictly false); otherwise the accumulator becomes accu || pred (accu && pred for all), as
+// logical answers it: decisive when pred is, else the first error, else the other bool.
+func quantify(rangeOf func(*nframe) (niter, ref.Val), pred nexpr, accu, iter int, decisive types.Bool) nexpr {
+	return func(fr *nframe) ref.Val {
+		it, failed := rangeOf(fr)
+		if failed != nil {
+			return failed
+		}
+		acc := ref.Val(!decisive)
+		fr.vars[accu] = acc
+		for {
+			v, ok := it.next()
+			if !ok {
+				break
+			}
+			fr.vars[iter] = v
+			if acc == decisive {
+				break
+			}
+			pv := pred(fr)
+			if fr.bailed { // cel-go answers instead, within the reads left: spend none more
+				fr.vars[iter] = nil
+				return errBailed
+			}
+			b, isBool := pv.(types.Bool)
+			switch {
+			case isBool:
+				if b == decisive {
+					acc = decisive
+				}
+			case types.IsError(acc):
+				// the accumulator's error stands: logical's first
+			case types.IsUnknown(pv):
+				fr.vars[iter] = nil
+				return fr.bail()
+			case types.IsError(pv):
+				acc = pv
+			default:
+				acc = types.MaybeNoSuchOverloadErr(pv)
+			}
+			fr.vars[accu] = acc
+		}
+		fr.vars[iter] = nil
+		return acc
+	}
 }
 
 func (p *nplanner) planCall(e celast.Expr) (nexpr, error) {

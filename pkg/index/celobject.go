@@ -51,7 +51,7 @@ func objectValue(obj any, st *evalState) (ref.Val, error) {
 	case runtime.Object:
 		v := reflect.ValueOf(o)
 		if v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct {
-			if info := structOf(v.Elem().Type()); info.viewable {
+			if info := objectInfo(v.Elem().Type()); info.viewable {
 				st.admit(len(info.fields))
 				return st.newStruct(v.Elem(), info), nil
 			}
@@ -64,6 +64,25 @@ func objectValue(obj any, st *evalState) (ref.Val, error) {
 		return st.newMap(reflect.ValueOf(data), false, nil), nil
 	}
 	return nil, fmt.Errorf("%T is not a Kubernetes object", obj)
+}
+
+// lastObject is the object type objectValue last met, with its facts: a scan or a watch
+// meets one type object after object, which this finds without structOf's map.
+var lastObject atomic.Pointer[objectType]
+
+type objectType struct {
+	t    reflect.Type
+	info *structInfo
+}
+
+// objectInfo is structOf(t) for an object's type.
+func objectInfo(t reflect.Type) *structInfo {
+	if last := lastObject.Load(); last != nil && last.t == t {
+		return last.info
+	}
+	info := structOf(t)
+	lastObject.Store(&objectType{t: t, info: info})
+	return info
 }
 
 // evalState is one evaluation's: the bound on the size of every string, list and map its
@@ -86,6 +105,7 @@ type evalState struct {
 	work, maxWork int
 
 	act     objectActivation
+	frame   nframe // a native program's (nativeProgram.evalIn)
 	structs []structVal
 	maps    []mapVal
 	lists   []listVal
@@ -327,9 +347,14 @@ func isEmpty(v reflect.Value) bool {
 // field is the value of field i of sv, and whether the conversion writes it.
 func (s *structVal) field(i int) (reflect.Value, bool) {
 	vf := &s.info.fields[i]
-	fv, err := s.v.FieldByIndexErr(vf.index)
-	if err != nil {
-		return reflect.Value{}, false // inside a nil inlined pointer: nothing written
+	var fv reflect.Value
+	if len(vf.index) == 1 {
+		fv = s.v.Field(vf.index[0]) // not inlined: most fields
+	} else {
+		var err error
+		if fv, err = s.v.FieldByIndexErr(vf.index); err != nil {
+			return reflect.Value{}, false // inside a nil inlined pointer: nothing written
+		}
 	}
 	if vf.omitEmpty && isEmpty(fv) || vf.omitZero != nil && vf.omitZero(fv) {
 		return reflect.Value{}, false
@@ -922,8 +947,14 @@ func (it *listIter) Next() ref.Val {
 		return nil
 	}
 	it.i++
-	if !it.l.st.spend(1) {
-		return it.l.st.tooMuch()
+	return it.l.item(it.i - 1)
+}
+
+// item is the list's item i as an iteration reads it (listIter, niter): spent, then made a
+// value. i is within the list.
+func (l *listVal) item(i int) ref.Val {
+	if !l.st.spend(1) {
+		return l.st.tooMuch()
 	}
-	return valueOf(it.l.v.Index(it.i-1), it.l.conv, it.l.info, it.l.st)
+	return valueOf(l.v.Index(i), l.conv, l.info, l.st)
 }

@@ -210,7 +210,7 @@ func (b *Bound) matchesFast(obj any) (pass, ok bool) {
 		return false, false
 	}
 	if b.f.native != nil {
-		val, ok := b.f.native.eval(object)
+		val, ok := b.f.native.evalIn(&st.frame, object)
 		if st.over {
 			return false, false
 		}
