@@ -120,13 +120,18 @@ func (p selectPlan) plain() bool {
 func (a *Aggregate) planSelect(q Query) (selectPlan, error) {
 	ms := a.snapshot()
 	if len(q.Clusters) > 0 {
-		keep := ms[:0:0]
-		for _, m := range ms {
-			if slices.Contains(q.Clusters, m.cluster) {
-				keep = append(keep, m)
+		// Each named cluster is found in the sorted members: a query may name one of a
+		// thousand members, or all of them, and neither reads every member per name.
+		keep := make([]*member, 0, min(len(q.Clusters), len(ms)))
+		for _, c := range q.Clusters {
+			if i, ok := slices.BinarySearchFunc(ms, c, func(m *member, c string) int { return strings.Compare(m.cluster, c) }); ok {
+				keep = append(keep, ms[i])
 			}
 		}
-		ms = keep
+		if !slices.IsSortedFunc(keep, memberOrder) {
+			slices.SortFunc(keep, memberOrder)
+		}
+		ms = slices.Compact(keep) // a cluster named twice is read once
 	}
 	spec, err := a.indexSpec(q.Index)
 	if err == nil {
@@ -148,6 +153,9 @@ func (a *Aggregate) planSelect(q Query) (selectPlan, error) {
 	check := rest.Namespace != "" || (rest.Labels != nil && !rest.Labels.Empty()) || len(rest.Fields) > 0
 	return selectPlan{members: ms, q: q, spec: spec, rest: rest, check: check}, nil
 }
+
+// memberOrder orders members by cluster name, as snapshot does.
+func memberOrder(a, b *member) int { return strings.Compare(a.cluster, b.cluster) }
 
 // selectIn calls f with each object of member m that the plan selects, in store order, until
 // f returns false.

@@ -38,6 +38,9 @@ func TestSelectAndMatchesAgree(t *testing.T) {
 	for _, q := range []Query{
 		{},
 		{Clusters: []string{"c2"}},
+		{Clusters: []string{"c2", "nowhere", "c1", "c2"}}, // unsorted, unknown, twice: each once
+		{Clusters: []string{"c1", "c1"}},
+		{Clusters: []string{"nowhere"}},
 		{Namespace: "a"},
 		{Index: IndexCluster, Value: "c1", Namespace: "b"},
 		{Index: IndexClusterNamespace, Value: "c2/a"},
@@ -55,7 +58,13 @@ func TestSelectAndMatchesAgree(t *testing.T) {
 			t.Fatalf("%+v: %v", q, err)
 		}
 		in := map[string]bool{}
-		for _, it := range res.Items {
+		for i, it := range res.Items {
+			if in[it.Key().String()] {
+				t.Errorf("%+v: %s answered twice", q, it.Key())
+			}
+			if i > 0 && res.Items[i-1].Cluster > it.Cluster {
+				t.Errorf("%+v: %s after %s: not in cluster order", q, it.Key(), res.Items[i-1].Key())
+			}
 			in[it.Key().String()] = true
 		}
 		for _, it := range objs {

@@ -209,3 +209,39 @@ func (u *untilBookmark) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// BenchmarkHTTPWide is BenchmarkHTTP's first pages over S2's width: 1,000 clusters of 1,000
+// Pods each (5 fake API servers, each seen as 200 clusters), one replica. What a page costs
+// here beyond BenchmarkHTTP's 3 clusters is the cost that grows with clusters.
+//
+//	go test -run '^$' -bench HTTPWide -count 5 ./pkg/server/
+func BenchmarkHTTPWide(b *testing.B) {
+	var src clusterset.Static
+	for i := range 5 {
+		f := fakeapi.New(b)
+		f.SetPods(benchPods("s"+strconv.Itoa(i), 1000))
+		for j := range 200 {
+			src = append(src, clusterset.ClusterConfig{Name: "c" + strconv.Itoa(i) + "-" + strconv.Itoa(j), Config: f.Config(), Fingerprint: "1"})
+		}
+	}
+	indexes := []aggregate.IndexSpec{{Name: index.NodeName, Func: index.ByNodeName}}
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods", Indexes: indexes}}, ProbeInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Options{Registry: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	startSynced(b, reg)
+	h := s.Handler()
+	for _, tc := range []struct{ name, path string }{
+		{"kube-page-500", "/api/v1/pods?limit=500"},
+		{"native-page-500", "/multicache/v1/resources/pods?limit=500"},
+		{"kube-node-page-500", "/api/v1/pods?limit=500&fieldSelector=spec.nodeName%3Dnode-7"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			serveLoop(b, h, httptest.NewRequest(http.MethodGet, tc.path, nil))
+		})
+	}
+}

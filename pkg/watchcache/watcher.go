@@ -73,6 +73,9 @@ type Watcher struct {
 	pos  Position
 	// initial are the clusters whose snapshot at opts.From the watch starts with, in order.
 	initial []string
+	// only is opts.Clusters as a set (nil for every cluster): judged per event, and a
+	// watch's clusters may be a thousand.
+	only map[string]struct{}
 }
 
 // Watch opens a watch at opts.From. It fails with a GoneError when From cannot be continued
@@ -80,6 +83,12 @@ type Watcher struct {
 // so that neither the Cache's lock nor the watch's memory holds the whole fleet at once.
 func (c *Cache) Watch(opts WatchOptions) (*Watcher, error) {
 	w := &Watcher{c: c, opts: opts, pos: opts.From}
+	if len(opts.Clusters) > 0 {
+		w.only = make(map[string]struct{}, len(opts.Clusters))
+		for _, name := range opts.Clusters {
+			w.only[name] = struct{}{}
+		}
+	}
 	if err := c.Check(opts.From, opts.Clusters); err != nil {
 		return nil, err
 	}
@@ -93,8 +102,10 @@ func (c *Cache) Watch(opts WatchOptions) (*Watcher, error) {
 func (w *Watcher) Position() Position { return w.pos }
 
 func (w *Watcher) matches(cluster string, obj any) bool {
-	if len(w.opts.Clusters) > 0 && !slices.Contains(w.opts.Clusters, cluster) {
-		return false
+	if w.only != nil {
+		if _, ok := w.only[cluster]; !ok {
+			return false
+		}
 	}
 	return w.opts.Matches == nil || w.opts.Matches(cluster, obj)
 }

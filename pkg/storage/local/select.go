@@ -41,6 +41,18 @@ type selected struct {
 	// where is the request's where filter, nil without one: an answer it failed for is a 400
 	// (whereFailed).
 	where *index.Bound
+	// reads is query.Clusters as a set, nil when they are nil: the selection's clusters may
+	// be a thousand, and a search of the list per cluster or per event grows with their square.
+	reads map[string]struct{}
+}
+
+// readsCluster reports whether the selection's clusters, when named, include c.
+func (sel *selected) readsCluster(c string) bool {
+	if sel.reads == nil {
+		return true
+	}
+	_, ok := sel.reads[c]
+	return ok
 }
 
 // selectFor resolves sel for the caller of ctx. Its errors are 400 (a bad selector or name),
@@ -99,7 +111,8 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 		secrets: secrets, allowSecretData: s.opts.AllowSecretData}
 	none := func() (*selected, error) {
 		q.Clusters = []string{noCluster}
-		out.query, out.none = q, true
+		out.setQuery(q)
+		out.none = true
 		return out, nil
 	}
 	named := sel.Clusters
@@ -147,8 +160,19 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 	if q.Clusters != nil && len(q.Clusters) == 0 {
 		return none()
 	}
-	out.query = q
+	out.setQuery(q)
 	return out, nil
+}
+
+// setQuery sets the selection's query, and the set of its clusters.
+func (sel *selected) setQuery(q aggregate.Query) {
+	sel.query, sel.reads = q, nil
+	if q.Clusters != nil {
+		sel.reads = make(map[string]struct{}, len(q.Clusters))
+		for _, c := range q.Clusters {
+			sel.reads[c] = struct{}{}
+		}
+	}
 }
 
 // clusters are the clusters the selection reads now, sorted: its explicit clusters, or those
@@ -164,7 +188,7 @@ func (sel *selected) clusters() []string {
 func (sel *selected) candidates() []string {
 	var out []string
 	for _, c := range sel.agg.Clusters() {
-		if (sel.query.Clusters == nil || slices.Contains(sel.query.Clusters, c)) && sel.byCluster.Matches(c) {
+		if sel.readsCluster(c) && sel.byCluster.Matches(c) {
 			out = append(out, c)
 		}
 	}
@@ -173,7 +197,12 @@ func (sel *selected) candidates() []string {
 
 // matches is the query applied to one object of cluster, its cluster selector included.
 func (sel *selected) matches(cluster string, obj any) bool {
-	return sel.byCluster.Matches(cluster) && sel.agg.Matches(sel.query, cluster, obj)
+	if !sel.readsCluster(cluster) || !sel.byCluster.Matches(cluster) {
+		return false
+	}
+	q := sel.query
+	q.Clusters = nil // judged above, from the set
+	return sel.agg.Matches(q, cluster, obj)
 }
 
 // freshness says how fresh each cluster the answer spans is, with its last sync and its
@@ -186,7 +215,7 @@ func (sel *selected) freshness(fresh map[string]bool) []api.ClusterFreshness {
 	out := make([]api.ClusterFreshness, 0, len(sel.info))
 	if !sel.none {
 		wanted := func(c string) bool {
-			return (sel.query.Clusters == nil || slices.Contains(sel.query.Clusters, c)) && sel.byCluster.Matches(c)
+			return sel.readsCluster(c) && sel.byCluster.Matches(c)
 		}
 		for c, rs := range sel.info {
 			if !wanted(c) {
