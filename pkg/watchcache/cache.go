@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -471,7 +472,7 @@ func (c *Cache) Snapshot(pos Position, clusters []string) ([]Item, error) {
 	if err := c.checkLocked(pos, clusters, false); err != nil {
 		return nil, err
 	}
-	want := func(cl string) bool { return len(clusters) == 0 || slices.Contains(clusters, cl) }
+	want := wanted(clusters)
 	// Newest to oldest, so that the first event after pos has the last word.
 	restore := map[aggregate.Key]state{}
 	for i := c.n - 1; i >= 0; i-- {
@@ -510,6 +511,15 @@ func (c *Cache) Snapshot(pos Position, clusters []string) ([]Item, error) {
 	return out, nil
 }
 
+// wanted judges a cluster by clusters, every cluster when empty: a set, for a watch's clusters
+// may be a thousand.
+func wanted(clusters []string) func(string) bool {
+	if len(clusters) == 0 {
+		return func(string) bool { return true }
+	}
+	return sets.New(clusters...).Has
+}
+
 // clustersAt lists, sorted, the clusters of clusters (every cluster when empty) that had
 // objects at pos: those with objects now, and those whose objects an event after pos removed.
 func (c *Cache) clustersAt(pos Position, clusters []string) []string {
@@ -528,9 +538,9 @@ func (c *Cache) clustersAt(pos Position, clusters []string) []string {
 			set[ev.Cluster] = true
 		}
 	}
-	out := make([]string, 0, len(set))
+	out, want := make([]string, 0, len(set)), wanted(clusters)
 	for cl := range set {
-		if len(clusters) == 0 || slices.Contains(clusters, cl) {
+		if want(cl) {
 			out = append(out, cl)
 		}
 	}

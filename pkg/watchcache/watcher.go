@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/multicache/multicache/pkg/aggregate"
 )
 
@@ -75,7 +77,7 @@ type Watcher struct {
 	initial []string
 	// only is opts.Clusters as a set (nil for every cluster): judged per event, and a
 	// watch's clusters may be a thousand.
-	only map[string]struct{}
+	only sets.Set[string]
 }
 
 // Watch opens a watch at opts.From. It fails with a GoneError when From cannot be continued
@@ -84,10 +86,7 @@ type Watcher struct {
 func (c *Cache) Watch(opts WatchOptions) (*Watcher, error) {
 	w := &Watcher{c: c, opts: opts, pos: opts.From}
 	if len(opts.Clusters) > 0 {
-		w.only = make(map[string]struct{}, len(opts.Clusters))
-		for _, name := range opts.Clusters {
-			w.only[name] = struct{}{}
-		}
+		w.only = sets.New(opts.Clusters...)
 	}
 	if err := c.Check(opts.From, opts.Clusters); err != nil {
 		return nil, err
@@ -102,10 +101,8 @@ func (c *Cache) Watch(opts WatchOptions) (*Watcher, error) {
 func (w *Watcher) Position() Position { return w.pos }
 
 func (w *Watcher) matches(cluster string, obj any) bool {
-	if w.only != nil {
-		if _, ok := w.only[cluster]; !ok {
-			return false
-		}
+	if w.only != nil && !w.only.Has(cluster) {
+		return false
 	}
 	return w.opts.Matches == nil || w.opts.Matches(cluster, obj)
 }

@@ -405,7 +405,7 @@ func (s *Storage) Get(ctx context.Context, opts storage.GetOptions) (*storage.Li
 		if err != nil {
 			return nil, storage.Error(http.StatusInternalServerError, err.Error())
 		}
-		if exists && sel.agg.Matches(sel.query, c, obj) {
+		if exists && sel.matches(c, obj) {
 			found = append(found, watchcache.Item{Key: k, Object: obj})
 		}
 	}

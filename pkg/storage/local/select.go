@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/auth"
@@ -43,16 +45,12 @@ type selected struct {
 	where *index.Bound
 	// reads is query.Clusters as a set, nil when they are nil: the selection's clusters may
 	// be a thousand, and a search of the list per cluster or per event grows with their square.
-	reads map[string]struct{}
+	reads sets.Set[string]
 }
 
 // readsCluster reports whether the selection's clusters, when named, include c.
 func (sel *selected) readsCluster(c string) bool {
-	if sel.reads == nil {
-		return true
-	}
-	_, ok := sel.reads[c]
-	return ok
+	return sel.reads == nil || sel.reads.Has(c)
 }
 
 // selectFor resolves sel for the caller of ctx. Its errors are 400 (a bad selector or name),
@@ -168,10 +166,7 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 func (sel *selected) setQuery(q aggregate.Query) {
 	sel.query, sel.reads = q, nil
 	if q.Clusters != nil {
-		sel.reads = make(map[string]struct{}, len(q.Clusters))
-		for _, c := range q.Clusters {
-			sel.reads[c] = struct{}{}
-		}
+		sel.reads = sets.New(q.Clusters...)
 	}
 }
 
@@ -268,9 +263,9 @@ func trimState(rs clusterset.ResourceStatus) string {
 
 // narrow keeps the clusters of list that are in only, in list's order.
 func narrow(list, only []string) []string {
-	out := []string{}
+	out, keep := []string{}, sets.New(only...)
 	for _, c := range list {
-		if slices.Contains(only, c) {
+		if keep.Has(c) {
 			out = append(out, c)
 		}
 	}
