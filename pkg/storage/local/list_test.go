@@ -140,3 +140,40 @@ func TestKeyOrderPagesWalkTheFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestClustersNamedTwiceOrOutOfOrder: a read that names a cluster twice, or its clusters out of
+// order, reads each cluster once, in cluster order: a get's objects come once each, sorted by
+// cluster, and a cluster the fleet does not have is named once in the freshness.
+func TestClustersNamedTwiceOrOutOfOrder(t *testing.T) {
+	s := fakeFleetStorage(t, map[string][]corev1.Pod{"c0": summaryPods("c0"), "c1": summaryPods("c1"), "c2": summaryPods("c2")})
+	ctx := context.Background() // auth off: every cluster
+	named := []string{"c2", "c0", "c2"}
+	l, err := s.Get(ctx, storage.GetOptions{Selection: storage.Selection{Resource: "pods", Namespace: "a", Clusters: named}, Name: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range l.Items {
+		got = append(got, it.Key.String())
+	}
+	if want := []string{"c0|a/web-1", "c2|a/web-1"}; !slices.Equal(got, want) {
+		t.Errorf("get web-1 in %v: %v, want %v", named, got, want)
+	}
+	if !slices.Equal(named, []string{"c2", "c0", "c2"}) {
+		t.Errorf("the caller's clusters were changed: %v", named)
+	}
+	list, err := s.List(ctx, storage.ListOptions{Selection: storage.Selection{Resource: "pods", Clusters: []string{"zz", "c1", "zz"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range list.Freshness {
+		names = append(names, f.Name)
+	}
+	if want := []string{"c1", "zz"}; !slices.Equal(names, want) {
+		t.Errorf("freshness of a list of zz, c1, zz names %v, want %v", names, want)
+	}
+	if n := len(summaryPods("c1")); len(list.Items) != n {
+		t.Errorf("the list of zz, c1, zz: %d items, want c1's %d", len(list.Items), n)
+	}
+}

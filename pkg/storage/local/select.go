@@ -162,12 +162,17 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 	return out, nil
 }
 
-// setQuery sets the selection's query, and the set of its clusters.
+// setQuery sets the selection's query, its clusters sorted and each once (a request may name
+// a cluster twice, or out of order; a get reads them in this order), and the set of them.
 func (sel *selected) setQuery(q aggregate.Query) {
-	sel.query, sel.reads = q, nil
+	sel.reads = nil
 	if q.Clusters != nil {
+		named := slices.Clone(q.Clusters) // non-nil, as q.Clusters: the request's own is left alone
+		slices.Sort(named)
+		q.Clusters = slices.Compact(named)
 		sel.reads = sets.New(q.Clusters...)
 	}
+	sel.query = q
 }
 
 // clusters are the clusters the selection reads now, sorted: its explicit clusters, or those
