@@ -78,7 +78,18 @@ func startSynced(b *testing.B, reg *clusterset.Registry) {
 //	go test -run '^$' -bench HTTP -count 10 ./pkg/server/ | tee new.txt; benchstat old.txt new.txt
 func BenchmarkHTTP(b *testing.B) {
 	src := benchClusters(b)
-	indexes := []aggregate.IndexSpec{{Name: index.NodeName, Func: index.ByNodeName}, {Name: index.Label, Func: index.ByLabel}}
+	h := syncedPodServer(b, src, aggregate.IndexSpec{Name: index.NodeName, Func: index.ByNodeName}, aggregate.IndexSpec{Name: index.Label, Func: index.ByLabel})
+	servePaths(b, h, []benchPath{
+		{"index-page-100", "/multicache/v1/resources/pods?" + url.Values{"fieldSelector": {"spec.nodeName=node-7"}, "limit": {"100"}}.Encode()},
+		{"label-page-100", "/multicache/v1/resources/pods?" + url.Values{"cluster": {"c2"}, "namespace": {"ns-3"}, "labelSelector": {"app=app-3,tier=web"}, "limit": {"100"}}.Encode()},
+		{"unfiltered-page-500", "/multicache/v1/resources/pods?limit=500"},
+		{"get", "/multicache/v1/resources/pods/c3/ns-5/pod-105"},
+	})
+}
+
+// syncedPodServer is the handler of a server over src's clusters, serving Pods with indexes,
+// once every cluster has synced; it runs until the benchmark ends.
+func syncedPodServer(b *testing.B, src clusterset.Source, indexes ...aggregate.IndexSpec) http.Handler {
 	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods", Indexes: indexes}}, ProbeInterval: time.Hour})
 	if err != nil {
 		b.Fatal(err)
@@ -88,16 +99,17 @@ func BenchmarkHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	startSynced(b, reg)
-	h := s.Handler()
-	for _, tc := range []struct{ name, path string }{
-		{"index-page-100", "/multicache/v1/resources/pods?" + url.Values{"fieldSelector": {"spec.nodeName=node-7"}, "limit": {"100"}}.Encode()},
-		{"label-page-100", "/multicache/v1/resources/pods?" + url.Values{"cluster": {"c2"}, "namespace": {"ns-3"}, "labelSelector": {"app=app-3,tier=web"}, "limit": {"100"}}.Encode()},
-		{"unfiltered-page-500", "/multicache/v1/resources/pods?limit=500"},
-		{"get", "/multicache/v1/resources/pods/c3/ns-5/pod-105"},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
-			serveLoop(b, h, req)
+	return s.Handler()
+}
+
+// benchPath is a sub-benchmark's name and the path it GETs.
+type benchPath struct{ name, path string }
+
+// servePaths runs a sub-benchmark per path, each serving its GET of h over and over.
+func servePaths(b *testing.B, h http.Handler, paths []benchPath) {
+	for _, p := range paths {
+		b.Run(p.name, func(b *testing.B) {
+			serveLoop(b, h, httptest.NewRequest(http.MethodGet, p.path, nil))
 		})
 	}
 }
@@ -224,24 +236,10 @@ func BenchmarkHTTPWide(b *testing.B) {
 			src = append(src, clusterset.ClusterConfig{Name: "c" + strconv.Itoa(i) + "-" + strconv.Itoa(j), Config: f.Config(), Fingerprint: "1"})
 		}
 	}
-	indexes := []aggregate.IndexSpec{{Name: index.NodeName, Func: index.ByNodeName}}
-	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods", Indexes: indexes}}, ProbeInterval: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := New(Options{Registry: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	startSynced(b, reg)
-	h := s.Handler()
-	for _, tc := range []struct{ name, path string }{
+	h := syncedPodServer(b, src, aggregate.IndexSpec{Name: index.NodeName, Func: index.ByNodeName})
+	servePaths(b, h, []benchPath{
 		{"kube-page-500", "/api/v1/pods?limit=500"},
 		{"native-page-500", "/multicache/v1/resources/pods?limit=500"},
 		{"kube-node-page-500", "/api/v1/pods?limit=500&fieldSelector=spec.nodeName%3Dnode-7"},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			serveLoop(b, h, httptest.NewRequest(http.MethodGet, tc.path, nil))
-		})
-	}
+	})
 }
