@@ -256,7 +256,14 @@ func (a *Aggregate) matchObject(q Query, cluster string, obj any) bool {
 		if err != nil {
 			return false
 		}
-		namespace, lbls = m.GetNamespace(), m.GetLabels()
+		// Read only when judged: in a scan of millions of objects, reading a field is the
+		// first touch of the object's memory, and a where over spec need not pay it twice.
+		if q.Namespace != "" || q.Index == IndexClusterNamespace || q.Index == IndexNamespace {
+			namespace = m.GetNamespace()
+		}
+		if q.Labels != nil && !q.Labels.Empty() {
+			lbls = m.GetLabels()
+		}
 	}
 	if q.Namespace != "" && namespace != q.Namespace {
 		return false
