@@ -257,7 +257,7 @@ func (a *Aggregate) matchObject(q Query, cluster string, obj any) bool {
 			return false
 		}
 		// Read only when judged: in a scan of millions of objects, reading a field is the
-		// first touch of the object's memory, and a where over spec need not pay it twice.
+		// first touch of the object's memory, which a where over spec alone need not pay.
 		if q.Namespace != "" || q.Index == IndexClusterNamespace || q.Index == IndexNamespace {
 			namespace = m.GetNamespace()
 		}

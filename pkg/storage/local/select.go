@@ -167,7 +167,7 @@ func (s *Storage) selectForWatch(ctx context.Context, v *view, sel storage.Selec
 func (sel *selected) setQuery(q aggregate.Query) {
 	sel.reads = nil
 	if q.Clusters != nil {
-		named := slices.Clone(q.Clusters) // non-nil, as q.Clusters: the request's own is left alone
+		named := slices.Clone(q.Clusters) // sorted apart from any slice it may share; non-nil
 		slices.Sort(named)
 		q.Clusters = slices.Compact(named)
 		sel.reads = sets.New(q.Clusters...)
