@@ -99,13 +99,24 @@ bench-scale: tools ## S1: 100 clusters x 20k objects (5 API servers, 20 contexts
 bench-scale-1000: tools ## S2: 1,000 clusters x 2,000 objects (5 API servers, 200 contexts each) beside S1's shape, one replica then three with a rolling restart, written to docs/BENCHMARKS.md
 	MULTICACHE_BENCH_PROFILE_DIR=$(abspath $(BIN_DIR))/profiles $(GO) test -run '^$$' -bench 'FleetScale1000$$' -benchtime 1x -timeout 5h -v ./test/bench/ | grep -v '^    fleet.go'
 
-.PHONY: bench-binaries
-bench-binaries: tools ## S1's one replica: this tree's daemon against the one built at AB_REF, side by side (make bench-binaries AB_REF=618c865), written to docs/BENCHMARKS.md
-	@test -n "$(AB_REF)" || { echo "AB_REF: name the commit whose daemon to compare with, e.g. make bench-binaries AB_REF=618c865" >&2; exit 2; }
+# build-ab-binary builds the daemon of commit AB_REF into $(BIN_DIR)/multicache-ab.
+define build-ab-binary
+	@test -n "$(AB_REF)" || { echo "AB_REF: name the commit whose daemon to compare with, e.g. make $@ AB_REF=618c865" >&2; exit 2; }
 	d=$$(mktemp -d) && git worktree add --detach "$$d/src" "$(AB_REF)" && \
 	  (cd "$$d/src/cmd/multicache" && $(GO) build -o $(abspath $(BIN_DIR))/multicache-ab .); rc=$$?; \
 	  git worktree remove --force "$$d/src"; rm -rf "$$d"; exit $$rc
+endef
+
+.PHONY: bench-binaries
+bench-binaries: tools ## S1's one replica: this tree's daemon against the one built at AB_REF, side by side (make bench-binaries AB_REF=618c865), written to docs/BENCHMARKS.md
+	$(build-ab-binary)
 	MULTICACHE_BENCH_AB_BINARY=$(abspath $(BIN_DIR))/multicache-ab MULTICACHE_BENCH_AB_LABEL=$(AB_REF) $(GO) test -run '^$$' -bench DaemonBinaries -benchtime 1x -timeout 3h -v ./test/bench/ | grep -v '^    fleet.go'
+
+.PHONY: bench-scale-1000-binaries
+bench-scale-1000-binaries: tools ## S2's three replicas alone (start, reads through a non-owner, a kill): this tree's daemon against the one built at AB_REF, side by side, written to docs/BENCHMARKS.md
+	$(build-ab-binary)
+	MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_AB_BINARY=$(abspath $(BIN_DIR))/multicache-ab MULTICACHE_BENCH_AB_LABEL=$(AB_REF) \
+	  $(GO) test -run '^$$' -bench 'FleetScale1000$$' -benchtime 1x -timeout 5h -v ./test/bench/ | grep -v '^    fleet.go'
 
 .PHONY: bench-identities
 bench-identities: tools ## S2.8: 100 identities x 10 fleet watches over 1,000 clusters (delegated auth), write -> watch p99 against one unrestricted watch, written to docs/BENCHMARKS.md

@@ -39,13 +39,7 @@ func BenchmarkDaemonBinaries(b *testing.B) {
 	// The commit of this tree's daemon (built below), read before it is built. Each pair has a
 	// section of its own, named by both commits, so that a later pair leaves this one's
 	// figures in place.
-	here := "this tree"
-	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		here = strings.TrimSpace(string(out))
-		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-			here += " with changes"
-		}
-	}
+	here := thisTree()
 	servers := harness.EnvInt("MULTICACHE_BENCH_SCALE_SERVERS", 5)
 	aliases := harness.EnvInt("MULTICACHE_BENCH_SCALE_ALIASES", 20)
 	per := harness.EnvInt("MULTICACHE_BENCH_SCALE_OBJECTS", 20000)
@@ -125,4 +119,18 @@ Median (min–max) over the rounds; the ratio is this tree's median ÷ the other
 
 Command: `+"`MULTICACHE_BENCH_AB_BINARY=<a daemon built at %s> MULTICACHE_BENCH_AB_LABEL=%s MULTICACHE_BENCH_SCALE_SERVERS=%d MULTICACHE_BENCH_SCALE_ALIASES=%d MULTICACHE_BENCH_SCALE_OBJECTS=%d MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench DaemonBinaries -benchtime 1x -timeout 3h -v ./test/bench/`"+`
 `, machineLine(), sf.clusters, per, servers, aliases, rounds, label, here, label, strings.Join(rows, "\n"), label, strings.Join(perRound, "\n"), label, label, servers, aliases, per, rounds))
+}
+
+// thisTree names the commit this tree's daemon is built from: its short hash, "with changes"
+// when tracked files differ from it, or "this tree" outside a git checkout.
+func thisTree() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "this tree"
+	}
+	here := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		here += " with changes"
+	}
+	return here
 }

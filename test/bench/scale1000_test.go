@@ -35,8 +35,9 @@ func BenchmarkFleetScale1000(b *testing.B) {
 		// no single replica, so only S2.6 and S2.7 are recorded.
 		var rr []shardedRun
 		wide.profileDir = os.Getenv("MULTICACHE_BENCH_PROFILE_DIR")
-		if ab := strings.Fields(os.Getenv("MULTICACHE_BENCH_SCALE1000_AB_ARGS")); len(ab) > 0 {
-			killAB(b, wide, rounds, ab)
+		ab := strings.Fields(os.Getenv("MULTICACHE_BENCH_SCALE1000_AB_ARGS"))
+		if other := os.Getenv("MULTICACHE_BENCH_AB_BINARY"); other != "" || len(ab) > 0 {
+			killAB(b, wide, rounds, abArm(b, other, ab))
 			return
 		}
 		for k := 1; k <= rounds; k++ {
@@ -255,13 +256,74 @@ Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE_RU
 		strings.Join(rows, "\n"), strings.Join(detail, "\n"), len(rr)))
 }
 
-// killAB measures S2.6 side by side: rounds of the three replicas alone, without the rolling
-// restart, alternating the default flags (odd rounds) with ab added to them (even rounds), so
-// that both arms see the machine in the same state. It records S2.6 from the default arm and
-// writes both arms in a section of their own, named by ab.
-func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
+// abSide is the other arm of an A/B of the three replicas alone: flags added to every
+// replica, another daemon binary in place of this tree's, or both.
+type abSide struct {
+	bin   string   // another daemon binary; "" runs this tree's
+	args  []string // flags added to every replica
+	label string   // the binary's commit (MULTICACHE_BENCH_AB_LABEL)
+}
+
+// abArm checks and names the other arm: other, a daemon binary ("" for this tree's), and args.
+func abArm(b *testing.B, other string, args []string) abSide {
+	b.Helper()
+	a := abSide{bin: other, args: args}
+	if other != "" {
+		if st, err := os.Stat(other); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			b.Fatalf("MULTICACHE_BENCH_AB_BINARY=%q: not an executable file (%v)", other, err)
+		}
+		if a.label = os.Getenv("MULTICACHE_BENCH_AB_LABEL"); a.label == "" {
+			a.label = other
+		}
+	}
+	return a
+}
+
+// name is how the tables name the arm.
+func (a abSide) name() string {
+	var parts []string
+	if a.bin != "" {
+		parts = append(parts, "the daemon at "+a.label)
+	}
+	if len(a.args) > 0 {
+		parts = append(parts, "`"+strings.Join(a.args, " ")+"`")
+	}
+	return strings.Join(parts, " with ")
+}
+
+// env is the environment of the command that runs the A/B again.
+func (a abSide) env() string {
+	var parts []string
+	if a.bin != "" {
+		parts = append(parts, fmt.Sprintf("MULTICACHE_BENCH_AB_BINARY=<a daemon built at %s> MULTICACHE_BENCH_AB_LABEL=%s", a.label, a.label))
+	}
+	if len(a.args) > 0 {
+		parts = append(parts, fmt.Sprintf("MULTICACHE_BENCH_SCALE1000_AB_ARGS='%s'", strings.Join(a.args, " ")))
+	}
+	return strings.Join(parts, " ")
+}
+
+// killAB measures the three replicas alone side by side, without the rolling restart: this
+// tree's daemon with the default flags against alt (another binary, flags added, or both),
+// alternating which goes first, so that both arms see the machine in the same state. It
+// records S2.6 from the default arm and writes both arms in a section of their own, named by
+// alt: a flag's section is "S2.6 side by side: FLAGS", a binary's "S2, three replicas side by
+// side: COMMIT and THIS".
+func killAB(b *testing.B, wide *scaleFleet, rounds int, alt abSide) {
 	wide.rolling = false
-	var def, alt []shardedRun
+	this := wide.bin
+	defName := "default"
+	title := "S2.6 side by side: " + strings.Join(alt.args, " ")
+	if alt.bin != "" {
+		here := thisTree()
+		defName = "this tree (" + here + ")"
+		title = fmt.Sprintf("S2, three replicas side by side: %s and %s", alt.label, here)
+		if len(alt.args) > 0 {
+			title += " (" + strings.Join(alt.args, " ") + ")"
+		}
+	}
+	altName := alt.name()
+	var def, other []shardedRun
 	// Each round runs both arms, the default first in odd rounds and second in even ones, so
 	// neither arm always runs on a machine the other has just warmed or loaded.
 	k := 0
@@ -270,21 +332,24 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 		if i%2 == 1 {
 			order = []bool{true, false}
 		}
-		for _, withAB := range order {
+		for _, isAlt := range order {
 			k++
-			wide.extraArgs = nil
-			if withAB {
-				wide.extraArgs = ab
+			wide.bin, wide.extraArgs = this, nil
+			if isAlt {
+				wide.extraArgs = alt.args
+				if alt.bin != "" {
+					wide.bin = alt.bin
+				}
 			}
 			r := wide.sharded(k, wide.names[len(wide.names)/2])
-			if withAB {
-				alt = append(alt, r)
+			if isAlt {
+				other = append(other, r)
 			} else {
 				def = append(def, r)
 			}
 		}
 	}
-	wide.extraArgs = nil
+	wide.bin, wide.extraArgs = this, nil
 	lease := scaleLease
 	served := func(rr []shardedRun) []float64 {
 		return column(rr, func(r shardedRun) float64 { return r.killServed.Seconds() })
@@ -292,23 +357,33 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 	budget := func(rr []shardedRun) []float64 {
 		return column(rr, func(r shardedRun) float64 { return (2*lease + r.slowestRelist).Seconds() })
 	}
-	owned := func(rr []shardedRun) []float64 {
-		return column(rr, func(r shardedRun) float64 { return r.killOwned.Seconds() })
+	ms := func(get func(shardedRun) time.Duration) func(shardedRun) float64 {
+		return func(r shardedRun) float64 { return float64(get(r)) / float64(time.Millisecond) }
 	}
-	peak := func(rr []shardedRun) []float64 {
-		return column(rr, func(r shardedRun) float64 { return r.killPeak / (1 << 30) })
+	type figure struct {
+		name, format string
+		get          func(shardedRun) float64
 	}
-	spans := func(rr []shardedRun) []float64 {
-		return column(rr, func(r shardedRun) float64 { return r.maxSpans / (1 << 30) })
+	figures := []figure{
+		{"one replica killed: its clusters owned by survivors", "%.1f s", func(r shardedRun) float64 { return r.killOwned.Seconds() }},
+		{"one replica killed: every cluster served again", "%.1f s", func(r shardedRun) float64 { return r.killServed.Seconds() }},
+		{"S2.6's budget: 2 lease durations + the slowest relist", "%.1f s", func(r shardedRun) float64 { return (2*lease + r.slowestRelist).Seconds() }},
+		{"peak RSS of a survivor (VmHWM, over its life)", "%.2f GiB", func(r shardedRun) float64 { return r.killPeak / (1 << 30) }},
+		{"three replicas' start → every cluster synced", "%.1f s", func(r shardedRun) float64 { return r.threeSynced.Seconds() }},
+		{"after the start: heap spans in use, the largest of the three", "%.2f GiB", func(r shardedRun) float64 { return r.maxSpans / (1 << 30) }},
+		{"after the start: RSS ÷ live heap, the largest of the three", "%.2f", func(r shardedRun) float64 { return r.maxRSSRatio }},
+		{"page of 500 through a non-owner, p50", "%.0f ms", ms(func(r shardedRun) time.Duration { return r.fanPage50 })},
+		{"page of 500 through a non-owner, p99", "%.0f ms", ms(func(r shardedRun) time.Duration { return r.fanPage99 })},
+		{"index query (spec.nodeName) through a non-owner, p99", "%.0f ms", ms(func(r shardedRun) time.Duration { return r.fanNode99 })},
+		{"write → watch through a non-owner, p50", "%.0f ms", ms(func(r shardedRun) time.Duration { return r.fanWatch50 })},
+		{"write → watch through a non-owner, p99", "%.0f ms", ms(func(r shardedRun) time.Duration { return r.fanWatch99 })},
 	}
-	rss := func(rr []shardedRun) []float64 {
-		return column(rr, func(r shardedRun) float64 { return r.maxRSSRatio })
+	var table []string
+	for _, f := range figures {
+		table = append(table, fmt.Sprintf("| %s | %s | %s |", f.name, ceilingSpread(column(def, f.get), f.format), ceilingSpread(column(other, f.get), f.format)))
 	}
-	synced := func(rr []shardedRun) []float64 {
-		return column(rr, func(r shardedRun) float64 { return r.threeSynced.Seconds() })
-	}
-	ratio := median(served(def)) / median(served(alt))
-	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone, killed without a rolling restart before (BENCHMARKS.md, \"S2.6 side by side: %s\", the default arm)", rounds, strings.Join(ab, " "))
+	ratio := median(served(def)) / median(served(other))
+	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone, killed without a rolling restart before (BENCHMARKS.md, %q, the %s arm)", rounds, title, defName)
 	recordGoals(b, goal{ID: "S2.6", Figure: "kill one of three: every cluster served again", Goal: "≤ 2 lease durations + the slowest relist",
 		Measured: fmt.Sprintf("%s against %s; %s", ceilingSpread(served(def), "%.1f s"), ceilingSpread(budget(def), "%.1f s"), note), Met: met(median(served(def)) <= median(budget(def)))})
 	var rows []string
@@ -317,48 +392,37 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, ab []string) {
 			name string
 			r    shardedRun
 		}
-		arms := []armRun{{"default", def[i]}, {strings.Join(ab, " "), alt[i]}}
+		arms := []armRun{{defName, def[i]}, {altName, other[i]}}
 		if i%2 == 1 {
 			arms[0], arms[1] = arms[1], arms[0] // in the order they ran
 		}
 		for _, arm := range arms {
 			r := arm.r
-			rows = append(rows, fmt.Sprintf("| %d | %s | %s, %s, %s (%d clusters, slowest relist %s) | %s | %s |", i+1, arm.name,
-				r.killOwned.Round(100*time.Millisecond), r.killServed.Round(100*time.Millisecond), (2*lease+r.slowestRelist).Round(100*time.Millisecond), r.moved, r.slowestRelist.Round(100*time.Millisecond), gib(r.killPeak), r.killCPU))
+			rows = append(rows, fmt.Sprintf("| %d | %s | %s, %s, %s (%d clusters, slowest relist %s) | %s / %s | %s | %s |", i+1, arm.name,
+				r.killOwned.Round(100*time.Millisecond), r.killServed.Round(100*time.Millisecond), (2*lease+r.slowestRelist).Round(100*time.Millisecond), r.moved, r.slowestRelist.Round(100*time.Millisecond),
+				r.fanPage99.Round(time.Millisecond), r.fanWatch99.Round(time.Millisecond), gib(r.killPeak), r.killCPU))
 		}
 	}
-	writeSection(b, "S2.6 side by side: "+strings.Join(ab, " "), fmt.Sprintf(`%s
+	writeSection(b, title, fmt.Sprintf(`%s
 
 S2's fleet (%d clusters × %d objects: %d kube-apiservers, each seen through %d contexts) and
 its three replicas (lease %s), as in "S2: the three replicas alone", without the rolling
-restart: each round starts the three, waits until they share the fleet and hold still, and
-kills one with SIGKILL. Each of %d rounds runs the default flags and `+"`%s`"+` added to
-every replica, the default first in odd rounds and second in even ones.
+restart: each round starts the three, waits until they share the fleet and hold still,
+measures them as S2 does, and kills one with SIGKILL. Each of %d rounds runs %s and %s, the
+first one first in odd rounds and second in even ones.
 
-| figure | default | `+"`%s`"+` |
+| figure | %s | %s |
 |---|---|---|
-| one replica killed: its clusters owned by survivors | %s | %s |
-| one replica killed: every cluster served again | %s | %s |
-| S2.6's budget: 2 lease durations + the slowest relist | %s | %s |
-| peak RSS of a survivor (VmHWM, over its life) | %s | %s |
-| three replicas' start → every cluster synced | %s | %s |
-| after the start: heap spans in use, the largest of the three | %s | %s |
-| after the start: RSS ÷ live heap, the largest of the three | %s | %s |
-
-Every cluster served again, default ÷ `+"`%s`"+`: %.2f× (medians).
-
-| round | flags | kill: owned, served, budget | survivors' peak RSS | CPU after the kill (survivors, API servers with etcd, the machine's busy share) |
-|---|---|---|---|---|
 %s
 
-Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 MULTICACHE_BENCH_SCALE1000_AB_ARGS='%s' MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale1000$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`
-`, machineLine(), wide.clusters, wide.perServer, wide.servers, wide.aliases, lease, rounds, strings.Join(ab, " "), strings.Join(ab, " "),
-		ceilingSpread(owned(def), "%.1f s"), ceilingSpread(owned(alt), "%.1f s"),
-		ceilingSpread(served(def), "%.1f s"), ceilingSpread(served(alt), "%.1f s"),
-		ceilingSpread(budget(def), "%.1f s"), ceilingSpread(budget(alt), "%.1f s"),
-		ceilingSpread(peak(def), "%.2f GiB"), ceilingSpread(peak(alt), "%.2f GiB"),
-		ceilingSpread(synced(def), "%.1f s"), ceilingSpread(synced(alt), "%.1f s"),
-		ceilingSpread(spans(def), "%.2f GiB"), ceilingSpread(spans(alt), "%.2f GiB"),
-		ceilingSpread(rss(def), "%.2f"), ceilingSpread(rss(alt), "%.2f"),
-		strings.Join(ab, " "), ratio, strings.Join(rows, "\n"), strings.Join(ab, " "), rounds))
+Every cluster served again, %s ÷ %s: %.2f× (medians).
+
+| round | arm | kill: owned, served, budget | page p99 / write → watch p99, through a non-owner | survivors' peak RSS | CPU after the kill (survivors, API servers with etcd, the machine's busy share) |
+|---|---|---|---|---|---|
+%s
+
+Command: `+"`MULTICACHE_BENCH_SCALE1000_SHARDED_ONLY=1 %s MULTICACHE_BENCH_SCALE_RUNS=%d go test -run '^$' -bench 'FleetScale1000$' -benchtime 1x -timeout 5h -v ./test/bench/`"+`
+`, machineLine(), wide.clusters, wide.perServer, wide.servers, wide.aliases, lease, rounds, defName, altName,
+		defName, altName, strings.Join(table, "\n"),
+		defName, altName, ratio, strings.Join(rows, "\n"), alt.env(), rounds))
 }
