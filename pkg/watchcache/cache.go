@@ -413,12 +413,14 @@ func (c *Cache) checkLocked(pos Position, clusters []string, count bool) error {
 	return nil
 }
 
-// cutLocked returns a cluster of clusters (any, when empty) handed off after seq.
+// cutLocked returns a cluster of clusters (any, when empty) handed off after seq. Every watch
+// asks on every event: with nothing handed off after seq (cutMax is the newest of cut), it
+// answers without looking at a watch's clusters, which may be a thousand.
 func (c *Cache) cutLocked(seq uint64, clusters []string) (string, bool) {
+	if c.cutMax <= seq {
+		return "", false
+	}
 	if len(clusters) == 0 {
-		if c.cutMax <= seq {
-			return "", false
-		}
 		for cl, at := range c.cut {
 			if at > seq {
 				return cl, true
@@ -434,10 +436,14 @@ func (c *Cache) cutLocked(seq uint64, clusters []string) (string, bool) {
 	return "", false
 }
 
-// lostLocked reports whether an event after seq that concerns clusters was evicted.
+// lostLocked reports whether an event after seq that concerns clusters was evicted. With no
+// event evicted after seq (evictedAll is the newest of evicted), none of theirs was.
 func (c *Cache) lostLocked(seq uint64, clusters []string) bool {
+	if c.evictedAll <= seq {
+		return false
+	}
 	if len(clusters) == 0 {
-		return c.evictedAll > seq
+		return true
 	}
 	for _, cl := range clusters {
 		if c.evicted[cl] > seq {

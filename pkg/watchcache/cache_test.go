@@ -98,6 +98,10 @@ func TestCacheResumeAndExpiry(t *testing.T) {
 	if _, _, err := h.Next(Position{Epoch: h.Position().Epoch, Seq: 1}, []string{"c2"}, make([]Event, 0, 10)); err != nil {
 		t.Errorf("a watch of c2 from an old position, only c1's events evicted: %v", err)
 	}
+	// A watch that names c1 among others has lost c1's events.
+	if _, _, err := h.Next(Position{Epoch: h.Position().Epoch, Seq: 1}, []string{"c0", "c1", "c2"}, make([]Event, 0, 10)); err == nil {
+		t.Error("a watch of c0, c1 and c2 from a position c1's evicted events followed: no error")
+	}
 	// Caught up: nothing, and a channel that closes on the next event.
 	evs, wake, err = h.Next(h.Position(), nil, make([]Event, 0, 10))
 	if err != nil || len(evs) != 0 || wake == nil {
