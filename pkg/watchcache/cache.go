@@ -490,18 +490,39 @@ func (c *Cache) Snapshot(pos Position, clusters []string) ([]Item, error) {
 			restore[ev.Key] = state{obj: ev.Prev, seq: ev.PrevSeq}
 		}
 	}
+	// The clusters' objects, each cluster once. A watch reads one cluster at a time: it is
+	// looked up, not found among every cluster's (a watch's start then grew with the square of
+	// the clusters).
+	type clusterObjects struct {
+		cluster string
+		objs    map[objectKey]state
+	}
+	var read []clusterObjects
 	n := 0
-	for cl, objs := range c.latest {
-		if want(cl) {
-			n += len(objs)
+	add := func(cl string, objs map[objectKey]state) {
+		read = append(read, clusterObjects{cl, objs})
+		n += len(objs)
+	}
+	switch {
+	case len(clusters) == 0:
+		for cl, objs := range c.latest {
+			add(cl, objs)
+		}
+	case len(clusters) == 1:
+		if objs, ok := c.latest[clusters[0]]; ok {
+			add(clusters[0], objs)
+		}
+	default:
+		for cl := range sets.New(clusters...) {
+			if objs, ok := c.latest[cl]; ok {
+				add(cl, objs)
+			}
 		}
 	}
 	out := make([]Item, 0, n)
-	for cl, objs := range c.latest {
-		if !want(cl) {
-			continue
-		}
-		for key, st := range objs {
+	for _, r := range read {
+		cl := r.cluster
+		for key, st := range r.objs {
 			k := aggregate.Key{Cluster: cl, Namespace: key.namespace, Name: key.name}
 			if _, touched := restore[k]; touched {
 				continue
@@ -520,8 +541,11 @@ func (c *Cache) Snapshot(pos Position, clusters []string) ([]Item, error) {
 // wanted judges a cluster by clusters, every cluster when empty: a set, for a watch's clusters
 // may be a thousand.
 func wanted(clusters []string) func(string) bool {
-	if len(clusters) == 0 {
+	switch len(clusters) {
+	case 0:
 		return func(string) bool { return true }
+	case 1: // a watch's initial events, read one cluster at a time
+		return func(c string) bool { return c == clusters[0] }
 	}
 	return sets.New(clusters...).Has
 }
