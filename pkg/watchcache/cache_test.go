@@ -66,6 +66,21 @@ func TestCacheSnapshot(t *testing.T) {
 	if want := map[string]string{"c2|ns/c": "1"}; !reflect.DeepEqual(state(got), want) {
 		t.Errorf("snapshot now, c2 only: %v, want %v", state(got), want)
 	}
+	got, _ = h.Snapshot(at, []string{"c2"})
+	if want := map[string]string{"c2|ns/b": "1"}; !reflect.DeepEqual(state(got), want) {
+		t.Errorf("snapshot at 2, c2 only: %v, want %v", state(got), want)
+	}
+	// Clusters named twice, and one unknown: each object once.
+	for _, pos := range []Position{at, h.Position()} {
+		want := map[string]string{"c1|ns/a": "1", "c2|ns/b": "1"}
+		if pos.Seq == h.Position().Seq {
+			want = map[string]string{"c1|ns/a": "3", "c2|ns/c": "1"}
+		}
+		got, _ = h.Snapshot(pos, []string{"c2", "c1", "c2", "c9"})
+		if len(got) != len(want) || !reflect.DeepEqual(state(got), want) {
+			t.Errorf("snapshot at %d of c2, c1, c2 and c9: %d items %v, want %v", pos.Seq, len(got), state(got), want)
+		}
+	}
 	small := newTestCache(2, 1<<30)
 	small.OnAdd("c1", cmAt("a", "1"), false)
 	old := small.Position()
