@@ -3,10 +3,12 @@ package filters
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -139,3 +141,46 @@ func TestLimits(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestAddWarningsBounded: a thousand clusters' warnings (each syncing, say) are not a thousand
+// headers. Python's http.client refuses an answer with more than 100 headers; kube-apiserver
+// stops at 4 Ki runes of warning text. The first that do not fit are counted in one last
+// warning, after which nothing is added; repeats are added once.
+func TestAddWarningsBounded(t *testing.T) {
+	h := http.Header{}
+	AddWarning(h, "fleet: first")
+	var msgs []string
+	for i := range 1000 {
+		msgs = append(msgs, fmt.Sprintf("cluster %q: pods not synced yet", fmt.Sprintf("c%d", i)))
+	}
+	AddWarnings(h, append([]string{"fleet: first", "fleet: second", "fleet: second"}, msgs...))
+	got := h.Values("Warning")
+	if len(got) > maxWarnings {
+		t.Fatalf("%d Warning headers, want at most %d", len(got), maxWarnings)
+	}
+	runes := 0
+	for _, v := range got[:len(got)-1] {
+		runes += utf8.RuneCountInString(v)
+	}
+	if runes > maxWarningRunes {
+		t.Errorf("%d runes of warnings before the last, want at most %d", runes, maxWarningRunes)
+	}
+	if !strings.Contains(got[0], "fleet: first") || !strings.Contains(got[1], "fleet: second") || strings.Contains(got[2], "fleet: second") {
+		t.Errorf("first warnings %q: want fleet: first, fleet: second, once each", got[:3])
+	}
+	shown := len(got) - 3 // the two fleet warnings and the last
+	want := fmt.Sprintf("%d more warnings not shown", 1000-shown)
+	if last := got[len(got)-1]; !strings.Contains(last, want) {
+		t.Errorf("last warning %q, want it to say %q", last, want)
+	}
+	AddWarning(h, "after the last")
+	if n := len(h.Values("Warning")); n != len(got) {
+		t.Errorf("a warning added after the last: %d headers, want %d", n, len(got))
+	}
+
+	few := http.Header{}
+	AddWarnings(few, msgs[:3])
+	if n := len(few.Values("Warning")); n != 3 {
+		t.Errorf("3 warnings: %d headers", n)
+	}
+}

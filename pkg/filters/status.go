@@ -3,14 +3,17 @@ package filters
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/multicache/multicache/pkg/storage"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // StatusOf is the metav1.Status of an error answer. Both APIs answer errors with one: the
@@ -53,10 +56,54 @@ func WriteAPIError(w http.ResponseWriter, err error) {
 	WriteStatus(w, &s)
 }
 
-// AddWarning adds msg to the answer's Warning headers (kubectl prints them), once.
-func AddWarning(h http.Header, msg string) {
-	hv, err := utilnet.NewWarningHeader(299, "-", msg)
-	if err == nil && !slices.Contains(h.Values("Warning"), hv) {
+// An answer's warnings are bounded as kube-apiserver bounds them (its warning recorder stops at
+// 4 Ki runes of text), and in number: over a thousand clusters, one warning per cluster that
+// is syncing or unavailable would be a thousand headers, and Python's http.client, under the
+// official Python client, refuses an answer with more than 100 headers.
+const (
+	maxWarningRunes = 4 * 1024
+	maxWarnings     = 50
+)
+
+// AddWarning adds msg to the answer's Warning headers (kubectl prints them), once, within the
+// bounds AddWarnings keeps.
+func AddWarning(h http.Header, msg string) { AddWarnings(h, []string{msg}) }
+
+// AddWarnings adds each of msgs to the answer's Warning headers, once each, while the
+// answer's warnings stay within maxWarnings and maxWarningRunes of text. The first message
+// that does not fit ends them: one last warning says how many were not shown, and no warning
+// comes after it.
+func AddWarnings(h http.Header, msgs []string) {
+	have := h.Values("Warning")
+	if n := len(have); n > 0 && strings.HasSuffix(have[n-1], notShown+`"`) {
+		return // full: told already
+	}
+	seen := sets.New(have...)
+	runes := 0
+	for _, v := range have {
+		runes += utf8.RuneCountInString(v)
+	}
+	for i, msg := range msgs {
+		hv, err := utilnet.NewWarningHeader(299, "-", msg)
+		if err != nil || seen.Has(hv) {
+			continue
+		}
+		if len(seen) >= maxWarnings-1 || runes+utf8.RuneCountInString(hv) > maxWarningRunes {
+			rest := sets.New[string]()
+			for _, m := range msgs[i:] {
+				if v, err := utilnet.NewWarningHeader(299, "-", m); err == nil && !seen.Has(v) {
+					rest.Insert(v)
+				}
+			}
+			last, _ := utilnet.NewWarningHeader(299, "-", fmt.Sprintf("%d more warnings%s", rest.Len(), notShown))
+			h.Add("Warning", last)
+			return
+		}
 		h.Add("Warning", hv)
+		seen.Insert(hv)
+		runes += utf8.RuneCountInString(hv)
 	}
 }
+
+// notShown ends the warning that says how many were not shown.
+const notShown = " not shown (an answer's warnings are bounded)"

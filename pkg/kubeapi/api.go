@@ -261,13 +261,6 @@ func (a *API) openAPI(w http.ResponseWriter, r *http.Request, cluster string) {
 // when it says).
 func writeError(w http.ResponseWriter, err error) { filters.WriteAPIError(w, err) }
 
-// warn adds each warning to the answer's Warning headers, once.
-func warn(h http.Header, warnings []string) {
-	for _, msg := range warnings {
-		filters.AddWarning(h, msg)
-	}
-}
-
 // freshnessWarnings are the warnings kubectl prints for an answer's clusters: those left out
 // because the caller may not read them, those no replica could answer for, and those not in
 // step with their API server (syncing, failing, or serving their last state).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
+	"github.com/multicache/multicache/pkg/filters"
 	"github.com/multicache/multicache/pkg/kubeapi/discovery"
 	"github.com/multicache/multicache/pkg/storage"
 )
@@ -72,7 +73,7 @@ func (a *API) clusters(w http.ResponseWriter, r *http.Request, rq request) {
 				}
 			}
 		}
-		warn(w.Header(), freshnessWarnings(l.Freshness, "clusters"))
+		filters.AddWarnings(w.Header(), freshnessWarnings(l.Freshness, "clusters"))
 		enc := rq.enc
 		enc.TypeMeta = rq.p.name != ""
 		en, err := a.encoder(ctx, enc, discovery.ClustersResource)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,7 +87,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, rq request) {
 		writeError(w, err)
 		return
 	}
-	warn(w.Header(), append(freshnessWarnings(l.Freshness, rq.kr.Name), l.Warnings...))
+	filters.AddWarnings(w.Header(), append(slices.Clone(l.Warnings), freshnessWarnings(l.Freshness, rq.kr.Name)...))
 	en, err := a.encoder(ctx, rq.enc, rq.kr)
 	if err != nil {
 		writeError(w, err)
@@ -205,7 +206,7 @@ func (a *API) get(ctx context.Context, w http.ResponseWriter, rq request) {
 		writeError(w, err)
 		return
 	}
-	warn(w.Header(), append(freshnessWarnings(l.Freshness, rq.kr.Name), l.Warnings...))
+	filters.AddWarnings(w.Header(), append(slices.Clone(l.Warnings), freshnessWarnings(l.Freshness, rq.kr.Name)...))
 	gr := rq.kr.GroupResource()
 	en, err := a.encoder(ctx, enc, rq.kr)
 	if err != nil {
@@ -300,7 +301,7 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, rq request) {
 		}
 		gone = err // a position already gone opens a watch that ends at once, as kube-apiserver's
 	} else {
-		warn(w.Header(), append(freshnessWarnings(wt.Freshness(), rq.kr.Name), wt.Warnings()...))
+		filters.AddWarnings(w.Header(), append(slices.Clone(wt.Warnings()), freshnessWarnings(wt.Freshness(), rq.kr.Name)...))
 	}
 	a.opts.Watches.Inc()
 	defer a.opts.Watches.Dec()

@@ -53,13 +53,6 @@ type API struct {
 // New makes the API.
 func New(opts Options) *API { return &API{opts: opts} }
 
-// addWarnings adds each of ws to the answer's Warning headers, once.
-func addWarnings(h http.Header, ws []string) {
-	for _, w := range ws {
-		filters.AddWarning(h, w)
-	}
-}
-
 // writeError answers err: the front's one writer of errors.
 func writeError(w http.ResponseWriter, err error) { filters.WriteAPIError(w, err) }
 
@@ -154,7 +147,7 @@ func (a *API) List(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		addWarnings(w.Header(), l.Warnings)
+		filters.AddWarnings(w.Header(), l.Warnings)
 		if err := a.writeList(ctx, w, sel.Resource, l); err != nil {
 			writeError(w, err)
 		}
@@ -227,7 +220,7 @@ func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		addWarnings(w.Header(), sum.Warnings)
+		filters.AddWarnings(w.Header(), sum.Warnings)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(summaryOf(sum, byKey, int(opts.Limit)))
 	})
@@ -271,7 +264,7 @@ func (a *API) watchSummary(w http.ResponseWriter, r *http.Request, sm storage.Su
 	err := storage.WatchSummary(r.Context(), a.opts.Reader, sm, opts, func(sum *storage.Summary) error {
 		if !started {
 			started = true
-			addWarnings(w.Header(), sum.Warnings)
+			filters.AddWarnings(w.Header(), sum.Warnings)
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)
 		}
@@ -365,7 +358,7 @@ func (a *API) Get(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		addWarnings(w.Header(), l.Warnings)
+		filters.AddWarnings(w.Header(), l.Warnings)
 		if len(l.Items) == 0 {
 			msg := fmt.Sprintf("%s %q not found in cluster %q", res, k.ObjectKey(), k.Cluster)
 			if !serves(l.Freshness, k.Cluster) {
@@ -414,7 +407,7 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, sel storage.Selectio
 		writeError(w, err)
 		return
 	}
-	addWarnings(w.Header(), wt.Warnings())
+	filters.AddWarnings(w.Header(), wt.Warnings())
 	if ws := downWarning(wt.Freshness()); ws != "" {
 		filters.AddWarning(w.Header(), ws)
 	}
