@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -128,31 +129,18 @@ func (pl plan) downNames() []string {
 	return out
 }
 
-// signature is what a plan depends on, in words: two plans with equal signatures send the same
-// clusters to the same replicas, which can answer for them.
-func (pl plan) signature() string {
-	names := make([]string, 0, len(pl.owner))
-	for c := range pl.owner {
-		names = append(names, c)
-	}
-	slices.Sort(names)
-	var b strings.Builder
-	for _, c := range names {
-		fmt.Fprintf(&b, "%s=%s", c, pl.owner[c])
-		if why, ok := pl.down[c]; ok {
-			b.WriteString(" down:" + why)
-		}
-		b.WriteByte(';')
-	}
-	for _, p := range pl.parts {
-		fmt.Fprintf(&b, "|%s@%s", p.peer, p.url)
-	}
-	return b.String()
+// samePlan reports whether a and b send the same clusters to the same replicas, at the same
+// addresses, with the same clusters down for the same reasons: a read made with a then still
+// holds. Every fleet watch asks on every change of owners (a move is many), so it compares,
+// and spells out nothing.
+func samePlan(a, b plan) bool {
+	return maps.Equal(a.owner, b.owner) && maps.Equal(a.down, b.down) &&
+		slices.EqualFunc(a.parts, b.parts, func(x, y part) bool { return x.peer == y.peer && x.url == y.url })
 }
 
 // changeFrom says in words how plan now differs from was, "" when it does not.
 func changeFrom(was, now plan) string {
-	if was.signature() == now.signature() {
+	if samePlan(was, now) {
 		return ""
 	}
 	for c, o := range now.owner {
