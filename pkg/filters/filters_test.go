@@ -144,8 +144,8 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // TestAddWarningsBounded: a thousand clusters' warnings (each syncing, say) are not a thousand
 // headers. Python's http.client refuses an answer with more than 100 headers; kube-apiserver
-// stops at 4 Ki runes of warning text. The first that do not fit are counted in one last
-// warning, after which nothing is added; repeats are added once.
+// cuts warnings to 256 runes once their text passes 4 Ki. The first that do not fit are
+// counted in one last warning, after which nothing is added; repeats are added once.
 func TestAddWarningsBounded(t *testing.T) {
 	h := http.Header{}
 	AddWarning(h, "fleet: first")
@@ -155,15 +155,8 @@ func TestAddWarningsBounded(t *testing.T) {
 	}
 	AddWarnings(h, append([]string{"fleet: first", "fleet: second", "fleet: second"}, msgs...))
 	got := h.Values("Warning")
-	if len(got) > maxWarnings {
-		t.Fatalf("%d Warning headers, want at most %d", len(got), maxWarnings)
-	}
-	runes := 0
-	for _, v := range got[:len(got)-1] {
-		runes += utf8.RuneCountInString(v)
-	}
-	if runes > maxWarningRunes {
-		t.Errorf("%d runes of warnings before the last, want at most %d", runes, maxWarningRunes)
+	if len(got) != maxWarnings {
+		t.Fatalf("%d Warning headers, want %d", len(got), maxWarnings)
 	}
 	if !strings.Contains(got[0], "fleet: first") || !strings.Contains(got[1], "fleet: second") || strings.Contains(got[2], "fleet: second") {
 		t.Errorf("first warnings %q: want fleet: first, fleet: second, once each", got[:3])
@@ -178,9 +171,32 @@ func TestAddWarningsBounded(t *testing.T) {
 		t.Errorf("a warning added after the last: %d headers, want %d", n, len(got))
 	}
 
-	few := http.Header{}
-	AddWarnings(few, msgs[:3])
-	if n := len(few.Values("Warning")); n != 3 {
-		t.Errorf("3 warnings: %d headers", n)
+	// Exactly as many as fit: all shown, none counted.
+	fit := http.Header{}
+	AddWarnings(fit, msgs[:maxWarnings])
+	if got := fit.Values("Warning"); len(got) != maxWarnings || !strings.Contains(got[maxWarnings-1], fmt.Sprintf("c%d", maxWarnings-1)) {
+		t.Errorf("%d warnings: %d headers, the last %q", maxWarnings, len(got), got[len(got)-1])
+	}
+
+	// A warning longer than the text left is cut, as kube-apiserver cuts it, and those after
+	// it are still shown until the text is spent.
+	long := "990 clusters left out: you may not read " + strings.Repeat("c0-123, ", 990)
+	cut := http.Header{}
+	AddWarnings(cut, append([]string{long}, msgs[:5]...))
+	got = cut.Values("Warning")
+	runes := 0
+	for _, v := range got {
+		runes += utf8.RuneCountInString(v)
+	}
+	if len(got) != 6 || !strings.Contains(got[0], "990 clusters left out") || utf8.RuneCountInString(got[0]) > cutWarningRunes+20 || runes > maxWarningRunes {
+		t.Errorf("a warning of %d runes, then 5: %d headers (%d runes), the first %q", utf8.RuneCountInString(long), len(got), runes, got[0])
+	}
+	// Long ones only: cut, until the text is spent.
+	many := http.Header{}
+	AddWarnings(many, []string{long, long + "1", long + "2", long + "3", long + "4", long + "5", long + "6", long + "7", long + "8", long + "9", long + "10",
+		long + "11", long + "12", long + "13", long + "14", long + "15", long + "16", long + "17"})
+	got = many.Values("Warning")
+	if n := len(got); n < 10 || n > 18 || !strings.Contains(got[n-1], "more warnings not shown") {
+		t.Errorf("18 long warnings: %d headers, the last %q", n, got[n-1])
 	}
 }

@@ -56,12 +56,14 @@ func WriteAPIError(w http.ResponseWriter, err error) {
 	WriteStatus(w, &s)
 }
 
-// An answer's warnings are bounded as kube-apiserver bounds them (its warning recorder stops at
-// 4 Ki runes of text), and in number: over a thousand clusters, one warning per cluster that
-// is syncing or unavailable would be a thousand headers, and Python's http.client, under the
-// official Python client, refuses an answer with more than 100 headers.
+// An answer's warnings are bounded as kube-apiserver bounds them: once their text passes
+// 4 Ki runes, each further warning is cut to 256 runes (its recorder's limits). And in number:
+// over a thousand clusters, one warning per cluster that is syncing or unavailable would be a
+// thousand headers, and Python's http.client, under the official Python client, refuses an
+// answer with more than 100 headers.
 const (
 	maxWarningRunes = 4 * 1024
+	cutWarningRunes = 256
 	maxWarnings     = 50
 )
 
@@ -69,10 +71,10 @@ const (
 // bounds AddWarnings keeps.
 func AddWarning(h http.Header, msg string) { AddWarnings(h, []string{msg}) }
 
-// AddWarnings adds each of msgs to the answer's Warning headers, once each, while the
-// answer's warnings stay within maxWarnings and maxWarningRunes of text. The first message
-// that does not fit ends them: one last warning says how many were not shown, and no warning
-// comes after it.
+// AddWarnings adds each of msgs to the answer's Warning headers, once each, within the bounds
+// above: a warning that does not fit in what is left of maxWarningRunes is cut to
+// cutWarningRunes, and once the text is spent, or maxWarnings would be passed, one last
+// warning says how many were not shown, and no warning comes after it.
 func AddWarnings(h http.Header, msgs []string) {
 	have := h.Values("Warning")
 	if n := len(have); n > 0 && strings.HasSuffix(have[n-1], notShown+`"`) {
@@ -83,25 +85,30 @@ func AddWarnings(h http.Header, msgs []string) {
 	for _, v := range have {
 		runes += utf8.RuneCountInString(v)
 	}
-	for i, msg := range msgs {
-		hv, err := utilnet.NewWarningHeader(299, "-", msg)
-		if err != nil || seen.Has(hv) {
-			continue
+	header := func(msg string) string {
+		v, _ := utilnet.NewWarningHeader(299, "-", msg)
+		return v
+	}
+	var todo []string // the headers of msgs not shown yet, each once
+	for _, msg := range msgs {
+		if v := header(msg); v != "" && !seen.Has(v) {
+			todo = append(todo, msg)
+			seen.Insert(v)
 		}
-		if len(seen) >= maxWarnings-1 || runes+utf8.RuneCountInString(hv) > maxWarningRunes {
-			rest := sets.New[string]()
-			for _, m := range msgs[i:] {
-				if v, err := utilnet.NewWarningHeader(299, "-", m); err == nil && !seen.Has(v) {
-					rest.Insert(v)
-				}
-			}
-			last, _ := utilnet.NewWarningHeader(299, "-", fmt.Sprintf("%d more warnings%s", rest.Len(), notShown))
-			h.Add("Warning", last)
+	}
+	shown := len(have)
+	for i, msg := range todo {
+		if n := utf8.RuneCountInString(msg); runes+n > maxWarningRunes && n > cutWarningRunes {
+			msg = string([]rune(msg)[:cutWarningRunes-1]) + "…"
+		}
+		if runes >= maxWarningRunes || shown >= maxWarnings-1 && i < len(todo)-1 {
+			h.Add("Warning", header(fmt.Sprintf("%d more warnings%s", len(todo)-i, notShown)))
 			return
 		}
-		h.Add("Warning", hv)
-		seen.Insert(hv)
-		runes += utf8.RuneCountInString(hv)
+		v := header(msg)
+		h.Add("Warning", v)
+		shown++
+		runes += utf8.RuneCountInString(v)
 	}
 }
 

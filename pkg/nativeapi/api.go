@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -407,10 +409,11 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, sel storage.Selectio
 		writeError(w, err)
 		return
 	}
-	filters.AddWarnings(w.Header(), wt.Warnings())
-	if ws := downWarning(wt.Freshness()); ws != "" {
-		filters.AddWarning(w.Header(), ws)
+	ws := wt.Warnings()
+	if down := downWarning(wt.Freshness()); down != "" {
+		ws = append(slices.Clone(ws), down)
 	}
+	filters.AddWarnings(w.Header(), ws)
 	a.opts.Watches.Inc()
 	defer a.opts.Watches.Dec()
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -423,25 +426,19 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, sel storage.Selectio
 	}
 }
 
-// downWarning names the clusters of a watch that no live replica owns.
+// downWarning names the clusters of a watch that no live replica owns, what that means first:
+// a long list is cut (filters.AddWarnings).
 func downWarning(fresh []api.ClusterFreshness) string {
 	var names []string
 	for _, f := range fresh {
-		if len(f.Error) > len("unavailable: ") && f.Error[:len("unavailable: ")] == "unavailable: " {
+		if strings.HasPrefix(f.Error, "unavailable: ") && len(f.Error) > len("unavailable: ") {
 			names = append(names, f.Name)
 		}
 	}
 	if len(names) == 0 {
 		return ""
 	}
-	out := "clusters "
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out + ": no live replica owns them; this watch ends with 410 when one does"
+	return fmt.Sprintf("%d clusters with no live replica to own them (this watch ends with 410 when one does): %s", len(names), strings.Join(names, ", "))
 }
 
 // watchSink writes a native watch: api.WatchEvents, one per line.

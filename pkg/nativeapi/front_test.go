@@ -359,7 +359,7 @@ func TestWatchStream(t *testing.T) {
 		t.Fatalf("%d %v", resp.StatusCode, resp.Header)
 	}
 	ws := strings.Join(resp.Header.Values("Warning"), "\n")
-	if !strings.Contains(ws, "a part said so") || !strings.Contains(ws, "clusters c2: no live replica owns them") {
+	if !strings.Contains(ws, "a part said so") || !strings.Contains(ws, "1 clusters with no live replica to own them (this watch ends with 410 when one does): c2") {
 		t.Errorf("Warning headers: %s", ws)
 	}
 	o := r.watches[0]
