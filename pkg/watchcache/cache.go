@@ -83,7 +83,7 @@ type Cache struct {
 	bytes      int
 	seq        uint64            // of the newest event
 	evicted    map[string]uint64 // per cluster, the seq of its newest evicted event
-	evictedAll uint64            // the seq of the newest evicted event
+	evictedAll uint64            // the seq of the newest evicted event, at least every one of evicted
 	wake       chan struct{}     // closed when events arrive or the epoch changes
 	waiting    bool              // someone holds wake
 	resets     int64             // epochs ended because the Cache lost events
@@ -436,14 +436,11 @@ func (c *Cache) cutLocked(seq uint64, clusters []string) (string, bool) {
 	return "", false
 }
 
-// lostLocked reports whether an event after seq that concerns clusters was evicted. With no
-// event evicted after seq (evictedAll is the newest of evicted), none of theirs was.
+// lostLocked reports whether an event after seq that concerns clusters was evicted. It is
+// asked only of a position older than the ring's oldest event (an event after it was evicted).
 func (c *Cache) lostLocked(seq uint64, clusters []string) bool {
-	if c.evictedAll <= seq {
-		return false
-	}
 	if len(clusters) == 0 {
-		return true
+		return c.evictedAll > seq
 	}
 	for _, cl := range clusters {
 		if c.evicted[cl] > seq {
