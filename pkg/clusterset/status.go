@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,6 +89,23 @@ type ClusterStatus struct {
 	// nothing.
 	Waiting   bool
 	Resources []ResourceStatus
+}
+
+// Resolving reports whether cs may still resolve one of resources: it has no status for it
+// yet, or one pending or syncing without a kind (its discovery has not answered). A resource
+// missing from the cluster's catalog may then still come: a request for it is to be retried,
+// not answered 404.
+func (cs ClusterStatus) Resolving(resources []string) bool {
+	for _, res := range resources {
+		i := slices.IndexFunc(cs.Resources, func(rs ResourceStatus) bool { return rs.Resource == res })
+		if i < 0 {
+			return true
+		}
+		if rs := cs.Resources[i]; rs.Kind == "" && (rs.State == Pending || rs.State == Syncing) {
+			return true
+		}
+	}
+	return false
 }
 
 // StatusChange notifies that a cluster's or a resource's state changed. Resource is empty for

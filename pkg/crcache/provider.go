@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -130,12 +131,13 @@ func (p *Provider) sync(ctx context.Context, aware Aware) error {
 		cs, _ := p.f.reg.ClusterStatus(name)
 		return cs.Waiting
 	})
+	wanted := sets.New(want...)
 	p.mu.Lock()
 	var gone []*engagement
 	for name, e := range p.engaged {
 		// A cluster that left, or whose server or credentials changed: its cluster.Cluster
 		// goes, and one built with the new ones is engaged.
-		if !slices.Contains(want, name) || p.restartsOf(name) != e.restarts {
+		if !wanted.Has(name) || p.restartsOf(name) != e.restarts {
 			gone = append(gone, e)
 			delete(p.engaged, name)
 		}

@@ -221,13 +221,7 @@ func (a *API) resolving(ctx context.Context, view *discovery.View, cluster strin
 	if cluster == "" && a.opts.Fleet != nil {
 		candidates = a.opts.Fleet()
 	}
-	var out []string
-	for _, c := range candidates {
-		if a.opts.Catalog.Resolving(ctx, c, a.opts.Resources) {
-			out = append(out, c)
-		}
-	}
-	return out
+	return a.opts.Catalog.Resolving(ctx, candidates, a.opts.Resources)
 }
 
 // openAPI serves the OpenAPI documents of a view, from this replica's clusters, or, for a

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
@@ -60,15 +61,17 @@ func (a *API) clusters(w http.ResponseWriter, r *http.Request, rq request) {
 			}
 		}
 		l := &storage.List{}
+		shown := sets.New[string]()
 		for _, c := range cl {
 			l.Items = append(l.Items, storage.Item{Key: aggregate.Key{Cluster: c.Name, Name: c.Name}, Object: clusterObject(c)})
+			shown.Insert(c.Name)
 		}
 		if opts.Clusters == nil {
 			// Those the caller may not read, left out.
 			v, _ := a.opts.Catalog.View(ctx, "", false)
 			clusterSel, _, _ := storage.SplitSelector(rq.list.opts.LabelSelector)
 			for _, c := range clusterSel.Select(a.fleet(v)) {
-				if !slices.ContainsFunc(cl, func(x api.Cluster) bool { return x.Name == c }) {
+				if !shown.Has(c) {
 					l.Freshness = append(l.Freshness, api.ClusterFreshness{Name: c, Forbidden: true})
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/internal/fakeapi"
 	"github.com/multicache/multicache/pkg/aggregate"
@@ -121,26 +123,7 @@ func servePaths(b *testing.B, h http.Handler, paths []benchPath) {
 //
 //	go test -run '^$' -bench Fanout -count 10 ./pkg/server/ | tee new.txt; benchstat old.txt new.txt
 func BenchmarkFanout(b *testing.B) {
-	src := benchClusters(b)
-	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	peer, err := New(Options{Registry: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	peerSrv := httptest.NewServer(peer.Handler())
-	defer peerSrv.Close()
-	fleet := &staticFleet{owners: []shard.Owner{self("c1"), self("c2"), {Cluster: "c3", Holder: "p2", URL: peerSrv.URL, Live: true}}}
-	s, err := New(Options{Registry: reg, Fleet: fleet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	startSynced(b, reg)
-	for len(s.local.Unready("pods", nil)) > 0 || len(peer.local.Unready("pods", nil)) > 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	s, peer := fannedPair(b, benchClusters(b), func(c string) bool { return c != "c3" })
 	// fanned is this replica with the peer; single is one replica that runs all three clusters
 	// (the peer, asked directly), for the ratio.
 	fanned, single := s.Handler(), peer.Handler()
@@ -223,23 +206,88 @@ func (u *untilBookmark) Write(p []byte) (int, error) {
 }
 
 // BenchmarkHTTPWide is BenchmarkHTTP's first pages over S2's width: 1,000 clusters of 1,000
-// Pods each (5 fake API servers, each seen as 200 clusters), one replica. What a page costs
-// here beyond BenchmarkHTTP's 3 clusters is the cost that grows with clusters.
+// Pods each (5 fake API servers, each seen as 200 clusters), one replica, and the fleet's
+// clusters in both APIs. What a page costs here beyond BenchmarkHTTP's 3 clusters is the cost
+// that grows with clusters.
 //
 //	go test -run '^$' -bench HTTPWide -count 5 ./pkg/server/
 func BenchmarkHTTPWide(b *testing.B) {
-	var src clusterset.Static
-	for i := range 5 {
-		f := fakeapi.New(b)
-		f.SetPods(benchPods("s"+strconv.Itoa(i), 1000))
-		for j := range 200 {
-			src = append(src, clusterset.ClusterConfig{Name: "c" + strconv.Itoa(i) + "-" + strconv.Itoa(j), Config: f.Config(), Fingerprint: "1"})
-		}
-	}
-	h := syncedPodServer(b, src, aggregate.IndexSpec{Name: index.NodeName, Func: index.ByNodeName})
+	h := syncedPodServer(b, wideClusters(b, 1000), aggregate.IndexSpec{Name: index.NodeName, Func: index.ByNodeName})
 	servePaths(b, h, []benchPath{
 		{"kube-page-500", "/api/v1/pods?limit=500"},
 		{"native-page-500", "/multicache/v1/resources/pods?limit=500"},
 		{"kube-node-page-500", "/api/v1/pods?limit=500&fieldSelector=spec.nodeName%3Dnode-7"},
+		// The fleet's clusters, each judged against the caller's readable ones.
+		{"native-clusters", "/multicache/v1/clusters"},
+		{"kube-clusters", "/apis/multicache.io/v1/clusters"},
 	})
+}
+
+// BenchmarkFanoutWide is a fleet of S2's width read through a replica that owns half of it:
+// 1,000 clusters of 100 Pods each (5 fake API servers, each seen as 200 clusters), the even
+// ones this replica's and the odd ones a peer's (served by httptest on loopback). Each answer
+// merges the two parts, each part judged against the clusters it was asked for.
+//
+//	go test -run '^$' -bench FanoutWide -count 5 ./pkg/server/
+func BenchmarkFanoutWide(b *testing.B) {
+	src := wideClusters(b, 100)
+	mine := sets.New[string]()
+	for i, c := range src {
+		if i%2 == 0 {
+			mine.Insert(c.Name)
+		}
+	}
+	s, _ := fannedPair(b, src, mine.Has)
+	servePaths(b, s.Handler(), []benchPath{
+		{"native-clusters", "/multicache/v1/clusters"},
+		{"kube-clusters", "/apis/multicache.io/v1/clusters"},
+		{"kube-page-500", "/api/v1/pods?limit=500"},
+		{"native-page-500", "/multicache/v1/resources/pods?limit=500"},
+	})
+}
+
+// fannedPair serves src's clusters, from one Registry, by two Servers: a peer (served by
+// httptest on loopback) that runs them all, and this one, whose fleet gives it the clusters
+// mine accepts and the peer the others. It returns once every cluster is synced, and whole in
+// both servers' watch caches.
+func fannedPair(b *testing.B, src clusterset.Static, mine func(cluster string) bool) (s, peer *Server) {
+	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}, ProbeInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if peer, err = New(Options{Registry: reg}); err != nil {
+		b.Fatal(err)
+	}
+	peerSrv := httptest.NewServer(peer.Handler())
+	b.Cleanup(peerSrv.Close)
+	var owners []shard.Owner // sorted by cluster, as Fleet.Owners are
+	for _, c := range slices.SortedFunc(slices.Values(src), func(x, y clusterset.ClusterConfig) int { return strings.Compare(x.Name, y.Name) }) {
+		if mine(c.Name) {
+			owners = append(owners, self(c.Name))
+		} else {
+			owners = append(owners, shard.Owner{Cluster: c.Name, Holder: "p2", URL: peerSrv.URL, Live: true})
+		}
+	}
+	if s, err = New(Options{Registry: reg, Fleet: &staticFleet{owners: owners}}); err != nil {
+		b.Fatal(err)
+	}
+	startSynced(b, reg)
+	for len(s.local.Unready("pods", nil)) > 0 || len(peer.local.Unready("pods", nil)) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s, peer
+}
+
+// wideClusters are S2's 1,000 clusters: 5 fake API servers of pods Pods each, each seen as
+// 200 clusters.
+func wideClusters(b *testing.B, pods int) clusterset.Static {
+	var src clusterset.Static
+	for i := range 5 {
+		f := fakeapi.New(b)
+		f.SetPods(benchPods("s"+strconv.Itoa(i), pods))
+		for j := range 200 {
+			src = append(src, clusterset.ClusterConfig{Name: "c" + strconv.Itoa(i) + "-" + strconv.Itoa(j), Config: f.Config(), Fingerprint: "1"})
+		}
+	}
+	return src
 }

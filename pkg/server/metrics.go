@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -151,7 +152,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	var g prometheus.Gatherer = s.opts.Metrics
 	if ok != nil { // nil: the caller reads every cluster
-		g = clusterScoped{g: g, keep: func(c string) bool { return slices.Contains(ok, c) }}
+		readable := sets.New(ok...)
+		g = clusterScoped{g: g, keep: readable.Has}
 	}
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/filters"
@@ -66,9 +68,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 			filters.WriteAPIError(w, err)
 			return
 		}
+		readable := sets.New(ok...)
 		shown := slices.DeleteFunc(slices.Clone(waiting), func(l string) bool {
 			c, _, _ := strings.Cut(l, "/")
-			return !slices.Contains(ok, c)
+			return !readable.Has(c)
 		})
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = fmt.Fprintf(w, "not ready; waiting for:\n%s\n", strings.Join(shown, "\n"))

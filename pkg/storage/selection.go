@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/pkg/api"
 )
@@ -56,4 +57,27 @@ func (s ClusterSelector) Select(candidates []string) []string {
 		}
 	}
 	return out
+}
+
+// ClusterFilter judges cluster names against a list that may be absent, as a selection's
+// clusters and, in process, ClusterOptions' Clusters and Part mean it: no list (nil) accepts
+// every cluster, an empty one none. (Between replicas an empty ClusterOptions list is not sent
+// at all: a part sent to a peer is never empty.) Built once per request, it judges each
+// cluster in constant time: a replica's part names up to a thousand clusters, and a request
+// judges each of them.
+type ClusterFilter struct {
+	named sets.Set[string] // nil: every cluster
+}
+
+// FilterOf is the filter of names: every cluster when names is nil.
+func FilterOf(names []string) ClusterFilter {
+	if names == nil {
+		return ClusterFilter{}
+	}
+	return ClusterFilter{named: sets.New(names...)}
+}
+
+// Has reports whether the filter accepts cluster.
+func (f ClusterFilter) Has(cluster string) bool {
+	return f.named == nil || f.named.Has(cluster)
 }

@@ -133,25 +133,23 @@ func (c *Catalog) View(ctx context.Context, cluster string, fresh bool) (*View, 
 	return build(all, cluster), true
 }
 
-// Resolving reports whether cluster may still resolve a configured resource: it has no status
-// yet, or one of its resources is pending or syncing without a kind. A resource missing from
-// its view may then still come.
-func (c *Catalog) Resolving(ctx context.Context, cluster string, resources []string) bool {
+// Resolving lists the clusters of clusters, in their order, that may still resolve a
+// configured resource: those with no status yet, and those with a resource pending or syncing
+// without a kind. A resource missing from their view may then still come. The catalog is
+// read once, and each cluster found by name.
+func (c *Catalog) Resolving(ctx context.Context, clusters, resources []string) []string {
 	all, _ := c.read(ctx, false)
-	i := slices.IndexFunc(all, func(cs clusterset.ClusterStatus) bool { return cs.Name == cluster })
-	if i < 0 {
-		return true
+	byName := make(map[string]*clusterset.ClusterStatus, len(all))
+	for i := range all {
+		byName[all[i].Name] = &all[i]
 	}
-	for _, res := range resources {
-		j := slices.IndexFunc(all[i].Resources, func(rs clusterset.ResourceStatus) bool { return rs.Resource == res })
-		if j < 0 {
-			return true
-		}
-		if rs := all[i].Resources[j]; rs.Kind == "" && (rs.State == clusterset.Pending || rs.State == clusterset.Syncing) {
-			return true
+	var out []string
+	for _, cluster := range clusters {
+		if cs, ok := byName[cluster]; !ok || cs.Resolving(resources) {
+			out = append(out, cluster)
 		}
 	}
-	return false
+	return out
 }
 
 // build lists the resources the statuses show resolved, in one cluster's view when only is not

@@ -14,6 +14,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes/scheme"
 
@@ -147,13 +148,16 @@ func (rv *Reviews) readable(ctx context.Context, kr *Resource, cluster string) (
 		candidates = fleet
 	}
 	v, _ := rv.Catalog.View(ctx, "", false)
+	reported, serving := sets.New(v.Clusters...), sets.New(candidates...)
+	candidates = slices.Clone(candidates) // kr.Clusters and fleet are not ours to append to
 	for _, c := range fleet {
-		if !slices.Contains(v.Clusters, c) && !slices.Contains(candidates, c) {
-			candidates = append(slices.Clone(candidates), c)
+		if !reported.Has(c) && !serving.Has(c) {
+			candidates = append(candidates, c)
+			serving.Insert(c)
 		}
 	}
 	if cluster != "" {
-		if !slices.Contains(candidates, cluster) {
+		if !serving.Has(cluster) {
 			return nil, fmt.Sprintf("cluster %q does not serve %s", cluster, kr.GroupResource()), nil
 		}
 		candidates = []string{cluster}

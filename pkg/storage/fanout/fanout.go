@@ -74,8 +74,9 @@ func (r *Reader) planFor(named []string, labelSelector string) (plan, error) {
 	if err != nil {
 		return plan{}, err
 	}
+	wanted := storage.FilterOf(named)
 	keep := func(c string) bool {
-		return (named == nil || slices.Contains(named, c)) && clusterSel.Matches(c)
+		return wanted.Has(c) && clusterSel.Matches(c)
 	}
 	return planOf(r.opts.Fleet.Owners(), keep), nil
 }

@@ -5,11 +5,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/pkg/storage"
 	"github.com/multicache/multicache/pkg/watchcache"
@@ -94,8 +94,9 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 				}
 				// A page continues after the last key merged: an item of a cluster the part
 				// was not asked for would move it past clusters not read yet.
+				asked := sets.New(clusters...)
 				for _, it := range l.Items {
-					if !slices.Contains(clusters, it.Key.Cluster) {
+					if !asked.Has(it.Key.Cluster) {
 						return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q answered for cluster %q, which it was not asked for", p.peer, it.Key.Cluster))
 					}
 				}
@@ -301,8 +302,9 @@ func (r *Reader) countRest(ctx context.Context, pl plan, leader int, run []strin
 	}
 	p := pl.parts[leader]
 	var others []string
+	paged := sets.New(run...)
 	for _, c := range p.clusters {
-		if !slices.Contains(run, c) {
+		if !paged.Has(c) {
 			others = append(others, c)
 		}
 	}

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -97,16 +100,41 @@ func (f *fakePart) Watch(context.Context, storage.WatchOptions) (storage.Watch, 
 	return nil, errors.New("not in this test")
 }
 
-func (f *fakePart) Clusters(context.Context, storage.ClusterOptions) ([]api.Cluster, error) {
-	return nil, nil
+// reported are the clusters the part reports on in a status read: those it is asked for, and
+// extra, unasked.
+func (f *fakePart) reported(o storage.ClusterOptions) []string {
+	out := slices.Clone(o.Part)
+	if f.extra != "" {
+		out = append(out, f.extra)
+	}
+	slices.Sort(out)
+	return out
 }
 
-func (f *fakePart) Definitions(context.Context, storage.ClusterOptions) ([]storage.Definition, error) {
-	return nil, nil
+func (f *fakePart) Clusters(_ context.Context, o storage.ClusterOptions) ([]api.Cluster, error) {
+	var out []api.Cluster
+	for _, c := range f.reported(o) {
+		out = append(out, api.Cluster{Name: c, State: "Synced", Resources: []api.Resource{}})
+	}
+	return out, f.err
 }
 
-func (f *fakePart) Resources(context.Context, storage.ClusterOptions) ([]clusterset.ClusterStatus, error) {
-	return nil, nil
+// Definitions answers one definition, served by every cluster the part reports on.
+func (f *fakePart) Definitions(_ context.Context, o storage.ClusterOptions) ([]storage.Definition, error) {
+	cs := f.reported(o)
+	if f.err != nil || len(cs) == 0 {
+		return nil, f.err
+	}
+	def := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"}}
+	return []storage.Definition{{Def: def, From: cs[0], Clusters: cs}}, nil
+}
+
+func (f *fakePart) Resources(_ context.Context, o storage.ClusterOptions) ([]clusterset.ClusterStatus, error) {
+	var out []clusterset.ClusterStatus
+	for _, c := range f.reported(o) {
+		out = append(out, clusterset.ClusterStatus{Name: c})
+	}
+	return out, f.err
 }
 
 type sliceStream struct {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
@@ -49,8 +51,9 @@ func (r *Reader) Clusters(ctx context.Context, opts storage.ClusterOptions) ([]a
 			}
 			continue
 		}
+		asked := sets.New(a.part.clusters...)
 		for _, c := range a.val {
-			if !slices.Contains(a.part.clusters, c.Name) {
+			if !asked.Has(c.Name) {
 				continue // it moved: its owner reports it
 			}
 			c.Owner = a.part.peer
@@ -111,22 +114,26 @@ func (r *Reader) Definitions(ctx context.Context, opts storage.ClusterOptions) (
 		return nil, err
 	}
 	byName := map[string]*storage.Definition{}
+	clustersOf := map[string]sets.Set[string]{} // byName's clusters, by name
 	for _, a := range answers {
+		asked := sets.New(a.part.clusters...)
 		for _, e := range a.val {
-			clusters := slices.DeleteFunc(slices.Clone(e.Clusters), func(c string) bool { return !slices.Contains(a.part.clusters, c) })
+			clusters := slices.DeleteFunc(slices.Clone(e.Clusters), func(c string) bool { return !asked.Has(c) })
 			if len(clusters) == 0 {
 				continue
 			}
 			have := byName[e.Def.Name]
 			if have == nil {
 				byName[e.Def.Name] = &storage.Definition{Def: e.Def, From: e.From, Clusters: clusters}
+				clustersOf[e.Def.Name] = sets.New(clusters...)
 				continue
 			}
 			if e.From < have.From {
 				have.Def, have.From = e.Def, e.From
 			}
 			for _, c := range clusters {
-				if !slices.Contains(have.Clusters, c) {
+				if seen := clustersOf[e.Def.Name]; !seen.Has(c) {
+					seen.Insert(c)
 					have.Clusters = append(have.Clusters, c)
 				}
 			}
@@ -165,8 +172,9 @@ func (r *Reader) Resources(ctx context.Context, opts storage.ClusterOptions) ([]
 			}
 			continue
 		}
+		asked := sets.New(a.part.clusters...)
 		for _, cs := range a.val {
-			if slices.Contains(a.part.clusters, cs.Name) {
+			if asked.Has(cs.Name) {
 				out = append(out, cs)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/auth"
@@ -26,9 +27,10 @@ func statusScope(ctx context.Context, statuses []clusterset.ClusterStatus, opts 
 	if err != nil {
 		return nil, nil, err
 	}
+	named, part := storage.FilterOf(opts.Clusters), storage.FilterOf(opts.Part)
 	var names []string
 	for _, cs := range statuses {
-		if (opts.Clusters == nil || slices.Contains(opts.Clusters, cs.Name)) && (opts.Part == nil || slices.Contains(opts.Part, cs.Name)) && clusterSel.Matches(cs.Name) {
+		if named.Has(cs.Name) && part.Has(cs.Name) && clusterSel.Matches(cs.Name) {
 			names = append(names, cs.Name)
 		}
 	}
@@ -40,7 +42,8 @@ func statusScope(ctx context.Context, statuses []clusterset.ClusterStatus, opts 
 	} else if names, err = Readable(ctx, a, names); err != nil {
 		return nil, nil, err
 	}
-	return slices.DeleteFunc(slices.Clone(statuses), func(cs clusterset.ClusterStatus) bool { return !slices.Contains(names, cs.Name) }), objects, nil
+	readable := sets.New(names...)
+	return slices.DeleteFunc(slices.Clone(statuses), func(cs clusterset.ClusterStatus) bool { return !readable.Has(cs.Name) }), objects, nil
 }
 
 // Clusters lists the clusters this replica runs that the selection spans and the caller may
@@ -105,10 +108,13 @@ func (s *Storage) Definitions(ctx context.Context, opts storage.ClusterOptions) 
 	if opts.Part != nil {
 		clusterSel, _, _ := storage.SplitSelector(opts.LabelSelector)
 		var waiting []string
+		byName := func(cs clusterset.ClusterStatus, c string) int { return strings.Compare(cs.Name, c) }
+		resources := s.reg.Resources()
 		for _, c := range clusterSel.Select(opts.Part) {
-			i := slices.IndexFunc(statuses, func(cs clusterset.ClusterStatus) bool { return cs.Name == c })
-			started := slices.ContainsFunc(all, func(cs clusterset.ClusterStatus) bool { return cs.Name == c })
-			if !started || (i >= 0 && resolving(statuses[i], s.reg.Resources())) {
+			// Both sorted by name: statuses is a part of all.
+			i, scoped := slices.BinarySearchFunc(statuses, c, byName)
+			_, started := slices.BinarySearchFunc(all, c, byName)
+			if !started || (scoped && statuses[i].Resolving(resources)) {
 				waiting = append(waiting, c)
 			}
 		}
@@ -127,7 +133,9 @@ func (s *Storage) Definitions(ctx context.Context, opts storage.ClusterOptions) 
 				e = &storage.Definition{Def: rs.Definition, From: cs.Name}
 				byName[rs.Definition.Name] = e
 			}
-			if !slices.Contains(e.Clusters, cs.Name) {
+			// statuses are sorted by name: a cluster that serves the definition twice (two
+			// resources of it) is the last one named.
+			if n := len(e.Clusters); n == 0 || e.Clusters[n-1] != cs.Name {
 				e.Clusters = append(e.Clusters, cs.Name)
 			}
 		}
@@ -146,27 +154,11 @@ func SortedDefinitions(byName map[string]*storage.Definition) []storage.Definiti
 	return out
 }
 
-// resolving reports whether cs has a configured resource that its discovery has not resolved
-// yet (no status for it, or Pending/Syncing without a kind): a resource missing from its
-// catalog may then still come.
-func resolving(cs clusterset.ClusterStatus, resources []string) bool {
-	for _, res := range resources {
-		i := slices.IndexFunc(cs.Resources, func(rs clusterset.ResourceStatus) bool { return rs.Resource == res })
-		if i < 0 {
-			return true
-		}
-		if rs := cs.Resources[i]; rs.Kind == "" && (rs.State == clusterset.Pending || rs.State == clusterset.Syncing) {
-			return true
-		}
-	}
-	return false
-}
-
 // Resolving reports whether cluster may still resolve a configured resource (not started here,
 // or resolving): a request for a resource its catalog lacks is then to be retried, not 404.
 func (s *Storage) Resolving(cluster string) bool {
 	cs, ok := s.reg.ClusterStatus(cluster)
-	return !ok || resolving(cs, s.reg.Resources())
+	return !ok || cs.Resolving(s.reg.Resources())
 }
 
 // Resources lists how this replica's clusters the selection spans serve the configured
@@ -176,9 +168,10 @@ func (s *Storage) Resources(_ context.Context, opts storage.ClusterOptions) ([]c
 	if err != nil {
 		return nil, err
 	}
+	named, part := storage.FilterOf(opts.Clusters), storage.FilterOf(opts.Part)
 	var out []clusterset.ClusterStatus
 	for _, cs := range s.reg.Status() {
-		if (opts.Clusters != nil && !slices.Contains(opts.Clusters, cs.Name)) || (opts.Part != nil && !slices.Contains(opts.Part, cs.Name)) || !clusterSel.Matches(cs.Name) {
+		if !named.Has(cs.Name) || !part.Has(cs.Name) || !clusterSel.Matches(cs.Name) {
 			continue
 		}
 		cs.Resources = slices.Clone(cs.Resources)

@@ -3,7 +3,8 @@ package local
 import (
 	"context"
 	"net/http"
-	"slices"
+
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/pkg/aggregate"
 	"github.com/multicache/multicache/pkg/storage"
@@ -57,9 +58,10 @@ func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*
 			return nil, storage.Errorf(http.StatusBadRequest, "%v", err)
 		}
 		out.Summary = sum
+		unsynced := sets.New(sum.Unsynced...)
 		for _, c := range clusters {
 			if sel.agg.HasList(c) {
-				fresh[c] = !slices.Contains(sum.Unsynced, c)
+				fresh[c] = !unsynced.Has(c)
 			}
 		}
 		out.Unsynced = nil // told per cluster in Freshness
