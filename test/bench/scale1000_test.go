@@ -383,7 +383,7 @@ func killAB(b *testing.B, wide *scaleFleet, rounds int, alt abSide) {
 		table = append(table, fmt.Sprintf("| %s | %s | %s |", f.name, ceilingSpread(column(def, f.get), f.format), ceilingSpread(column(other, f.get), f.format)))
 	}
 	ratio := median(served(def)) / median(served(other))
-	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone, killed without a rolling restart before (BENCHMARKS.md, %q, the %s arm)", rounds, title, defName)
+	note := fmt.Sprintf("median (min–max) of %d rounds of the three replicas alone, killed without a rolling restart before (BENCHMARKS.md, %q, arm: %s)", rounds, title, defName)
 	recordGoals(b, goal{ID: "S2.6", Figure: "kill one of three: every cluster served again", Goal: "≤ 2 lease durations + the slowest relist",
 		Measured: fmt.Sprintf("%s against %s; %s", ceilingSpread(served(def), "%.1f s"), ceilingSpread(budget(def), "%.1f s"), note), Met: met(median(served(def)) <= median(budget(def)))})
 	var rows []string
