@@ -31,17 +31,9 @@ func TestManyClustersSyncingReachPython(t *testing.T) {
 	for i := range 150 {
 		src = append(src, clusterset.ClusterConfig{Name: "s" + strconv.Itoa(i), Config: slow.Config(), Fingerprint: "1"})
 	}
-	reg, err := clusterset.New(clusterset.Options{Source: src, Resources: []clusterset.ResourceSpec{{Name: "pods"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runRegistry(t, reg.Start)
+	s := startedServer(t, src)
 	waitUntil(t, "a synced", 10*time.Second, func() bool {
-		ca, _ := reg.ClusterStatus("a")
+		ca, _ := s.reg.ClusterStatus("a")
 		return ca.State == clusterset.Synced
 	})
 	hs := httptest.NewServer(s.Handler())

@@ -108,12 +108,12 @@ func (s *Storage) Definitions(ctx context.Context, opts storage.ClusterOptions) 
 	if opts.Part != nil {
 		clusterSel, _, _ := storage.SplitSelector(opts.LabelSelector)
 		var waiting []string
-		byName := func(cs clusterset.ClusterStatus, c string) int { return strings.Compare(cs.Name, c) }
+		compareName := func(cs clusterset.ClusterStatus, c string) int { return strings.Compare(cs.Name, c) }
 		resources := s.reg.Resources()
 		for _, c := range clusterSel.Select(opts.Part) {
 			// Both sorted by name: statuses is a part of all.
-			i, scoped := slices.BinarySearchFunc(statuses, c, byName)
-			_, started := slices.BinarySearchFunc(all, c, byName)
+			i, scoped := slices.BinarySearchFunc(statuses, c, compareName)
+			_, started := slices.BinarySearchFunc(all, c, compareName)
 			if !started || (scoped && statuses[i].Resolving(resources)) {
 				waiting = append(waiting, c)
 			}
