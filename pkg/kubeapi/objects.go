@@ -76,10 +76,10 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, rq request) {
 		limit = min(limit, int64(a.opts.MaxPageSize)) // the rest follows by continue
 	}
 	// A page without selectors says how many items follow it (remainingItemCount), as
-	// kube-apiserver's does.
+	// kube-apiserver's does, when every part can count it (not one of the previous envelope).
 	count := limit > 0 && rq.sel.LabelSelector == "" && rq.sel.FieldSelector == ""
 	l, err := a.opts.Reader.List(ctx, storage.ListOptions{Selection: rq.sel, Limit: limit, Continue: opts.Continue,
-		ResourceVersion: opts.ResourceVersion, ResourceVersionMatch: opts.ResourceVersionMatch, Encoding: rq.enc, Count: count})
+		ResourceVersion: opts.ResourceVersion, ResourceVersionMatch: opts.ResourceVersionMatch, Encoding: rq.enc, Count: count, CountOptional: true})
 	if err == nil && l.Count != nil && l.Continue != "" {
 		err = storage.Drain(l) // a page, of at most limit items
 	}

@@ -327,9 +327,9 @@ const previousPeerHeader = "X-Multicache-Peer"
 // request slot (a watch in a watch slot).
 func (s *Server) peers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Every answer of the route says it is this release's, its refusals too: a caller
+		// Every answer of the route names its envelope version, its refusals too: a caller
 		// tells a replica that does not speak the envelope by the header's absence.
-		w.Header().Set(peer.ProtocolHeader, peer.ProtocolVersion)
+		w.Header().Set(peer.ProtocolHeader, peer.AnswerVersion(r.Header.Get(peer.ProtocolHeader)))
 		if s.authn.Authorizer != nil && !filters.FromPeer(r.Context()) {
 			filters.WriteError(w, http.StatusForbidden, "forbidden: "+peer.Path+" is for the replicas themselves, under their peer certificates")
 			return

@@ -126,6 +126,11 @@ type ListOptions struct {
 	// part of a fleet's page that gives none of its items.
 	Count     bool `json:"count,omitempty"`
 	CountOnly bool `json:"countOnly,omitempty"`
+	// CountOptional lets the list be answered without its Count rather than refused when a
+	// part cannot count (a replica of the previous envelope, during a rolling update): the
+	// Kubernetes API's remainingItemCount is optional, the native API's total is not. It is
+	// the caller's to say, and never sent: a part's own answer counts or fails.
+	CountOptional bool `json:"-"`
 }
 
 // GetOptions is a get by name.

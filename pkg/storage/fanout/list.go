@@ -253,11 +253,15 @@ func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.C
 	if counted && mp.count != nil {
 		// The leader counted only the run: its other clusters' count comes on top.
 		extra, err := r.countRest(ctx, pl, leader, run, cont, read)
-		if err != nil {
+		switch {
+		case err != nil:
 			return nil, mergedPage{}, false, nil
+		case extra == nil:
+			mp.count = nil
+		default:
+			mp.count.Total += extra.Total
+			mp.count.Before += extra.Before
 		}
-		mp.count.Total += extra.Total
-		mp.count.Before += extra.Before
 	}
 	if mp.more || len(mp.items) >= int(limit) || end == len(order) {
 		// The leading run completed the page (its owner has more, or gave a whole page), or no
@@ -295,10 +299,11 @@ func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.C
 }
 
 // countRest counts the clusters of the leader's part outside the run it paged, from the same
-// cursor: with the other parts' counts, the fleet's.
-func (r *Reader) countRest(ctx context.Context, pl plan, leader int, run []string, cont *watchcache.Continue, read pageReader) (storage.Count, error) {
+// cursor: with the other parts' counts, the fleet's. It is nil when the part answered no count
+// (a replica of the previous envelope, asked by a list whose count is optional).
+func (r *Reader) countRest(ctx context.Context, pl plan, leader int, run []string, cont *watchcache.Continue, read pageReader) (*storage.Count, error) {
 	if leader < 0 {
-		return storage.Count{}, nil
+		return &storage.Count{}, nil
 	}
 	p := pl.parts[leader]
 	var others []string
@@ -309,17 +314,14 @@ func (r *Reader) countRest(ctx context.Context, pl plan, leader int, run []strin
 		}
 	}
 	if len(others) == 0 {
-		return storage.Count{}, nil
+		return &storage.Count{}, nil
 	}
 	one := plan{parts: []part{p}, down: pl.down, owner: pl.owner, keep: pl.keep}
 	answers := gather(ctx, r, one, read(cont, 0, func(part) ([]string, bool) { return others, true }))
 	if err := refusal(answers); err != nil {
-		return storage.Count{}, err
+		return nil, err
 	}
-	if c := answers[0].val.Count; c != nil {
-		return *c, nil
-	}
-	return storage.Count{}, fmt.Errorf("replica %q answered no count", p.peer)
+	return answers[0].val.Count, nil
 }
 
 // closeAll closes the item streams of the answers.

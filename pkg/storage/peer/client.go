@@ -58,8 +58,34 @@ var (
 )
 
 // call posts opts to path and returns the answer if it is 200; any other answer, and a
-// failure to reach the replica, is its error: the replica's own Status, or 503.
+// failure to reach the replica, is its error: the replica's own Status, or 503. The call goes in
+// ProtocolVersion, and once more in an older version this release speaks when the replica
+// refuses it naming that one (OldestProtocolVersion).
 func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.Response, error) {
+	resp, err := c.callIn(ctx, ProtocolVersion, path, kind, opts)
+	if err != nil || resp.StatusCode == http.StatusOK {
+		return resp, err
+	}
+	v := resp.Header.Get(ProtocolHeader)
+	if v == "" || v == ProtocolVersion || !Speaks(v) {
+		return nil, c.answerError(ProtocolVersion, resp)
+	}
+	_ = c.answerError(ProtocolVersion, resp) // its body read and closed: the call is made again, or refused
+	older, why := olderCall(v, opts)
+	if why != nil {
+		return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q speaks peer protocol %q: %v; retry once the rolling update is done", c.ID, v, why))
+	}
+	resp, err = c.callIn(ctx, v, path, kind, older)
+	if err != nil || resp.StatusCode == http.StatusOK {
+		return resp, err
+	}
+	return nil, c.answerError(v, resp)
+}
+
+// callIn posts opts to path in envelope version v: the answer, whatever its status, unless it
+// is a 200 that is not of version v (read as v's, it would be misread), which is an error as a
+// failure to reach the replica is.
+func (c *Client) callIn(ctx context.Context, v, path, kind string, opts any) (*http.Response, error) {
 	start := time.Now()
 	body, err := json.Marshal(opts)
 	if err != nil {
@@ -77,7 +103,7 @@ func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.R
 	// A fan-out's parts are not gzipped at one hop to be gunzipped at the next: the caller's
 	// own Accept-Encoding stays with the replica it asked.
 	req.Header.Set("Accept-Encoding", "identity")
-	req.Header.Set(ProtocolHeader, ProtocolVersion)
+	req.Header.Set(ProtocolHeader, v)
 	if c.Clients.Trusted() {
 		// Its certificate proves the peer; ours vouches for the caller.
 		if u := auth.UserOf(auth.AccessOf(ctx)); u != nil {
@@ -95,20 +121,26 @@ func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.R
 	if err != nil {
 		return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q did not answer: %v", c.ID, err))
 	}
-	if resp.StatusCode == http.StatusOK && resp.Header.Get(ProtocolHeader) == ProtocolVersion {
-		return resp, nil
+	if resp.StatusCode == http.StatusOK && resp.Header.Get(ProtocolHeader) != v {
+		return nil, c.answerError(v, resp)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return nil, answerError(c.ID, resp, b)
+	return resp, nil
 }
 
-// answerError is a replica's refusal: its Status as it gave it (the caller's own answer), but
-// for a refusal of this replica itself (401), an answer without the envelope's header (a
-// replica of another release, during a rolling update) and a failure of the replica (5xx),
-// which are 503: the caller did nothing wrong, and may retry. A 429 or 503 always carries a
-// Retry-After.
-func answerError(id string, resp *http.Response, body []byte) error {
+// answerError reads and closes resp, the answer to a call of version v that is not a 200 of
+// v, and returns it as an error (refusal).
+func (c *Client) answerError(v string, resp *http.Response) error {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return refusal(c.ID, v, resp, b)
+}
+
+// refusal is a replica's refusal: its Status as it gave it (the caller's own answer), but for
+// a refusal of this replica itself (401), an answer without the envelope's header or of
+// another version than the call's, v (a replica of another release, during a rolling update),
+// and a failure of the replica (5xx), which are 503: the caller did nothing wrong, and may
+// retry. A 429 or 503 always carries a Retry-After.
+func refusal(id, v string, resp *http.Response, body []byte) error {
 	var st metav1.Status
 	if json.Unmarshal(body, &st) != nil || st.Code == 0 {
 		st = storage.Error(resp.StatusCode, strings.TrimSpace(string(body))).ErrStatus
@@ -118,9 +150,9 @@ func answerError(id string, resp *http.Response, body []byte) error {
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q refused this replica's call (%s): are its peer certificates signed by the same CA?", id, st.Message))
 	case resp.Header.Get(ProtocolHeader) == "":
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q does not answer this release's peer calls (it answered %d: %s); retry once the rolling update is done", id, resp.StatusCode, st.Message))
-	case resp.Header.Get(ProtocolHeader) != ProtocolVersion:
-		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q speaks peer protocol %q, this one %q (it answered %d: %s); retry once the rolling update is done",
-			id, resp.Header.Get(ProtocolHeader), ProtocolVersion, resp.StatusCode, st.Message))
+	case resp.Header.Get(ProtocolHeader) != v:
+		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q speaks peer protocol %q, this call %q (this release speaks %s; it answered %d: %s); retry once the rolling update is done",
+			id, resp.Header.Get(ProtocolHeader), v, strings.Join(spoken, " and "), resp.StatusCode, st.Message))
 	case resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable:
 		return storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q failed: %d %s", id, resp.StatusCode, st.Message))
 	}

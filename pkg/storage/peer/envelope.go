@@ -33,20 +33,6 @@ import (
 // KEY is an aggregate.Key's String; RV holds no space (a position is base64url). An object is
 // never decoded on its way: its length says where it ends.
 
-// ProtocolHeader names the envelope's version on a request and its answer. A replica that does
-// not answer with it answers in the form of an earlier release.
-const ProtocolHeader = "X-Multicache-Peer-Protocol"
-
-// ProtocolVersion is this release's envelope. 3 added the selection's where filter and the
-// summary call; 4 sorted lists (sortBy, an item's sort value) and counts, and, before any
-// release held it, the owner filter and quantities sorted by value. A replica of an earlier
-// version would ignore what it does not know and answer its part whole or in the wrong order,
-// so replicas of different versions refuse each other's calls (503, retried), never answer
-// them in part. A call's options change only with a new version
-// (TestEnvelopeCallsChangeWithTheVersion holds each version's), and so does what a call means
-// (an order, a filter's judgement), which no test can see.
-const ProtocolVersion = "4"
-
 // head is an answer's first frame.
 type head struct {
 	ResourceVersion string                 `json:"rv,omitempty"`

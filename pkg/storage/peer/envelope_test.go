@@ -301,24 +301,28 @@ func TestCallsCarryNoCredentials(t *testing.T) {
 	}
 }
 
-// TestOtherProtocolVersionsRefuse: replicas of different envelope versions refuse each other's
-// calls with a 503 to retry, both ways: an answer of version 2, even a 200, is never read
-// (version 2 ignores the where filter), and a call of version 2 is not answered.
+// TestOtherProtocolVersionsRefuse: replicas of envelope versions the other does not speak
+// refuse each other's calls with a 503 to retry, both ways: an answer of version 2, even a 200,
+// is never read (version 2 ignores the where filter), nor is a 200 of another version than the
+// call's (read as the call's, it would be misread), and a call of version 2, 5 or none is not
+// answered.
 func TestOtherProtocolVersionsRefuse(t *testing.T) {
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(ProtocolHeader, "2")
-		w.Header().Set("Content-Type", "application/x-multicache-peer")
-		_, _ = io.WriteString(w, "h {}\n")
-	}))
-	defer hs.Close()
-	c := &Client{ID: "p2", URL: hs.URL, Clients: NewClients(nil, time.Second)}
-	_, err := c.List(context.Background(), storage.ListOptions{})
-	if storage.Code(err) != http.StatusServiceUnavailable || storage.RetryAfter(err) == 0 || !strings.Contains(err.Error(), `peer protocol "2"`) {
-		t.Errorf("a 200 of protocol 2: %v (%d), want a 503 to retry naming the version", err, storage.Code(err))
+	for _, v := range []string{"2", OldestProtocolVersion} {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(ProtocolHeader, v)
+			w.Header().Set("Content-Type", "application/x-multicache-peer")
+			_, _ = io.WriteString(w, "h {}\n")
+		}))
+		c := &Client{ID: "p2", URL: hs.URL, Clients: NewClients(nil, time.Second)}
+		_, err := c.List(context.Background(), storage.ListOptions{})
+		hs.Close()
+		if storage.Code(err) != http.StatusServiceUnavailable || storage.RetryAfter(err) == 0 || !strings.Contains(err.Error(), fmt.Sprintf("peer protocol %q", v)) {
+			t.Errorf("a 200 of protocol %s to a call of %s: %v (%d), want a 503 to retry naming the version", v, ProtocolVersion, err, storage.Code(err))
+		}
 	}
 
 	h := &Handler{}
-	for _, v := range []string{"", "2", "3", "5"} {
+	for _, v := range []string{"", "2", "5"} {
 		req := httptest.NewRequest(http.MethodPost, ListPath, strings.NewReader("{}"))
 		if v != "" {
 			req.Header.Set(ProtocolHeader, v)

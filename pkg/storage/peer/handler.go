@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
@@ -27,10 +28,12 @@ type Handler struct {
 
 // ServeHTTP answers one call.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set(ProtocolHeader, ProtocolVersion)
-	if v := r.Header.Get(ProtocolHeader); v != ProtocolVersion {
-		// A caller of another version would read this answer in its own form.
-		writeError(w, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("this replica speaks peer protocol %q, the caller %q; retry once the rolling update is done", ProtocolVersion, v)))
+	// A call of a version this release speaks is answered in it (OldestProtocolVersion); one of
+	// another version would read the answer in its own form, and is refused naming the newest.
+	v := r.Header.Get(ProtocolHeader)
+	w.Header().Set(ProtocolHeader, AnswerVersion(v))
+	if !Speaks(v) {
+		writeError(w, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("this replica speaks peer protocol %s, the caller %q; retry once the rolling update is done", strings.Join(spoken, " and "), v)))
 		return
 	}
 	if r.Method != http.MethodPost {

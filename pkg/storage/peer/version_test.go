@@ -1,10 +1,21 @@
 package peer
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/multicache/multicache/pkg/storage"
 )
@@ -17,16 +28,27 @@ import (
 // this record changes with it.
 var envelopeCalls = map[string]map[string]string{
 	"4": {
-		"list": "continue count countOnly desc encoding.api encoding.as encoding.includeObject encoding.tableVersion encoding.typeMeta " +
-			"limit resourceVersion resourceVersionMatch sortBy " + selectionV4,
-		"get":     "encoding.api encoding.as encoding.includeObject encoding.tableVersion encoding.typeMeta name " + selectionV4,
-		"watch":   "bookmarks encoding.api encoding.as encoding.includeObject encoding.tableVersion encoding.typeMeta initial resourceVersion startBookmark timeout " + selectionV4,
+		"list":    "continue count countOnly desc " + encodingFields + " limit resourceVersion resourceVersionMatch sortBy " + selectionV4,
+		"get":     encodingFields + " name " + selectionV4,
+		"watch":   "bookmarks " + encodingFields + " initial resourceVersion startBookmark timeout " + selectionV4,
 		"summary": "by " + selectionV4,
+		"cluster": "clusters labelSelector part",
+	},
+	// As 755cf6a's parent, the last commit of version 3, sent them.
+	"3": {
+		"list":    "continue " + encodingFields + " limit resourceVersion resourceVersionMatch " + selectionV3,
+		"get":     encodingFields + " name " + selectionV3,
+		"watch":   "bookmarks " + encodingFields + " initial resourceVersion startBookmark timeout " + selectionV3,
+		"summary": "by " + selectionV3,
 		"cluster": "clusters labelSelector part",
 	},
 }
 
-const selectionV4 = "clusters fieldSelector index labelSelector namespace owner part resource value where"
+const (
+	selectionV4    = "clusters fieldSelector index labelSelector namespace owner part resource value where"
+	selectionV3    = "clusters fieldSelector index labelSelector namespace part resource value where"
+	encodingFields = "encoding.api encoding.as encoding.includeObject encoding.tableVersion encoding.typeMeta"
+)
 
 // TestEnvelopeCallsChangeWithTheVersion fails when a call's options change while
 // ProtocolVersion stays: raise it (replicas of two versions then refuse each other's calls,
@@ -111,4 +133,326 @@ func jsonFields(t reflect.Type, prefix string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// calls are the envelope's calls by name, each with its options' zero value.
+var calls = map[string]any{
+	"list":    storage.ListOptions{},
+	"get":     storage.GetOptions{},
+	"watch":   storage.WatchOptions{},
+	"summary": storage.SummaryOptions{},
+	"cluster": storage.ClusterOptions{},
+}
+
+// TestOlderCallsAskOnlyWhatTheirVersionKnows: each call, with every option it sends set, asked
+// in OldestProtocolVersion: refused when it sorts, filters by owner or summarizes by owner
+// (a replica of that version would answer unsorted or unfiltered); otherwise it carries only
+// the fields that version's calls carried, a count the caller may go without dropped, and a
+// count-only list asks for the part's position alone (narrowed to no cluster).
+func TestOlderCallsAskOnlyWhatTheirVersionKnows(t *testing.T) {
+	known := envelopeCalls[OldestProtocolVersion]
+	for name, zero := range calls {
+		full := reflect.New(reflect.TypeOf(zero)).Elem()
+		fillSent(full)
+		if _, err := olderCall(OldestProtocolVersion, full.Interface()); (err == nil) != (name == "cluster") {
+			t.Errorf("%s with every option set, in protocol %s: %v", name, OldestProtocolVersion, err)
+		}
+		// What it cannot ask, unset one at a time: each alone is refused.
+		var unset []string
+		switch name {
+		case "list":
+			unset = []string{"SortBy", "Desc", "Owner"}
+			full.FieldByName("CountOptional").SetBool(true)
+		case "get", "watch":
+			unset = []string{"Owner"}
+		case "summary":
+			unset = []string{"Owner"}
+			full.FieldByName("By").Set(reflect.ValueOf([]string{"cluster", "owner"}))
+		}
+		for i, f := range unset {
+			alone := reflect.New(full.Type()).Elem()
+			alone.Set(full)
+			for _, g := range unset[:i] {
+				alone.FieldByName(g).SetZero()
+			}
+			for _, g := range unset[i+1:] {
+				alone.FieldByName(g).SetZero()
+			}
+			if name == "summary" {
+				alone.FieldByName("By").Set(reflect.ValueOf([]string{"cluster"}))
+			}
+			if _, err := olderCall(OldestProtocolVersion, alone.Interface()); err == nil {
+				t.Errorf("%s with %s set, in protocol %s: asked", name, f, OldestProtocolVersion)
+			}
+		}
+		for _, f := range unset {
+			full.FieldByName(f).SetZero()
+		}
+		if name == "summary" {
+			if _, err := olderCall(OldestProtocolVersion, full.Interface()); err == nil || !strings.Contains(err.Error(), "owner") {
+				t.Errorf("a summary by owner in protocol %s: %v, want refused", OldestProtocolVersion, err)
+			}
+			full.FieldByName("By").Set(reflect.ValueOf([]string{"cluster"}))
+		}
+		older, err := olderCall(OldestProtocolVersion, full.Interface())
+		if err != nil {
+			t.Errorf("%s with what protocol %s knows: %v", name, OldestProtocolVersion, err)
+			continue
+		}
+		body, err := json.Marshal(older)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range jsonKeys(t, body) {
+			if !slices.Contains(strings.Fields(known[name]), k) {
+				t.Errorf("%s in protocol %s carries %q, which its calls did not", name, OldestProtocolVersion, k)
+			}
+		}
+		if lo, ok := older.(storage.ListOptions); ok && (lo.Count || lo.CountOnly || lo.Selection.Part == nil || len(lo.Selection.Part) != 0) {
+			t.Errorf("a count-only list in protocol %s: %+v, want uncounted and narrowed to no cluster", OldestProtocolVersion, lo)
+		}
+	}
+	lo := storage.ListOptions{Selection: storage.Selection{Part: []string{"a"}}, Count: true, CountOptional: true, Limit: 5}
+	if older, err := olderCall(OldestProtocolVersion, lo); err != nil || older.(storage.ListOptions).Count || !slices.Equal(older.(storage.ListOptions).Selection.Part, []string{"a"}) {
+		t.Errorf("a counted page whose count is optional, in protocol %s: %+v %v, want it uncounted and its part kept", OldestProtocolVersion, older, err)
+	}
+	if _, err := olderCall("2", storage.ClusterOptions{}); err == nil {
+		t.Errorf("a call in protocol 2: asked")
+	}
+}
+
+// fillSent sets every field v's calls send (not those tagged "-") to a value that is not its
+// zero value.
+func fillSent(v reflect.Value) {
+	for i := range v.NumField() {
+		f, sf := v.Field(i), v.Type().Field(i)
+		if !sf.IsExported() || strings.HasPrefix(sf.Tag.Get("json"), "-") {
+			continue
+		}
+		switch f.Kind() {
+		case reflect.Struct:
+			fillSent(f)
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int, reflect.Int32, reflect.Int64:
+			f.SetInt(1)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]string{"x"}))
+		default:
+			panic(fmt.Sprintf("fillSent: %s of kind %s", sf.Name, f.Kind()))
+		}
+	}
+}
+
+// jsonKeys lists, sorted, the keys of a JSON object, a nested object's as "name.key".
+func jsonKeys(t *testing.T, body []byte) []string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("%s: %v", body, err)
+	}
+	var out []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if inner, ok := v.(map[string]any); ok {
+				walk(prefix+k+".", inner)
+				continue
+			}
+			out = append(out, prefix+k)
+		}
+	}
+	walk("", m)
+	slices.Sort(out)
+	return out
+}
+
+// previousRelease serves h as a replica of OldestProtocolVersion would: a call of another
+// version is refused with 503 and that version's header, as that release's handler refused it;
+// a call of that version must carry only the options its calls carried, and is answered by h,
+// today's Handler, in that version. It counts the calls of each version, and the connections
+// opened to it.
+func previousRelease(t *testing.T, h http.Handler) (*httptest.Server, *sync.Map, *atomic.Int32) {
+	t.Helper()
+	byVersion, conns := &sync.Map{}, &atomic.Int32{}
+	names := map[string]string{ListPath: "list", GetPath: "get", WatchPath: "watch", SummaryPath: "summary", ClustersPath: "cluster"}
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get(ProtocolHeader)
+		n, _ := byVersion.LoadOrStore(v, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		if v != OldestProtocolVersion {
+			w.Header().Set(ProtocolHeader, OldestProtocolVersion)
+			writeError(w, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("this replica speaks peer protocol %q, the caller %q", OldestProtocolVersion, v)))
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		for _, k := range jsonKeys(t, body) {
+			if !slices.Contains(strings.Fields(envelopeCalls[OldestProtocolVersion][names[r.URL.Path]]), k) {
+				t.Errorf("a call of protocol %s to %s carries %q, which that version does not know", v, r.URL.Path, k)
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	}))
+	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	return hs, byVersion, conns
+}
+
+// TestCallsToAReplicaOfThePreviousEnvelope: during a rolling update from the previous
+// release, a replica of OldestProtocolVersion refuses this release's calls naming its version;
+// each call that means the same in it is made again in it and answered (a list, a counted page
+// whose count is optional, uncounted, a count-only part read as its position, a get, a watch, a summary),
+// and today's Handler answers a call of that version in it. A call that does not (a sorted
+// list, an owner filter, a count the caller needs) is a 503 to retry that says why, and is not
+// made in the older version at all.
+func TestCallsToAReplicaOfThePreviousEnvelope(t *testing.T) {
+	items := []storage.Item{{Key: key("a", "x"), Object: "X", Seq: 7}, {Key: key("b", "y"), Object: "Y", Seq: 9}}
+	fr := &fakeReader{
+		list: func(o storage.ListOptions) (*storage.List, error) {
+			l := &storage.List{ResourceVersion: "rv1", Epoch: "e1"}
+			for _, it := range items {
+				if o.Selection.Part == nil || slices.Contains(o.Selection.Part, it.Key.Cluster) {
+					l.Items = append(l.Items, it)
+				}
+			}
+			if o.Count || o.CountOnly {
+				l.Count = &storage.Count{Total: int64(len(l.Items))}
+			}
+			if o.CountOnly {
+				l.Items = nil
+			}
+			return l, nil
+		},
+		events: func(_ context.Context, sink storage.Sink) error {
+			_ = sink.Event("ADDED", storage.Item{Key: key("a", "x"), Object: 1, RV: "p1"})
+			_ = sink.Bookmark("p2", true)
+			sink.Flush()
+			return nil
+		},
+	}
+	hs, byVersion, conns := previousRelease(t, &Handler{Reader: summarizing{fr}, Encoders: encoders})
+	c := &Client{ID: "r-old", URL: hs.URL, Clients: NewClients(nil, 5*time.Second), Timeout: 5 * time.Second}
+	calls := func() (newest, oldest int32) {
+		for v, p := range map[string]*int32{ProtocolVersion: &newest, OldestProtocolVersion: &oldest} {
+			if n, ok := byVersion.Load(v); ok {
+				*p = n.(*atomic.Int32).Swap(0)
+			}
+		}
+		return newest, oldest
+	}
+	ctx := context.Background()
+	sel := storage.Selection{Resource: "pods", Part: []string{"a", "b"}}
+
+	for _, tc := range []struct {
+		name  string
+		opts  storage.ListOptions
+		items int
+	}{
+		{"a list", storage.ListOptions{Selection: sel}, 2},
+		{"a page whose count is optional", storage.ListOptions{Selection: sel, Limit: 5, Count: true, CountOptional: true}, 2},
+		{"a count-only part whose count is optional", storage.ListOptions{Selection: sel, Limit: 5, CountOnly: true, CountOptional: true}, 0},
+	} {
+		l, err := c.List(ctx, tc.opts)
+		if err == nil {
+			err = storage.Drain(l)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if len(l.Items) != tc.items || l.Count != nil || l.ResourceVersion != "rv1" {
+			t.Errorf("%s: %d items, count %+v, position %q; want %d, none, rv1", tc.name, len(l.Items), l.Count, l.ResourceVersion, tc.items)
+		}
+		if n4, n3 := calls(); n4 != 1 || n3 != 1 {
+			t.Errorf("%s: %d calls in %s and %d in %s, want one each", tc.name, n4, ProtocolVersion, n3, OldestProtocolVersion)
+		}
+	}
+	if asked := fr.lists[len(fr.lists)-1]; asked.CountOnly || asked.Selection.Part == nil || len(asked.Selection.Part) != 0 {
+		t.Errorf("a count-only part in protocol %s asked %+v, want its position alone (no cluster)", OldestProtocolVersion, asked)
+	}
+
+	l, err := c.Get(ctx, storage.GetOptions{Selection: sel, Name: "x"})
+	if err != nil || len(l.Items) != 2 {
+		t.Errorf("a get: %v, %+v", err, l)
+	}
+	w, err := c.Watch(ctx, storage.WatchOptions{Selection: sel})
+	if err != nil {
+		t.Fatalf("a watch: %v", err)
+	}
+	rec := &recordSink{}
+	if err := w.Run(ctx, rec); err != nil || fmt.Sprint(rec.got) != "[ADDED a|ns/x p1 BOOKMARK p2 true]" {
+		t.Errorf("a watch: %v %v", err, rec.got)
+	}
+	sum, err := c.Summarize(ctx, storage.SummaryOptions{Selection: sel, By: []string{"cluster"}})
+	if err != nil || sum.Total != 2 {
+		t.Errorf("a summary by cluster: %v, %+v", err, sum)
+	}
+	if n4, n3 := calls(); n4 != 3 || n3 != 3 {
+		t.Errorf("a get, a watch and a summary: %d calls in %s and %d in %s, want three each", n4, ProtocolVersion, n3, OldestProtocolVersion)
+	}
+
+	for _, tc := range []struct {
+		name string
+		call func() error
+		why  string
+	}{
+		{"a sorted list", func() error {
+			_, err := c.List(ctx, storage.ListOptions{Selection: sel, SortBy: "metadata.name"})
+			return err
+		}, "does not sort"},
+		{"a count the caller needs", func() error {
+			_, err := c.List(ctx, storage.ListOptions{Selection: sel, Limit: 5, Count: true})
+			return err
+		}, "does not count"},
+		{"an owner's list", func() error {
+			_, err := c.List(ctx, storage.ListOptions{Selection: storage.Selection{Resource: "pods", Owner: "apps/Deployment/ns/web"}})
+			return err
+		}, "owner"},
+		{"an owner's get", func() error {
+			_, err := c.Get(ctx, storage.GetOptions{Selection: storage.Selection{Resource: "pods", Owner: "apps/Deployment/ns/web"}, Name: "x"})
+			return err
+		}, "owner"},
+		{"an owner's watch", func() error {
+			_, err := c.Watch(ctx, storage.WatchOptions{Selection: storage.Selection{Resource: "pods", Owner: "apps/Deployment/ns/web"}})
+			return err
+		}, "owner"},
+		{"a summary by owner", func() error {
+			_, err := c.Summarize(ctx, storage.SummaryOptions{Selection: sel, By: []string{"owner"}})
+			return err
+		}, "owner"},
+	} {
+		err := tc.call()
+		if storage.Code(err) != http.StatusServiceUnavailable || storage.RetryAfter(err) == 0 || !strings.Contains(err.Error(), tc.why) || !strings.Contains(err.Error(), `"r-old"`) {
+			t.Errorf("%s: %v (%d), want a 503 to retry saying it %s", tc.name, err, storage.Code(err), tc.why)
+		}
+		if n4, n3 := calls(); n4 != 1 || n3 != 0 {
+			t.Errorf("%s: %d calls in %s and %d in %s, want one in %s alone", tc.name, n4, ProtocolVersion, n3, OldestProtocolVersion, ProtocolVersion)
+		}
+	}
+	// Each refused call's answer was read and closed before the next call: one connection
+	// served them all, but the watch's, which held its own while it ran.
+	if n := conns.Load(); n > 2 {
+		t.Errorf("%d connections opened for calls made one at a time: a refused answer was left open", n)
+	}
+}
+
+// summarizing is a fakeReader that summarizes too: every object it lists, in one group.
+type summarizing struct{ *fakeReader }
+
+func (s summarizing) Summarize(ctx context.Context, opts storage.SummaryOptions) (*storage.Summary, error) {
+	l, err := s.List(ctx, storage.ListOptions{Selection: opts.Selection})
+	if err != nil {
+		return nil, err
+	}
+	out := &storage.Summary{}
+	out.By, out.Total = opts.By, len(l.Items)
+	return out, nil
 }
