@@ -473,6 +473,26 @@ type rollOptions struct {
 	writes    int  // a second, in each member API server
 	informers int  // client-go informers on members' /clusters/{name}, spread over them; 0: one on each
 	python    bool // a relisting watch of the Python client too (when installed)
+	// from, when set, is the daemon binary of the release the replicas run before the roll
+	// (harness.BinaryAt): the roll is then an update to this tree's.
+	from string
+}
+
+// previousRelease is the last commit of the previous release's peer envelope (version 3,
+// peer.OldestProtocolVersion), the release a rolling update comes from.
+const previousRelease = "07e2257b2dc0b843262e72eb66cf5c0182f20412"
+
+// TestRollingUpdateFromThePreviousRelease is TestRollingRestart from replicas of the previous
+// release (previousRelease's daemon, built from this checkout's history) to this tree's, with
+// the same clients, writes and checks. While the releases are mixed, every replica of either
+// release answers the Kubernetes API's lists, whole and paged, equal to the API servers (each
+// release answers the other's envelope calls in the caller's version), and a new replica
+// answers a native list that spans a cluster an old one owns 503 to retry (the previous
+// envelope cannot count its total), never without that cluster.
+func TestRollingUpdateFromThePreviousRelease(t *testing.T) {
+	from := harness.BinaryAt(t, previousRelease)
+	e, _ := newScaleEnv(t, 5)
+	rollingRestart(t, e, rollOptions{writes: 5, from: from})
 }
 
 // spread picks n of xs, evenly apart; all of them when n is 0 or not less than len(xs).
@@ -493,6 +513,7 @@ func rollingRestart(t *testing.T, e *scaleEnv, o rollOptions) {
 	e.stable = func(key string) bool { return strings.Contains(key, "|"+scaleNS+"/cm-") }
 	var rs, fronts []replica
 	var svcs []*service
+	e.bin = o.from
 	for _, id := range []string{"r1", "r2", "r3"} {
 		addr := harness.FreePort(t)
 		r := e.startAt(id, addr)
@@ -501,6 +522,7 @@ func rollingRestart(t *testing.T, e *scaleEnv, o rollOptions) {
 		svcs = append(svcs, svc)
 		fronts = append(fronts, svc.behind("service of "+id, r))
 	}
+	e.bin = ""          // replicas started from here on are this tree's
 	var rsMu sync.Mutex // rs changes as replicas are replaced; the sampler reads it
 	e.settled("every member owned and synced", rs, nil, within(2*time.Minute))
 	e.equalTruth("before the rolling restart", fronts, within(time.Minute))
@@ -605,8 +627,14 @@ func rollingRestart(t *testing.T, e *scaleEnv, o rollOptions) {
 		rs = slices.DeleteFunc(rs, func(r replica) bool { return r.id == old.id || r.id == next.id })
 		rs = slices.Insert(rs, i, next)
 		rsMu.Unlock()
-		e.settled("every member owned and synced after "+old.id+" stopped", rs, nil, within(2*time.Minute))
+		holders := e.settled("every member owned and synced after "+old.id+" stopped", rs, nil, within(2*time.Minute))
 		t.Logf("%s replaced by %s and the fleet settled in %s", old.id, next.id, time.Since(start).Round(10*time.Millisecond))
+		if o.from != "" && i < len(rs)-1 {
+			rsMu.Lock()
+			updated, olds := slices.Clone(rs[:i+1]), slices.Clone(rs[i+1:])
+			rsMu.Unlock()
+			e.mixedReleases(updated, olds, holders, within(time.Minute))
+		}
 	}
 	time.Sleep(2 * time.Second)
 	// Each cluster moves once or twice; each move hands the cache over, so the members serve
@@ -680,6 +708,33 @@ func rollingRestart(t *testing.T, e *scaleEnv, o rollOptions) {
 		return
 	}
 	t.Logf("time each member was not served synced during the rolling restart: %s", strings.Join(lines, ", "))
+}
+
+// mixedReleases checks the reads of replicas of two releases beside each other, this tree's
+// (updated) and the previous one's (old), with holders the clusters' owners: every replica's
+// Kubernetes API lists, whole and paged, equal the API servers'; an updated replica's native
+// list is 503 naming the previous envelope when an old replica owns a cluster it spans, and
+// equal to the API servers' when none does.
+func (e *scaleEnv) mixedReleases(updated, old []replica, holders map[string]string, within time.Duration) {
+	e.t.Helper()
+	e.equalTruthOf(fmt.Sprintf("%d replicas of this release beside %d of the previous one", len(updated), len(old)), append(slices.Clone(updated), old...), within, false)
+	var byOld []string
+	for c, h := range holders {
+		if slices.ContainsFunc(old, func(r replica) bool { return r.id == h }) {
+			byOld = append(byOld, c)
+		}
+	}
+	for _, r := range updated {
+		var l api.List
+		err := e.get(r, api.ResourcesPath+"/"+scaleResource+"?limit=1000", &l)
+		switch {
+		case len(byOld) > 0 && (err == nil || !strings.Contains(err.Error(), ": 503 ") || !strings.Contains(err.Error(), `peer protocol \"3\"`)):
+			e.t.Errorf("a native list from %s, which spans %v owned by replicas of the previous release: %v; want 503 naming its peer protocol", r.id, byOld, err)
+		case len(byOld) == 0 && err != nil:
+			e.t.Errorf("a native list from %s, no cluster owned by a replica of the previous release: %v", r.id, err)
+		}
+	}
+	e.t.Logf("releases mixed: clusters owned by the previous release's replicas: %v", byOld)
 }
 
 // onlyCluster keeps the keys of one cluster.

@@ -76,6 +76,9 @@ type scaleEnv struct {
 	page int
 	// args are more flags for every replica.
 	args []string
+	// bin is the daemon binary replicas start from: "" for this tree's (harness.Binary), or
+	// another release's (harness.BinaryAt).
+	bin string
 }
 
 // httpClient is how the test reaches the replicas.
@@ -105,7 +108,11 @@ func (e *scaleEnv) startAt(id, addr string, extra ...string) replica {
 	args = append(append(args, "--token-file", e.token, "--resource", scaleResource,
 		"--sharding", "--sharding-namespace", shardNS, "--advertise-url", scheme+"://"+addr, "--replica-id", id,
 		"--lease-duration", shardLease.String()), extra...)
-	d := harness.StartDaemonAt(e.t, scheme, client, addr, args...)
+	bin := e.bin
+	if bin == "" {
+		bin = harness.Binary(e.t)
+	}
+	d := harness.StartBinaryAt(e.t, bin, scheme, client, addr, args...)
 	d.Token = scaleToken
 	// On failure (or with MULTICACHE_E2E_LOGS set), the replica's last log lines (its warnings
 	// and state changes) go into the test's output: a move that goes wrong is only
@@ -306,11 +313,12 @@ func kubeKey(cm *corev1.ConfigMap) (string, string) {
 	return cm.Annotations[api.ClusterAnnotation] + "|" + cm.Namespace + "/" + cm.Name, cm.Annotations[api.ResourceVersionAnnotation]
 }
 
-// answers reads r's native list (whole and by pages of e.page), and its Kubernetes API list
-// (whole and by pages of e.page): each as cluster|ns/name → resourceVersion, and what went wrong.
-func (e *scaleEnv) answers(r replica) (map[string]map[string]string, error) {
+// answers reads r's native list (whole and by pages of e.page) when withNative, and its
+// Kubernetes API list (whole and by pages of e.page): each as cluster|ns/name →
+// resourceVersion, and what went wrong.
+func (e *scaleEnv) answers(r replica, withNative bool) (map[string]map[string]string, error) {
 	out := map[string]map[string]string{}
-	native := func(limit int) (map[string]string, error) {
+	nativeList := func(limit int) (map[string]string, error) {
 		m := map[string]string{}
 		cont := ""
 		for {
@@ -369,11 +377,13 @@ func (e *scaleEnv) answers(r replica) (map[string]map[string]string, error) {
 		}
 	}
 	var err error
-	if out["native"], err = native(1000); err != nil {
-		return nil, err
-	}
-	if out["native paged"], err = native(e.page); err != nil {
-		return nil, err
+	if withNative {
+		if out["native"], err = nativeList(1000); err != nil {
+			return nil, err
+		}
+		if out["native paged"], err = nativeList(e.page); err != nil {
+			return nil, err
+		}
 	}
 	if out["kube"], err = kube(0); err != nil {
 		return nil, err
@@ -387,12 +397,18 @@ func (e *scaleEnv) answers(r replica) (map[string]map[string]string, error) {
 // equalTruth waits until every answer of every replica equals the API servers' lists.
 func (e *scaleEnv) equalTruth(what string, rs []replica, within time.Duration) {
 	e.t.Helper()
+	e.equalTruthOf(what, rs, within, true)
+}
+
+// equalTruthOf is equalTruth, the native API's lists left out unless native.
+func (e *scaleEnv) equalTruthOf(what string, rs []replica, within time.Duration, native bool) {
+	e.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		truth := e.truth()
 		var problems []string
 		for _, r := range rs {
-			got, err := e.answers(r)
+			got, err := e.answers(r, native)
 			if err != nil {
 				problems = append(problems, err.Error())
 				continue
@@ -404,7 +420,11 @@ func (e *scaleEnv) equalTruth(what string, rs []replica, within time.Duration) {
 			}
 		}
 		if len(problems) == 0 {
-			e.t.Logf("%s: every replica's native, paged, Kubernetes and paged Kubernetes lists equal the API servers' (%d ConfigMaps in %d clusters)", what, len(truth), len(e.members))
+			lists := "Kubernetes and paged Kubernetes"
+			if native {
+				lists = "native, paged, " + lists
+			}
+			e.t.Logf("%s: every replica's %s lists equal the API servers' (%d ConfigMaps in %d clusters)", what, lists, len(truth), len(e.members))
 			return
 		}
 		if time.Now().After(deadline) {

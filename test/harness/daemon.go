@@ -52,10 +52,63 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// RemoveBinary removes what Binary built.
+var (
+	commitMu   sync.Mutex
+	commitBins = map[string]string{} // a commit's built daemon, by commit
+)
+
+// BinaryAt builds cmd/multicache as commit ref of this checkout holds it (a release the
+// daemon is updated from), once per test process, and returns its path. The test is skipped,
+// saying so, when the checkout does not hold the commit (a shallow clone). RemoveBinary
+// removes what it built.
+func BinaryAt(t testing.TB, ref string) string {
+	t.Helper()
+	commitMu.Lock()
+	defer commitMu.Unlock()
+	if p, ok := commitBins[ref]; ok {
+		return p
+	}
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", ref+"^{commit}").CombinedOutput(); err != nil {
+		t.Skipf("this checkout does not hold commit %s (a shallow clone?), whose daemon the test runs: %v %s", ref, err, out)
+	}
+	dir, err := os.MkdirTemp("", "multicache-test-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitBins[ref] = "" // removed with the others, built or not
+	src := filepath.Join(dir, "src")
+	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", src, ref).CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("commit %s: git worktree add: %v\n%s", ref, err, out)
+	}
+	defer func() {
+		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", src).Run()
+		_ = os.RemoveAll(src)
+	}()
+	bin := filepath.Join(dir, "multicache")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join(src, "cmd", "multicache")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("commit %s: build: %v\n%s", ref, err, out)
+	}
+	commitBins[ref] = bin
+	return bin
+}
+
+// RemoveBinary removes what Binary and BinaryAt built.
 func RemoveBinary() {
 	if binPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	commitMu.Lock()
+	defer commitMu.Unlock()
+	for _, p := range commitBins {
+		if p != "" {
+			_ = os.RemoveAll(filepath.Dir(p))
+		}
 	}
 }
 
@@ -90,12 +143,18 @@ func StartDaemon(t testing.TB, args ...string) *Daemon {
 // StartDaemonAt is StartDaemon on addr, reached with client over scheme (http or https).
 func StartDaemonAt(t testing.TB, scheme string, client *http.Client, addr string, args ...string) *Daemon {
 	t.Helper()
+	return StartBinaryAt(t, Binary(t), scheme, client, addr, args...)
+}
+
+// StartBinaryAt is StartDaemonAt of the daemon binary bin (BinaryAt: another release's).
+func StartBinaryAt(t testing.TB, bin, scheme string, client *http.Client, addr string, args ...string) *Daemon {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "multicache.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(Binary(t), append([]string{"serve", "--listen", addr, "--log-format", "console"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr, "--log-format", "console"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
