@@ -13,6 +13,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/storage"
 	"github.com/multicache/multicache/pkg/storage/peer"
+	"github.com/multicache/multicache/pkg/storage/peer/peertest"
 )
 
 // TestListThroughAReplicaOfThePreviousEnvelope: while p3 is a replica of the previous release
@@ -23,15 +24,7 @@ import (
 // still count.
 func TestListThroughAReplicaOfThePreviousEnvelope(t *testing.T) {
 	r, parts, _, want := testFleet(t)
-	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		w.Header().Set(peer.ProtocolHeader, peer.OldestProtocolVersion)
-		if req.Header.Get(peer.ProtocolHeader) != peer.OldestProtocolVersion {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, `{"kind":"Status","code":503,"message":"this replica speaks an older peer protocol"}`, http.StatusServiceUnavailable)
-			return
-		}
-		(&peer.Handler{Reader: parts["p3"], Encoders: noEncoder}).ServeHTTP(w, req)
-	}))
+	old := httptest.NewServer(peertest.PreviousRelease(&peer.Handler{Reader: parts["p3"], Encoders: noEncoder}))
 	t.Cleanup(old.Close)
 	p3 := &peer.Client{ID: "p3", URL: old.URL, Clients: peer.NewClients(nil, 5*time.Second), Timeout: 5 * time.Second}
 	r.opts.Peer = func(id, url string) ReadStatus {
