@@ -1,6 +1,8 @@
 package watchcache
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"testing"
 )
@@ -115,3 +117,55 @@ func BenchmarkSnapshotEachCluster(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWatchStart: a watch of a part's 1,000 clusters (2 objects each) that starts with
+// the objects at a position, as a fleet watch resumed from a position opens at each replica:
+// its initial events, up to the bookmark that ends them, under a ring of 100,000 events (the
+// default watchBuffer) that holds `after` updates since the position, spread over the
+// clusters. Each cluster's objects are read as of the position, so each read puts back what
+// those updates changed.
+//
+//	go test -run '^$' -bench WatchStart -benchmem ./pkg/watchcache/
+func BenchmarkWatchStart(b *testing.B) {
+	for _, after := range []int{0, 1000, 10000} {
+		b.Run("after-"+strconv.Itoa(after), func(b *testing.B) {
+			c := New(Options{MaxEvents: 100000, MaxBytes: 1 << 30})
+			var clusters []string
+			for i := range 1000 {
+				cl := "c" + strconv.Itoa(i)
+				clusters = append(clusters, cl)
+				c.OnAdd(cl, cmAt("o1", "1"), false)
+				c.OnAdd(cl, cmAt("o2", "1"), false)
+			}
+			pos := c.Position()
+			for i := range after {
+				c.OnUpdate(clusters[i%len(clusters)], nil, cmAt("o1", strconv.Itoa(i+2)))
+			}
+			for range b.N {
+				w, err := c.Watch(WatchOptions{From: pos, Initial: true, Clusters: clusters})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s := &countSink{}
+				if err := w.Run(context.Background(), s, RunOptions{FirstBookmark: true}); !errors.Is(err, errInitialDone) || s.added != 2000 {
+					b.Fatalf("%d initial events, %v", s.added, err)
+				}
+			}
+		})
+	}
+}
+
+// errInitialDone ends a countSink's watch at its first bookmark.
+var errInitialDone = errors.New("initial events sent")
+
+// countSink counts a watch's initial events and ends it at the bookmark after them.
+type countSink struct{ added int }
+
+func (s *countSink) Event(typ string, _ Item) error {
+	if typ == Added {
+		s.added++
+	}
+	return nil
+}
+func (s *countSink) Bookmark(Position, bool) error { return errInitialDone }
+func (s *countSink) Flush()                        {}

@@ -535,6 +535,71 @@ func (c *Cache) Snapshot(pos Position, clusters []string) ([]Item, error) {
 	return out, nil
 }
 
+// clusterSnapshots reads the objects of clusters as of pos one cluster at a time, each read
+// what Snapshot answers for that cluster alone, under the Cache's lock. It walks the events
+// after pos once for all the clusters: each read walks only the events that came since the
+// last. (A watch's initial events, read a cluster at a time over a part's thousand clusters,
+// walked every event after its position once per cluster.)
+type clusterSnapshots struct {
+	c    *Cache
+	pos  Position
+	want func(string) bool
+	// walked is the newest event read into before: every event after pos up to it.
+	walked uint64
+	// before holds, by cluster, the state of each key that an event after pos (up to walked)
+	// touched, as it was before the first such event.
+	before map[string]map[objectKey]state
+}
+
+// snapshots reads the clusters of clusters (every cluster when empty) as of pos, one at a time.
+func (c *Cache) snapshots(pos Position, clusters []string) *clusterSnapshots {
+	return &clusterSnapshots{c: c, pos: pos, want: wanted(clusters), walked: pos.Seq, before: map[string]map[objectKey]state{}}
+}
+
+// read returns the objects of cl as of the position, in no order; it fails with a GoneError as
+// Snapshot does.
+func (s *clusterSnapshots) read(cl string) ([]Item, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkLocked(s.pos, []string{cl}, false); err != nil {
+		return nil, err
+	}
+	// The events not walked yet, oldest first, so that a key's first event after the
+	// position has the word. They are all kept: checkLocked found none of cl's evicted, and
+	// another cluster's evicted event put back nothing cl reads.
+	first := c.seq - uint64(c.n) + 1 // seq of the oldest event kept
+	for seq := max(s.walked+1, first); seq <= c.seq; seq++ {
+		ev := &c.ring[(c.start+int(seq-first))%len(c.ring)]
+		if ev.Type == Handoff || !s.want(ev.Cluster) {
+			continue
+		}
+		m := s.before[ev.Cluster]
+		if m == nil {
+			m = map[objectKey]state{}
+			s.before[ev.Cluster] = m
+		}
+		k := objectKeyOf(ev.Key)
+		if _, ok := m[k]; !ok {
+			m[k] = state{obj: ev.Prev, seq: ev.PrevSeq}
+		}
+	}
+	s.walked = max(s.walked, c.seq)
+	objs, touched := c.latest[cl], s.before[cl]
+	out := make([]Item, 0, len(objs))
+	for k, st := range objs {
+		if _, ok := touched[k]; !ok {
+			out = append(out, Item{Key: aggregate.Key{Cluster: cl, Namespace: k.namespace, Name: k.name}, Object: st.obj, Seq: st.seq})
+		}
+	}
+	for k, st := range touched {
+		if st.obj != nil {
+			out = append(out, Item{Key: aggregate.Key{Cluster: cl, Namespace: k.namespace, Name: k.name}, Object: st.obj, Seq: st.seq})
+		}
+	}
+	return out, nil
+}
+
 // wanted judges a cluster by clusters, every cluster when empty: a set, for a watch's clusters
 // may be a thousand.
 func wanted(clusters []string) func(string) bool {

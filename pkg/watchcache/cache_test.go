@@ -3,6 +3,7 @@ package watchcache
 import (
 	"errors"
 	"fmt"
+	mrand "math/rand"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -280,4 +281,85 @@ func TestInitialListSizesAreSampled(t *testing.T) {
 		t.Errorf("every event evicted, %d bytes still charged", c.bytes)
 	}
 	c.mu.Unlock()
+}
+
+// TestClusterSnapshotsReadAsSnapshot: reading clusters one at a time as of a position, with
+// events (adds, updates, deletes, re-adds, in read and unread clusters, evicted or not) coming
+// before and between the reads, each read answers what Snapshot answers for that cluster at
+// the same moment: the same objects at the same sequences; and fails alike once an event of
+// the cluster after the position was evicted.
+func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
+	type entry struct {
+		rv  string
+		seq uint64
+	}
+	byKey := func(items []Item) map[string]entry {
+		out := map[string]entry{}
+		for _, it := range items {
+			out[it.Key.String()] = entry{it.Object.(*corev1.ConfigMap).ResourceVersion, it.Seq}
+		}
+		return out
+	}
+	reads, gone := 0, 0
+	for seed := range int64(200) {
+		rng := mrand.New(mrand.NewSource(seed))
+		h := newTestCache(20+rng.Intn(200), 1<<30)
+		clusters := []string{"c0", "c1", "c2", "c3", "c4"}
+		rv := 0
+		live := map[string]map[string]bool{}
+		write := func() {
+			cl := clusters[rng.Intn(len(clusters))]
+			name := "o" + strconv.Itoa(rng.Intn(6))
+			if live[cl] == nil {
+				live[cl] = map[string]bool{}
+			}
+			rv++
+			switch {
+			case !live[cl][name]:
+				h.OnAdd(cl, cmAt(name, strconv.Itoa(rv)), false)
+				live[cl][name] = true
+			case rng.Intn(3) == 0:
+				h.OnDelete(cl, cmAt(name, strconv.Itoa(rv)))
+				delete(live[cl], name)
+			default:
+				h.OnUpdate(cl, nil, cmAt(name, strconv.Itoa(rv)))
+			}
+		}
+		for range rng.Intn(40) {
+			write()
+		}
+		pos := h.Position()
+		for range rng.Intn(60) {
+			write()
+		}
+		var asked []string // nil: every cluster
+		if rng.Intn(2) == 0 {
+			asked = []string{"c1", "c3", "c4"}
+		}
+		snap := h.snapshots(pos, asked)
+		read := asked
+		if read == nil {
+			read = clusters
+		}
+		for _, i := range rng.Perm(len(read)) {
+			cl := read[i]
+			for range rng.Intn(30) {
+				write()
+			}
+			got, err := snap.read(cl)
+			want, wantErr := h.Snapshot(pos, []string{cl})
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("seed %d, %s: read %v, Snapshot %v", seed, cl, err, wantErr)
+			}
+			if err == nil && !reflect.DeepEqual(byKey(got), byKey(want)) {
+				t.Fatalf("seed %d, %s: read %v, Snapshot %v", seed, cl, byKey(got), byKey(want))
+			}
+			if reads++; err != nil {
+				gone++
+			}
+		}
+	}
+	if gone == 0 || gone > reads/2 {
+		t.Errorf("%d of %d reads Gone: the histories test too little of one case", gone, reads)
+	}
 }

@@ -82,7 +82,8 @@ type Watcher struct {
 
 // Watch opens a watch at opts.From. It fails with a GoneError when From cannot be continued
 // for opts.Clusters. The initial objects are read when Run sends them, one cluster at a time,
-// so that neither the Cache's lock nor the watch's memory holds the whole fleet at once.
+// so that neither the Cache's lock nor the watch's memory holds the whole fleet at once; the
+// events after From are walked once for all of them (clusterSnapshots).
 func (c *Cache) Watch(opts WatchOptions) (*Watcher, error) {
 	w := &Watcher{c: c, opts: opts, pos: opts.From}
 	if len(opts.Clusters) > 0 {
@@ -147,8 +148,9 @@ func (w *Watcher) Run(ctx context.Context, sink Sink, ro RunOptions) error {
 		return err // nothing sent: the plan changed before the watch started
 	}
 	sent := 0
+	snap := w.c.snapshots(w.opts.From, w.opts.Clusters)
 	for _, cl := range w.initial {
-		items, err := w.c.Snapshot(w.opts.From, []string{cl})
+		items, err := snap.read(cl)
 		if err != nil {
 			return err
 		}
