@@ -194,7 +194,9 @@ func (f peersFleet) Peers() []shard.Peer { return f.peers }
 
 // TestPeerEnvelopeNeedsAPeerCertificate: with auth on, the replicas' envelope answers only a
 // caller under a peer certificate: a token holder, who may read the whole fleet through the
-// APIs, gets 403 there, and a caller without credentials 401.
+// APIs, gets 403 there, and a caller without credentials 401. The route's refusal names the
+// envelope version the call is answered in: the caller's when this release speaks it (the
+// previous release's too), else this release's.
 func TestPeerEnvelopeNeedsAPeerCertificate(t *testing.T) {
 	fl := newMovingFleet(self("a"), self("b"))
 	hs, _ := kubeFixtureWith(t, Options{Fleet: fl, Tokens: []string{"secret"}, PeerTrust: newTestPKI(t).trust("me"), PeerAuthenticator: certVouches})
@@ -202,18 +204,30 @@ func TestPeerEnvelopeNeedsAPeerCertificate(t *testing.T) {
 		token string
 		want  int
 	}{{"secret", http.StatusForbidden}, {"", http.StatusUnauthorized}} {
-		req, _ := http.NewRequest(http.MethodPost, hs.URL+peer.ListPath, strings.NewReader(`{"resource":"pods","part":["a","b"]}`))
-		if tc.token != "" {
-			req.Header.Set("Authorization", "Bearer "+tc.token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != tc.want || bytes.Contains(body, []byte(`"i `)) {
-			t.Errorf("POST %s with token %q: %d %.200s; want %d", peer.ListPath, tc.token, resp.StatusCode, body, tc.want)
+		for version, answered := range map[string]string{
+			peer.ProtocolVersion: peer.ProtocolVersion, peer.OldestProtocolVersion: peer.OldestProtocolVersion, "2": peer.ProtocolVersion, "": peer.ProtocolVersion,
+		} {
+			req, _ := http.NewRequest(http.MethodPost, hs.URL+peer.ListPath, strings.NewReader(`{"resource":"pods","part":["a","b"]}`))
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			if version != "" {
+				req.Header.Set(peer.ProtocolHeader, version)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want || bytes.Contains(body, []byte(`"i `)) {
+				t.Errorf("POST %s with token %q: %d %.200s; want %d", peer.ListPath, tc.token, resp.StatusCode, body, tc.want)
+			}
+			// (A 401 comes before the envelope's route: it names no version, and a caller
+			// takes it for a refusal of itself whatever the version.)
+			if got := resp.Header.Get(peer.ProtocolHeader); tc.want == http.StatusForbidden && got != answered {
+				t.Errorf("POST %s of protocol %q with token %q: its refusal names protocol %q, want %q", peer.ListPath, version, tc.token, got, answered)
+			}
 		}
 	}
 }

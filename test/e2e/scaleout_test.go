@@ -562,7 +562,14 @@ type writer struct {
 	wg     sync.WaitGroup
 	writes atomic.Int64
 	errs   atomic.Int64
+	// held is held by each write, and by hold: no write runs between hold and release.
+	held sync.RWMutex
 }
+
+// hold waits for the writes under way and holds the next until release: a comparison of the
+// replicas' answers with the API servers' lists then has a fixed truth to reach.
+func (w *writer) hold()    { w.held.Lock() }
+func (w *writer) release() { w.held.Unlock() }
 
 // writeOps writes perClusterPerSecond times a second in every member's API server (once for
 // all its aliases); with keepStable, the seeded ConfigMaps cm-0 … cm-29 are only updated, and
@@ -598,6 +605,7 @@ func (e *scaleEnv) writeOps(perClusterPerSecond int, keepStable bool) *writer {
 				}
 				cms := cs.CoreV1().ConfigMaps(scaleNS)
 				var err error
+				w.held.RLock()
 				switch op {
 				case 0:
 					_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"n": fmt.Sprint(n)}}, metav1.CreateOptions{})
@@ -610,6 +618,7 @@ func (e *scaleEnv) writeOps(perClusterPerSecond int, keepStable bool) *writer {
 				default:
 					err = cms.Delete(ctx, name, metav1.DeleteOptions{})
 				}
+				w.held.RUnlock()
 				switch {
 				case err == nil:
 					w.writes.Add(1)

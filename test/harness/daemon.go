@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -54,7 +55,7 @@ func Binary(t testing.TB) string {
 
 var (
 	commitMu   sync.Mutex
-	commitBins = map[string]string{} // a commit's built daemon, by commit
+	commitBins = map[string]string{} // a commit's built daemon, by commit; a failed build is not kept
 )
 
 // BinaryAt builds cmd/multicache as commit ref of this checkout holds it (a release the
@@ -68,8 +69,12 @@ func BinaryAt(t testing.TB, ref string) string {
 	if p, ok := commitBins[ref]; ok {
 		return p
 	}
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(self), "..", "..")
+	// The checkout the test runs in (its working directory is its package's).
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("the test does not run in a git checkout, from whose history it builds commit %s's daemon: %v", ref, err)
+	}
+	root := strings.TrimSpace(string(top))
 	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", ref+"^{commit}").CombinedOutput(); err != nil {
 		t.Skipf("this checkout does not hold commit %s (a shallow clone?), whose daemon the test runs: %v %s", ref, err, out)
 	}
@@ -77,23 +82,26 @@ func BinaryAt(t testing.TB, ref string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	commitBins[ref] = "" // removed with the others, built or not
-	src := filepath.Join(dir, "src")
-	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", src, ref).CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
-		t.Fatalf("commit %s: git worktree add: %v\n%s", ref, err, out)
-	}
+	src, bin := filepath.Join(dir, "src"), filepath.Join(dir, "multicache")
+	built := false
 	defer func() {
+		// The worktree goes, and git forgets it; a failed build leaves nothing behind.
 		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", src).Run()
 		_ = os.RemoveAll(src)
+		_ = exec.Command("git", "-C", root, "worktree", "prune").Run()
+		if !built {
+			_ = os.RemoveAll(dir)
+		}
 	}()
-	bin := filepath.Join(dir, "multicache")
+	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", src, ref).CombinedOutput(); err != nil {
+		t.Fatalf("commit %s: git worktree add: %v\n%s", ref, err, out)
+	}
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	cmd.Dir = filepath.Join(src, "cmd", "multicache")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
 		t.Fatalf("commit %s: build: %v\n%s", ref, err, out)
 	}
+	built = true
 	commitBins[ref] = bin
 	return bin
 }
@@ -106,9 +114,7 @@ func RemoveBinary() {
 	commitMu.Lock()
 	defer commitMu.Unlock()
 	for _, p := range commitBins {
-		if p != "" {
-			_ = os.RemoveAll(filepath.Dir(p))
-		}
+		_ = os.RemoveAll(filepath.Dir(p))
 	}
 }
 

@@ -60,15 +60,20 @@ var (
 // call posts opts to path and returns the answer if it is 200; any other answer, and a
 // failure to reach the replica, is its error: the replica's own Status, or 503. The call goes in
 // ProtocolVersion, and once more in an older version this release speaks when the replica
-// refuses it naming that one (OldestProtocolVersion).
+// refuses it with 503 naming that one (OldestProtocolVersion).
 func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.Response, error) {
 	resp, err := c.callIn(ctx, ProtocolVersion, path, kind, opts)
 	if err != nil || resp.StatusCode == http.StatusOK {
 		return resp, err
 	}
 	v := resp.Header.Get(ProtocolHeader)
-	if v == "" || v == ProtocolVersion || !Speaks(v) {
+	switch {
+	case v == "" || v == ProtocolVersion || !Speaks(v):
 		return nil, c.answerError(ProtocolVersion, resp)
+	case resp.StatusCode != http.StatusServiceUnavailable:
+		// Not a refusal of the version: the replica's own (its access, its limits), which
+		// names its version as every answer of its route does.
+		return nil, c.answerError(v, resp)
 	}
 	_ = c.answerError(ProtocolVersion, resp) // its body read and closed: the call is made again, or refused
 	older, why := olderCall(v, opts)

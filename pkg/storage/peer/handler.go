@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -41,9 +42,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := io.LimitReader(r.Body, 1<<20)
-	decode := func(v any) bool {
-		if err := json.NewDecoder(body).Decode(v); err != nil {
+	decode := func(opts any) bool {
+		if err := json.NewDecoder(body).Decode(opts); err != nil {
 			writeError(w, storage.Errorf(http.StatusBadRequest, "%s: %v", r.URL.Path, err))
+			return false
+		}
+		if v == ProtocolVersion {
+			return true
+		}
+		// An older caller's call is answered only where both releases answer alike.
+		if err := notMeantAlike(v, reflect.ValueOf(opts).Elem().Interface()); err != nil {
+			writeError(w, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("this replica answers the call differently from the caller: %v; retry once the rolling update is done", err)))
 			return false
 		}
 		return true

@@ -3,7 +3,10 @@ package peer
 import (
 	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/multicache/multicache/pkg/aggregate"
+	"github.com/multicache/multicache/pkg/index"
 	"github.com/multicache/multicache/pkg/storage"
 )
 
@@ -24,14 +27,14 @@ const ProtocolVersion = "4"
 // release's, so that a rolling update from that release serves the reads both releases answer
 // alike:
 //   - a call of any version from OldestProtocolVersion to ProtocolVersion is answered in the
-//     caller's version (its header names it). Version 3's calls are version 4's without what 4
-//     added, and mean the same in 4; their answers are read alike (the sort value and the count
-//     come only when asked for);
-//   - a call goes out in ProtocolVersion. A replica that refuses it and names an older version
-//     this release speaks is called again in that one, when the call means the same there
-//     (olderCall); when it does not (a sorted list, an owner filter, a count the caller needs),
-//     the call is refused as a replica of another release's is: 503, to retry once the update
-//     is done.
+//     caller's version (its header names it), unless it asks what the two releases answer
+//     differently (notMeantAlike): then 503, to retry once the update is done;
+//   - a call goes out in ProtocolVersion. A replica that refuses it with 503 naming an older
+//     version this release speaks is called again in that one, when the call means the same
+//     there (olderCall); when it does not (a sorted list, an owner filter, a count the caller
+//     needs, a value read by a path or a configured index), the call is refused as a replica
+//     of another release's is: 503, to retry once the update is done. Each call to such a
+//     replica thus costs a refused call first, while the update lasts.
 //
 // Replicas of versions this release does not speak refuse each other's calls (503, retried),
 // and never answer them in part.
@@ -62,22 +65,17 @@ func AnswerVersion(v string) string {
 //     asks for a part's position and count, asks for its position alone: narrowed to no
 //     cluster, as a page in key order asks a part that neither pages nor counts.
 //
-// Every other option of a call is 3's as well, with the same meaning.
+// Nor is a call made in 3 that 3 would answer differently (notMeantAlike). Every other option
+// of a call is 3's as well, with the same meaning.
 func olderCall(v string, opts any) (any, error) {
 	if v != OldestProtocolVersion {
 		return nil, fmt.Errorf("this release does not call in peer protocol %q", v)
 	}
-	owner := func(s storage.Selection) error {
-		if s.Owner != "" {
-			return fmt.Errorf("peer protocol %q has no owner filter", v)
-		}
-		return nil
+	if err := notMeantAlike(v, opts); err != nil {
+		return nil, err
 	}
 	switch o := opts.(type) {
 	case storage.ListOptions:
-		if err := owner(o.Selection); err != nil {
-			return nil, err
-		}
 		if o.SortBy != "" || o.Desc {
 			return nil, fmt.Errorf("peer protocol %q does not sort lists", v)
 		}
@@ -89,17 +87,59 @@ func olderCall(v string, opts any) (any, error) {
 		}
 		o.Count, o.CountOnly = false, false
 		return o, nil
-	case storage.GetOptions:
-		return o, owner(o.Selection)
-	case storage.WatchOptions:
-		return o, owner(o.Selection)
-	case storage.SummaryOptions:
-		if slices.Contains(o.By, "owner") { // local.OwnerKey
-			return nil, fmt.Errorf("peer protocol %q does not summarize by owner", v)
-		}
-		return o, owner(o.Selection)
-	case storage.ClusterOptions, relayRequest:
+	case storage.GetOptions, storage.WatchOptions, storage.SummaryOptions, storage.ClusterOptions, relayRequest:
 		return o, nil
 	}
 	return nil, fmt.Errorf("peer protocol %q: no such call (%T)", v, opts)
+}
+
+// notMeantAlike says why a call of version v (OldestProtocolVersion) would be answered
+// differently by the two releases, whichever answers it, or nil. Version 3 has no owner
+// filter and no summary by owner, and reads values by paths differently: its JSONPaths give
+// nothing for a time or a quantity of a typed object (version 4 gives their JSON, as a
+// creationTimestamp or "250m"). So a selection by an owner or by a configured index (a
+// JSONPath's or a CEL expression's values; the built-in indexes are alike), and a summary by
+// owner, by a path (field:) or by a configured index, are not answered across the two.
+func notMeantAlike(v string, opts any) error {
+	var sel storage.Selection
+	var by []string
+	switch o := opts.(type) {
+	case storage.ListOptions:
+		sel = o.Selection
+	case storage.GetOptions:
+		sel = o.Selection
+	case storage.WatchOptions:
+		sel = o.Selection
+	case storage.SummaryOptions:
+		sel, by = o.Selection, o.By
+	default:
+		return nil
+	}
+	if sel.Owner != "" {
+		return fmt.Errorf("peer protocol %q has no owner filter", v)
+	}
+	if sel.Index != "" && !builtinIndex(sel.Index) {
+		return fmt.Errorf("peer protocol %q reads index %q's values differently", v, sel.Index)
+	}
+	for _, k := range by {
+		name, isIndex := strings.CutPrefix(k, "index:")
+		switch {
+		case k == "owner": // local.OwnerKey
+			return fmt.Errorf("peer protocol %q does not summarize by owner", v)
+		case strings.HasPrefix(k, "field:"), isIndex && !builtinIndex(name):
+			return fmt.Errorf("peer protocol %q reads %q's values differently", v, k)
+		}
+	}
+	return nil
+}
+
+// builtinIndex reports whether name is an index every release answers alike: the aggregate's
+// own and the built-in index functions.
+func builtinIndex(name string) bool {
+	switch name {
+	case aggregate.IndexCluster, aggregate.IndexClusterNamespace, aggregate.IndexNamespace:
+		return true
+	}
+	_, ok := index.Builtins()[name]
+	return ok
 }

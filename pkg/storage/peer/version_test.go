@@ -161,12 +161,12 @@ func TestOlderCallsAskOnlyWhatTheirVersionKnows(t *testing.T) {
 		var unset []string
 		switch name {
 		case "list":
-			unset = []string{"SortBy", "Desc", "Owner"}
+			unset = []string{"SortBy", "Desc", "Owner", "Index"}
 			full.FieldByName("CountOptional").SetBool(true)
 		case "get", "watch":
-			unset = []string{"Owner"}
+			unset = []string{"Owner", "Index"}
 		case "summary":
-			unset = []string{"Owner"}
+			unset = []string{"Owner", "Index"}
 			full.FieldByName("By").Set(reflect.ValueOf([]string{"cluster", "owner"}))
 		}
 		for i, f := range unset {
@@ -203,7 +203,11 @@ func TestOlderCallsAskOnlyWhatTheirVersionKnows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range jsonKeys(t, body) {
+		keys, err := jsonKeys(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
 			if !slices.Contains(strings.Fields(known[name]), k) {
 				t.Errorf("%s in protocol %s carries %q, which its calls did not", name, OldestProtocolVersion, k)
 			}
@@ -247,11 +251,10 @@ func fillSent(v reflect.Value) {
 }
 
 // jsonKeys lists, sorted, the keys of a JSON object, a nested object's as "name.key".
-func jsonKeys(t *testing.T, body []byte) []string {
-	t.Helper()
+func jsonKeys(body []byte) ([]string, error) {
 	var m map[string]any
 	if err := json.Unmarshal(body, &m); err != nil {
-		t.Fatalf("%s: %v", body, err)
+		return nil, fmt.Errorf("%s: %v", body, err)
 	}
 	var out []string
 	var walk func(prefix string, m map[string]any)
@@ -266,7 +269,7 @@ func jsonKeys(t *testing.T, body []byte) []string {
 	}
 	walk("", m)
 	slices.Sort(out)
-	return out
+	return out, nil
 }
 
 // previousRelease serves h as a replica of OldestProtocolVersion would: a call of another
@@ -288,7 +291,11 @@ func previousRelease(t *testing.T, h http.Handler) (*httptest.Server, *sync.Map,
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
-		for _, k := range jsonKeys(t, body) {
+		keys, err := jsonKeys(body)
+		if err != nil {
+			t.Errorf("a call of protocol %s to %s: %v", v, r.URL.Path, err)
+		}
+		for _, k := range keys {
 			if !slices.Contains(strings.Fields(envelopeCalls[OldestProtocolVersion][names[r.URL.Path]]), k) {
 				t.Errorf("a call of protocol %s to %s carries %q, which that version does not know", v, r.URL.Path, k)
 			}
@@ -428,6 +435,14 @@ func TestCallsToAReplicaOfThePreviousEnvelope(t *testing.T) {
 			_, err := c.Summarize(ctx, storage.SummaryOptions{Selection: sel, By: []string{"owner"}})
 			return err
 		}, "owner"},
+		{"a summary by a path", func() error {
+			_, err := c.Summarize(ctx, storage.SummaryOptions{Selection: sel, By: []string{"cluster", "field:metadata.creationTimestamp"}})
+			return err
+		}, "differently"},
+		{"a list by a configured index", func() error {
+			_, err := c.List(ctx, storage.ListOptions{Selection: storage.Selection{Resource: "pods", Index: "by-start", Value: "x"}})
+			return err
+		}, "differently"},
 	} {
 		err := tc.call()
 		if storage.Code(err) != http.StatusServiceUnavailable || storage.RetryAfter(err) == 0 || !strings.Contains(err.Error(), tc.why) || !strings.Contains(err.Error(), `"r-old"`) {
@@ -455,4 +470,76 @@ func (s summarizing) Summarize(ctx context.Context, opts storage.SummaryOptions)
 	out := &storage.Summary{}
 	out.By, out.Total = opts.By, len(l.Items)
 	return out, nil
+}
+
+// TestWhatTheReleasesAnswerAlike: version 3 reads a time or a quantity of a typed object by a
+// path as nothing (version 4 as its JSON), and has no owner filter: a call by an owner, by a
+// path or by a configured index is not made in it, and not answered to it; the built-in
+// indexes and the other keys are alike.
+func TestWhatTheReleasesAnswerAlike(t *testing.T) {
+	v := OldestProtocolVersion
+	for _, tc := range []struct {
+		opts  any
+		alike bool
+	}{
+		{storage.SummaryOptions{By: []string{"cluster", "namespace", "label:tier", "index:image", "index:pod-node"}}, true},
+		{storage.SummaryOptions{By: []string{"cluster", "field:status.phase"}}, false},
+		{storage.SummaryOptions{By: []string{"index:by-start"}}, false},
+		{storage.SummaryOptions{By: []string{"owner"}}, false},
+		{storage.ListOptions{Selection: storage.Selection{Index: "pod-node", Value: "n1"}}, true},
+		{storage.ListOptions{Selection: storage.Selection{Index: "cluster-namespace", Value: "a/ns"}}, true},
+		{storage.WatchOptions{Selection: storage.Selection{Index: "by-start", Value: "x"}}, false},
+		{storage.GetOptions{Selection: storage.Selection{Owner: "apps/Deployment/ns/web"}}, false},
+		{storage.ListOptions{Selection: storage.Selection{Where: "object.metadata.name == 'x'", LabelSelector: "a=b"}}, true},
+		{storage.ClusterOptions{Part: []string{"a"}}, true},
+	} {
+		err := notMeantAlike(v, tc.opts)
+		if (err == nil) != tc.alike {
+			t.Errorf("%+v: %v, want alike %v", tc.opts, err, tc.alike)
+		}
+		if _, cerr := olderCall(v, tc.opts); (cerr == nil) != tc.alike {
+			t.Errorf("%+v in protocol %s: %v, want made %v", tc.opts, v, cerr, tc.alike)
+		}
+	}
+
+	// Answering a caller of version 3: what the releases answer differently is refused, in
+	// the caller's version; what they answer alike is answered.
+	fr := &fakeReader{list: func(storage.ListOptions) (*storage.List, error) { return &storage.List{ResourceVersion: "rv"}, nil }}
+	h := &Handler{Reader: summarizing{fr}, Encoders: encoders}
+	for body, want := range map[string]int{
+		`{"resource":"pods","part":null,"by":["field:metadata.creationTimestamp"]}`: http.StatusServiceUnavailable,
+		`{"resource":"pods","part":null,"by":["cluster"]}`:                          http.StatusOK,
+	} {
+		req := httptest.NewRequest(http.MethodPost, SummaryPath, strings.NewReader(body))
+		req.Header.Set(ProtocolHeader, v)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want || rec.Header().Get(ProtocolHeader) != v || (want != http.StatusOK && rec.Header().Get("Retry-After") == "") {
+			t.Errorf("a summary of protocol %s %s: %d %v %s, want %d in its version", v, body, rec.Code, rec.Header(), rec.Body, want)
+		}
+	}
+}
+
+// TestAnOlderReplicasOwnRefusalStands: a replica of the previous release that refuses a call
+// for its own reasons (its limits: 429, its access: 403) answers in its version; that is its
+// answer, with its Retry-After, not a refusal of the version to call again in it.
+func TestAnOlderReplicasOwnRefusalStands(t *testing.T) {
+	for _, code := range []int{http.StatusTooManyRequests, http.StatusForbidden} {
+		var calls atomic.Int32
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			w.Header().Set(ProtocolHeader, OldestProtocolVersion)
+			w.Header().Set("Retry-After", "7")
+			writeError(w, storage.Error(code, "the replica's own words"))
+		}))
+		c := &Client{ID: "r-old", URL: hs.URL, Clients: NewClients(nil, 5*time.Second)}
+		_, err := c.List(context.Background(), storage.ListOptions{SortBy: "metadata.name"})
+		hs.Close()
+		if storage.Code(err) != code || !strings.Contains(err.Error(), "the replica's own words") || calls.Load() != 1 {
+			t.Errorf("%d of a replica of protocol %s: %v (%d) after %d calls, want its own %d after one", code, OldestProtocolVersion, err, storage.Code(err), calls.Load(), code)
+		}
+		if code == http.StatusTooManyRequests && storage.RetryAfter(err) != 7 {
+			t.Errorf("its 429's Retry-After: %d, want 7", storage.RetryAfter(err))
+		}
+	}
 }
