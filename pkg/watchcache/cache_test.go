@@ -284,10 +284,12 @@ func TestInitialListSizesAreSampled(t *testing.T) {
 }
 
 // TestClusterSnapshotsReadAsSnapshot: reading clusters one at a time as of a position, with
-// events (adds, updates, deletes, re-adds, in read and unread clusters, evicted or not) coming
-// before and between the reads, each read answers what Snapshot answers for that cluster at
-// the same moment: the same objects at the same sequences; and fails alike once an event of
-// the cluster after the position was evicted.
+// events (adds, updates, deletes, re-adds, handoffs, in read and unread clusters, evicted or
+// not, a ring that grows, an epoch reset) coming before and between the reads, each read
+// answers what Snapshot answers for that cluster at the same moment: the same objects at the
+// same sequences; and fails alike once an event of the cluster after the position was
+// evicted, the cluster moved or the epoch ended. A cluster is read once, and only one asked
+// for.
 func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 	type entry struct {
 		rv  string
@@ -300,10 +302,14 @@ func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 		}
 		return out
 	}
-	reads, gone := 0, 0
-	for seed := range int64(200) {
+	reads, gone, handoffs, overflows, grown := 0, 0, 0, 0, 0
+	for seed := range int64(300) {
 		rng := mrand.New(mrand.NewSource(seed))
-		h := newTestCache(20+rng.Intn(200), 1<<30)
+		maxEvents := 20 + rng.Intn(200)
+		if seed%10 == 0 {
+			maxEvents = 3000 // a ring that grows past its first 1,024 between reads
+		}
+		h := newTestCache(maxEvents, 1<<30)
 		clusters := []string{"c0", "c1", "c2", "c3", "c4"}
 		rv := 0
 		live := map[string]map[string]bool{}
@@ -315,6 +321,14 @@ func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 			}
 			rv++
 			switch {
+			case rng.Intn(400) == 0:
+				h.OnHandoff(cl) // it moves away (and may come back below)
+				live[cl] = map[string]bool{}
+				handoffs++
+			case rng.Intn(2000) == 0:
+				h.Overflow()
+				live = map[string]map[string]bool{}
+				overflows++
 			case !live[cl][name]:
 				h.OnAdd(cl, cmAt(name, strconv.Itoa(rv)), false)
 				live[cl][name] = true
@@ -343,7 +357,11 @@ func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 		}
 		for _, i := range rng.Perm(len(read)) {
 			cl := read[i]
-			for range rng.Intn(30) {
+			n := rng.Intn(30)
+			if maxEvents > 1024 && rng.Intn(3) == 0 {
+				n = 1100
+			}
+			for range n {
 				write()
 			}
 			got, err := snap.read(cl)
@@ -356,8 +374,26 @@ func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 			}
 			if reads++; err != nil {
 				gone++
+				break // the watch ends there
+			}
+			if _, err := snap.read(cl); err == nil {
+				t.Fatalf("seed %d, %s read twice: no error", seed, cl)
 			}
 		}
+		if asked != nil {
+			if _, err := snap.read("c0"); err == nil {
+				t.Fatalf("seed %d: a cluster not asked for read: no error", seed)
+			}
+		}
+		if len(snap.before) > len(read) {
+			t.Fatalf("seed %d: earlier states kept for %d clusters", seed, len(snap.before))
+		}
+		if len(h.ring) > 1024 {
+			grown++
+		}
+	}
+	if handoffs == 0 || overflows == 0 || grown == 0 {
+		t.Errorf("handoffs %d, epoch resets %d, rings grown %d: a case the histories did not test", handoffs, overflows, grown)
 	}
 	if gone == 0 || gone > reads/2 {
 		t.Errorf("%d of %d reads Gone: the histories test too little of one case", gone, reads)
