@@ -60,8 +60,20 @@ var (
 // call posts opts to path and returns the answer if it is 200; any other answer, and a
 // failure to reach the replica, is its error: the replica's own Status, or 503. The call goes in
 // ProtocolVersion, and once more in an older version this release speaks when the replica
-// refuses it with 503 naming that one (OldestProtocolVersion).
+// refuses it with 503 naming that one (OldestProtocolVersion); for rememberOlder after such a
+// refusal, calls to that replica that mean the same in the older version go in it at once.
 func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.Response, error) {
+	if v := c.Clients.olderOf(c.ID, c.URL); v != "" {
+		// A replica of the previous release, found so lately: the call goes in its version
+		// at once when it means the same there, and its answer, whatever it is, stands.
+		if older, err := olderCall(v, opts); err == nil {
+			resp, err := c.callIn(ctx, v, path, kind, older)
+			if err != nil || resp.StatusCode == http.StatusOK {
+				return resp, err
+			}
+			return nil, c.answerError(v, resp)
+		}
+	}
 	resp, err := c.callIn(ctx, ProtocolVersion, path, kind, opts)
 	if err != nil || resp.StatusCode == http.StatusOK {
 		return resp, err
@@ -76,6 +88,7 @@ func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.R
 		return nil, c.answerError(v, resp)
 	}
 	_ = c.answerError(ProtocolVersion, resp) // its body read and closed: the call is made again, or refused
+	c.Clients.noteOlder(c.ID, c.URL, v)
 	older, why := olderCall(v, opts)
 	if why != nil {
 		return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q speaks peer protocol %q: %v; retry once the rolling update is done", c.ID, v, why))

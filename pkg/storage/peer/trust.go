@@ -212,11 +212,48 @@ type Clients struct {
 	timeout time.Duration
 	mu      sync.Mutex
 	byID    map[string]*http.Client
+	// older remembers, by replica and URL, the older envelope version a replica refused this
+	// release's calls in favour of (a rolling update from the previous release), and when.
+	older map[string]olderPeer
+	now   func() time.Time // time.Now; a test's clock
 }
+
+// olderPeer is an older envelope version a replica speaks, as learned at a time.
+type olderPeer struct {
+	version string
+	at      time.Time
+}
+
+// rememberOlder is how long calls to a replica that refused this release's envelope go in
+// the older version it named first, without the refused call: while a rolling update from
+// the previous release lasts, each call costs that replica one call, not two. A replica
+// updated in place (the same name and URL) is asked in this release's version again after
+// it; until then it answers the older version's calls as such.
+const rememberOlder = time.Minute
 
 // NewClients makes the clients. trust may be nil; timeout 0 sets no bound.
 func NewClients(trust *Trust, timeout time.Duration) *Clients {
-	return &Clients{trust: trust, timeout: timeout, byID: map[string]*http.Client{}}
+	return &Clients{trust: trust, timeout: timeout, byID: map[string]*http.Client{}, older: map[string]olderPeer{}, now: time.Now}
+}
+
+// olderOf is the older envelope version replica id at url was last found to speak, within
+// rememberOlder; "" when none.
+func (c *Clients) olderOf(id, url string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.older[id+" "+url]
+	if !ok || c.now().Sub(o.at) > rememberOlder {
+		delete(c.older, id+" "+url)
+		return ""
+	}
+	return o.version
+}
+
+// noteOlder records that replica id at url refused this release's envelope naming version v.
+func (c *Clients) noteOlder(id, url, v string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.older[id+" "+url] = olderPeer{version: v, at: c.now()}
 }
 
 // Trusted reports whether calls go over peer certificates.

@@ -33,8 +33,9 @@ const ProtocolVersion = "4"
 //     version this release speaks is called again in that one, when the call means the same
 //     there (olderCall); when it does not (a sorted list, an owner filter, a count the caller
 //     needs, a value read by a path or a configured index), the call is refused as a replica
-//     of another release's is: 503, to retry once the update is done. Each call to such a
-//     replica thus costs a refused call first, while the update lasts.
+//     of another release's is: 503, to retry once the update is done. The refusal is
+//     remembered for a while (rememberOlder): calls to that replica that mean the same in its
+//     version then go in it at once, without a refused call first.
 //
 // Replicas of versions this release does not speak refuse each other's calls (503, retried),
 // and never answer them in part.
