@@ -330,6 +330,7 @@ func (s *Server) peers(h http.Handler) http.Handler {
 		// Every answer of the route names its envelope version, its refusals too: a caller
 		// tells a replica that does not speak the envelope by the header's absence.
 		w.Header().Set(peer.ProtocolHeader, peer.AnswerVersion(r.Header.Get(peer.ProtocolHeader)))
+		w.Header().Set(peer.NewestProtocolHeader, peer.ProtocolVersion)
 		if s.authn.Authorizer != nil && !filters.FromPeer(r.Context()) {
 			filters.WriteError(w, http.StatusForbidden, "forbidden: "+peer.Path+" is for the replicas themselves, under their peer certificates")
 			return

@@ -65,22 +65,44 @@ var (
 func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.Response, error) {
 	if v := c.Clients.olderOf(c.ID, c.URL); v != "" {
 		// A replica of the previous release, found so lately: the call goes in its version
-		// at once when it means the same there, and its answer, whatever it is, stands.
+		// at once when it means the same there.
 		if older, err := olderCall(v, opts); err == nil {
 			resp, err := c.callIn(ctx, v, path, kind, older)
-			if err != nil || resp.StatusCode == http.StatusOK {
-				return resp, err
+			switch {
+			case err != nil:
+				return nil, err
+			case resp.Header.Get(NewestProtocolHeader) == ProtocolVersion:
+				// Updated in place since: this answer is right in v, and the next call goes
+				// in this release's version.
+				c.Clients.forgetOlder(c.ID, c.URL)
+			case resp.Header.Get(ProtocolHeader) != v:
+				// It speaks another version now: forget it, and call it as any replica.
+				_ = c.answerError(v, resp)
+				c.Clients.forgetOlder(c.ID, c.URL)
+				return c.callNewest(ctx, path, kind, opts)
 			}
-			return nil, c.answerError(v, resp)
+			if resp.StatusCode == http.StatusOK {
+				return resp, nil
+			}
+			return nil, c.answerError(v, resp) // its own refusal, in its version
 		}
 	}
+	return c.callNewest(ctx, path, kind, opts)
+}
+
+// callNewest is call in ProtocolVersion, and once more in an older version when the replica
+// refuses it naming that one.
+func (c *Client) callNewest(ctx context.Context, path, kind string, opts any) (*http.Response, error) {
 	resp, err := c.callIn(ctx, ProtocolVersion, path, kind, opts)
-	if err != nil || resp.StatusCode == http.StatusOK {
-		return resp, err
+	if err != nil {
+		return nil, err
 	}
 	v := resp.Header.Get(ProtocolHeader)
 	switch {
-	case v == "" || v == ProtocolVersion || !Speaks(v):
+	case resp.StatusCode == http.StatusOK && v == ProtocolVersion:
+		return resp, nil
+	case resp.StatusCode == http.StatusOK, v == "" || v == ProtocolVersion || !Speaks(v):
+		// (A 200 of another version would be misread: it is 503, as refusal says.)
 		return nil, c.answerError(ProtocolVersion, resp)
 	case resp.StatusCode != http.StatusServiceUnavailable:
 		// Not a refusal of the version: the replica's own (its access, its limits), which
@@ -93,16 +115,17 @@ func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.R
 	if why != nil {
 		return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q speaks peer protocol %q: %v; retry once the rolling update is done", c.ID, v, why))
 	}
-	resp, err = c.callIn(ctx, v, path, kind, older)
-	if err != nil || resp.StatusCode == http.StatusOK {
-		return resp, err
+	if resp, err = c.callIn(ctx, v, path, kind, older); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK && resp.Header.Get(ProtocolHeader) == v {
+		return resp, nil
 	}
 	return nil, c.answerError(v, resp)
 }
 
-// callIn posts opts to path in envelope version v: the answer, whatever its status, unless it
-// is a 200 that is not of version v (read as v's, it would be misread), which is an error as a
-// failure to reach the replica is.
+// callIn posts opts to path in envelope version v and returns the answer, whatever its status
+// and version; failing to reach the replica is its error.
 func (c *Client) callIn(ctx context.Context, v, path, kind string, opts any) (*http.Response, error) {
 	start := time.Now()
 	body, err := json.Marshal(opts)
@@ -138,9 +161,6 @@ func (c *Client) callIn(ctx context.Context, v, path, kind string, opts any) (*h
 	}
 	if err != nil {
 		return nil, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("replica %q did not answer: %v", c.ID, err))
-	}
-	if resp.StatusCode == http.StatusOK && resp.Header.Get(ProtocolHeader) != v {
-		return nil, c.answerError(v, resp)
 	}
 	return resp, nil
 }

@@ -33,6 +33,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// another version would read the answer in its own form, and is refused naming the newest.
 	v := r.Header.Get(ProtocolHeader)
 	w.Header().Set(ProtocolHeader, AnswerVersion(v))
+	w.Header().Set(NewestProtocolHeader, ProtocolVersion)
 	if !Speaks(v) {
 		writeError(w, storage.Retry(http.StatusServiceUnavailable, fmt.Sprintf("this replica speaks peer protocol %s, the caller %q; retry once the rolling update is done", strings.Join(spoken, " and "), v)))
 		return

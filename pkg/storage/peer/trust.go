@@ -214,9 +214,12 @@ type Clients struct {
 	byID    map[string]*http.Client
 	// older remembers, by replica and URL, the older envelope version a replica refused this
 	// release's calls in favour of (a rolling update from the previous release), and when.
-	older map[string]olderPeer
+	older map[peerAt]olderPeer
 	now   func() time.Time // time.Now; a test's clock
 }
+
+// peerAt is a replica at its advertised URL.
+type peerAt struct{ id, url string }
 
 // olderPeer is an older envelope version a replica speaks, as learned at a time.
 type olderPeer struct {
@@ -226,14 +229,14 @@ type olderPeer struct {
 
 // rememberOlder is how long calls to a replica that refused this release's envelope go in
 // the older version it named first, without the refused call: while a rolling update from
-// the previous release lasts, each call costs that replica one call, not two. A replica
-// updated in place (the same name and URL) is asked in this release's version again after
-// it; until then it answers the older version's calls as such.
+// the previous release lasts, each call costs that replica one call, not two (and one refused
+// call a minute). A replica updated in place (the same name and URL) says so in its answers
+// (NewestProtocolHeader), and is called in this release's version from then on.
 const rememberOlder = time.Minute
 
 // NewClients makes the clients. trust may be nil; timeout 0 sets no bound.
 func NewClients(trust *Trust, timeout time.Duration) *Clients {
-	return &Clients{trust: trust, timeout: timeout, byID: map[string]*http.Client{}, older: map[string]olderPeer{}, now: time.Now}
+	return &Clients{trust: trust, timeout: timeout, byID: map[string]*http.Client{}, older: map[peerAt]olderPeer{}, now: time.Now}
 }
 
 // olderOf is the older envelope version replica id at url was last found to speak, within
@@ -241,19 +244,32 @@ func NewClients(trust *Trust, timeout time.Duration) *Clients {
 func (c *Clients) olderOf(id, url string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o, ok := c.older[id+" "+url]
+	o, ok := c.older[peerAt{id, url}]
 	if !ok || c.now().Sub(o.at) > rememberOlder {
-		delete(c.older, id+" "+url)
 		return ""
 	}
 	return o.version
 }
 
-// noteOlder records that replica id at url refused this release's envelope naming version v.
+// noteOlder records that replica id at url refused this release's envelope naming version v,
+// and forgets what is older than rememberOlder.
 func (c *Clients) noteOlder(id, url, v string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.older[id+" "+url] = olderPeer{version: v, at: c.now()}
+	now := c.now()
+	for k, o := range c.older {
+		if now.Sub(o.at) > rememberOlder {
+			delete(c.older, k)
+		}
+	}
+	c.older[peerAt{id, url}] = olderPeer{version: v, at: now}
+}
+
+// forgetOlder forgets what noteOlder recorded of replica id at url.
+func (c *Clients) forgetOlder(id, url string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.older, peerAt{id, url})
 }
 
 // Trusted reports whether calls go over peer certificates.

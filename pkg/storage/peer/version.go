@@ -14,6 +14,11 @@ import (
 // not answer with it answers in the form of an earlier release.
 const ProtocolHeader = "X-Multicache-Peer-Protocol"
 
+// NewestProtocolHeader, on an answer, names the newest envelope version the replica speaks,
+// whatever version it answers in: a caller that called it in an older version (it spoke only
+// that one a while ago) learns that it was updated.
+const NewestProtocolHeader = "X-Multicache-Peer-Protocol-Newest"
+
 // ProtocolVersion is this release's envelope. 3 added the selection's where filter and the
 // summary call; 4 sorted lists (sortBy, an item's sort value) and counts, and, before any
 // release held it, the owner filter and quantities sorted by value. A replica reads a call's
