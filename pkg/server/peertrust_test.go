@@ -228,17 +228,20 @@ func TestPeerEnvelopeNeedsAPeerCertificate(t *testing.T) {
 			if got := resp.Header.Get(peer.ProtocolHeader); tc.want == http.StatusForbidden && got != answered {
 				t.Errorf("POST %s of protocol %q with token %q: its refusal names protocol %q, want %q", peer.ListPath, version, tc.token, got, answered)
 			}
+			if got := resp.Header.Get(peer.NewestProtocolHeader); tc.want == http.StatusForbidden && got != peer.ProtocolVersion {
+				t.Errorf("POST %s of protocol %q with token %q: its refusal names the newest protocol %q, want %q", peer.ListPath, version, tc.token, got, peer.ProtocolVersion)
+			}
 		}
 	}
 }
 
-// TestPreviousReleasePartCallsAreRefused: during a rolling update from the previous release, a
-// replica of that release asks for its part of a read on the APIs' own paths with
+// TestPreEnvelopePartCallsAreRefused: during a rolling update from a release before the peer
+// envelope, a replica of that release asks for its part of a read on the APIs' own paths with
 // X-Multicache-Peer. This release would answer the whole fleet there (the header means nothing
 // to it), which the caller would merge as one part: objects twice. It answers 503 with
 // Retry-After instead, and the caller's read is refused, never wrong. Its own peer route's
 // refusals name the envelope's version, by which a caller tells the releases apart.
-func TestPreviousReleasePartCallsAreRefused(t *testing.T) {
+func TestPreEnvelopePartCallsAreRefused(t *testing.T) {
 	fl := newMovingFleet(self("a"), self("b"))
 	hs, _ := kubeFixtureWith(t, Options{Fleet: fl})
 	for _, path := range []string{"/api/v1/pods", "/multicache/v1/resources/pods", "/clusters/a/api/v1/pods"} {
@@ -250,8 +253,8 @@ func TestPreviousReleasePartCallsAreRefused(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !bytes.Contains(body, []byte("previous release")) {
-			t.Errorf("%s with X-Multicache-Peer: %d %.200s; want 503 naming the previous release", path, resp.StatusCode, body)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !bytes.Contains(body, []byte("before the peer envelope")) {
+			t.Errorf("%s with X-Multicache-Peer: %d %.200s; want 503 naming the release before the envelope", path, resp.StatusCode, body)
 		}
 	}
 	resp, err := http.Post(hs.URL+peer.Path+"nosuchcall", "application/json", strings.NewReader("{}"))

@@ -307,7 +307,7 @@ func (s *Server) coordinated(h http.Handler) http.Handler {
 			return
 		}
 		if r.Header.Get(previousPeerHeader) != "" {
-			filters.WriteAPIError(w, storage.Retry(http.StatusServiceUnavailable, "a replica of the previous release asked for its part of a read ("+
+			filters.WriteAPIError(w, storage.Retry(http.StatusServiceUnavailable, "a replica of a release before the peer envelope asked for its part of a read ("+
 				previousPeerHeader+"); this one answers replicas through "+peer.Path+" (peer protocol "+peer.ProtocolVersion+
 				") only: its answer to that call would be the whole fleet's. Retry once the rolling update has replaced the replica that asked"))
 			return
@@ -316,10 +316,11 @@ func (s *Server) coordinated(h http.Handler) http.Handler {
 	})
 }
 
-// previousPeerHeader marked, in the previous release, a replica's call for its part of a
-// read, sent on the APIs' own paths. This release neither sends it nor answers such a call:
-// during a rolling update from that release, a read spanning clusters of replicas of both
-// releases is refused (503), never answered twice over or in part.
+// previousPeerHeader marked, in the releases before the peer envelope, a replica's call for its
+// part of a read, sent on the APIs' own paths. This release neither sends it nor answers such a
+// call: during a rolling update from such a release, a read spanning clusters of replicas of
+// both releases is refused (503), never answered twice over or in part. (The previous release,
+// envelope 3, is answered: peer.OldestProtocolVersion.)
 const previousPeerHeader = "X-Multicache-Peer"
 
 // peers guards the envelope: another replica's call, under a peer certificate when auth is
@@ -327,8 +328,9 @@ const previousPeerHeader = "X-Multicache-Peer"
 // request slot (a watch in a watch slot).
 func (s *Server) peers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Every answer of the route names its envelope version, its refusals too: a caller
-		// tells a replica that does not speak the envelope by the header's absence.
+		// Every answer of the route names its envelope version and the newest this release
+		// speaks, its refusals too: a caller tells a replica that does not speak the envelope
+		// by the header's absence, and one updated in place by the newest.
 		w.Header().Set(peer.ProtocolHeader, peer.AnswerVersion(r.Header.Get(peer.ProtocolHeader)))
 		w.Header().Set(peer.NewestProtocolHeader, peer.ProtocolVersion)
 		if s.authn.Authorizer != nil && !filters.FromPeer(r.Context()) {

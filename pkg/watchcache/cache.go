@@ -551,19 +551,19 @@ type clusterSnapshots struct {
 	// once it is read, and its later events are not kept: they keep no object alive past the
 	// read that needed them.
 	before map[string]map[objectKey]state
-	read1  sets.Set[string] // the clusters read
+	done   sets.Set[string] // the clusters read
 }
 
 // snapshots reads the clusters of clusters (every cluster when empty) as of pos, one at a time,
 // each at most once.
 func (c *Cache) snapshots(pos Position, clusters []string) *clusterSnapshots {
-	return &clusterSnapshots{c: c, pos: pos, want: wanted(clusters), walked: pos.Seq, before: map[string]map[objectKey]state{}, read1: sets.New[string]()}
+	return &clusterSnapshots{c: c, pos: pos, want: wanted(clusters), walked: pos.Seq, before: map[string]map[objectKey]state{}, done: sets.New[string]()}
 }
 
 // read returns the objects of cl as of the position, in no order; it fails with a GoneError as
 // Snapshot does, and otherwise when cl is not one of the clusters, or was read before.
 func (s *clusterSnapshots) read(cl string) ([]Item, error) {
-	if !s.want(cl) || s.read1.Has(cl) {
+	if !s.want(cl) || s.done.Has(cl) {
 		return nil, fmt.Errorf("watchcache: cluster %q is not one of the snapshots' clusters, or was read before", cl)
 	}
 	c := s.c
@@ -578,7 +578,7 @@ func (s *clusterSnapshots) read(cl string) ([]Item, error) {
 	first := c.seq - uint64(c.n) + 1 // seq of the oldest event kept
 	for seq := max(s.walked+1, first); seq <= c.seq; seq++ {
 		ev := &c.ring[(c.start+int(seq-first))%len(c.ring)]
-		if ev.Type == Handoff || !s.want(ev.Cluster) || s.read1.Has(ev.Cluster) {
+		if ev.Type == Handoff || !s.want(ev.Cluster) || s.done.Has(ev.Cluster) {
 			continue
 		}
 		m := s.before[ev.Cluster]
@@ -594,7 +594,7 @@ func (s *clusterSnapshots) read(cl string) ([]Item, error) {
 	s.walked = max(s.walked, c.seq)
 	objs, touched := c.latest[cl], s.before[cl]
 	delete(s.before, cl)
-	s.read1.Insert(cl)
+	s.done.Insert(cl)
 	out := make([]Item, 0, len(objs))
 	for k, st := range objs {
 		if _, ok := touched[k]; !ok {

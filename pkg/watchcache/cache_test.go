@@ -376,6 +376,9 @@ func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 				gone++
 				break // the watch ends there
 			}
+			if _, kept := snap.before[cl]; kept {
+				t.Fatalf("seed %d: %s's earlier states kept after its read", seed, cl)
+			}
 			if _, err := snap.read(cl); err == nil {
 				t.Fatalf("seed %d, %s read twice: no error", seed, cl)
 			}
@@ -385,8 +388,10 @@ func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 				t.Fatalf("seed %d: a cluster not asked for read: no error", seed)
 			}
 		}
-		if len(snap.before) > len(read) {
-			t.Fatalf("seed %d: earlier states kept for %d clusters", seed, len(snap.before))
+		for cl := range snap.before {
+			if snap.done.Has(cl) {
+				t.Fatalf("seed %d: earlier states of %s, read already, kept", seed, cl)
+			}
 		}
 		if len(h.ring) > 1024 {
 			grown++

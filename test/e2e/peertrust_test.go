@@ -156,12 +156,12 @@ func TestPeerTrust(t *testing.T) {
 	if code := ask(e.tls.clientWith(peerClientCert(t, e.tls.ca, "multicache-peer")), claim); code != http.StatusOK {
 		t.Errorf("a peer's certificate vouching for a user: %d, want 200", code)
 	}
-	// The previous release's call for a replica's part (X-Multicache-Peer on the API's own
+	// A pre-envelope release's call for a replica's part (X-Multicache-Peer on the API's own
 	// path) is refused once authenticated: this release would answer it with the whole fleet.
 	// Without a certificate, the header skips nothing: 401.
 	oldCall := map[string]string{"X-Remote-User": "someone", "X-Remote-Group": "system:masters", "X-Multicache-Peer": "1"}
 	if code := ask(e.tls.clientWith(peerClientCert(t, e.tls.ca, "multicache-peer")), oldCall); code != http.StatusServiceUnavailable {
-		t.Errorf("a previous-release replica's part call: %d, want 503", code)
+		t.Errorf("a pre-envelope replica's part call: %d, want 503", code)
 	}
 	if code := ask(e.tls.clientWith(nil), oldCall); code != http.StatusUnauthorized {
 		t.Errorf("X-Multicache-Peer and identity headers without a client certificate: %d, want 401", code)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/client"
+	"github.com/multicache/multicache/pkg/storage/peer"
 	"github.com/multicache/multicache/test/fleet"
 	"github.com/multicache/multicache/test/harness"
 )
@@ -734,7 +735,7 @@ func (e *scaleEnv) mixedReleases(updated, old []replica, holders map[string]stri
 		var l api.List
 		err := e.get(r, api.ResourcesPath+"/"+scaleResource+"?limit=1000", &l)
 		switch {
-		case len(byOld) > 0 && (err == nil || !strings.Contains(err.Error(), ": 503 ") || !strings.Contains(err.Error(), `peer protocol \"3\"`)):
+		case len(byOld) > 0 && (err == nil || !strings.Contains(err.Error(), ": 503 ") || !strings.Contains(err.Error(), `peer protocol \"`+peer.OldestProtocolVersion+`\"`)):
 			e.t.Errorf("a native list from %s, which spans %v owned by replicas of the previous release: %v; want 503 naming its peer protocol", r.id, byOld, err)
 		case len(byOld) == 0 && err != nil:
 			e.t.Errorf("a native list from %s, no cluster owned by a replica of the previous release: %v", r.id, err)

@@ -85,19 +85,39 @@ func BinaryAt(t testing.TB, ref string) string {
 	src, bin := filepath.Join(dir, "src"), filepath.Join(dir, "multicache")
 	built := false
 	defer func() {
-		// The worktree goes, and git forgets it; a failed build leaves nothing behind.
-		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", src).Run()
+		// The sources go; a failed build leaves nothing behind.
 		_ = os.RemoveAll(src)
-		_ = exec.Command("git", "-C", root, "worktree", "prune").Run()
 		if !built {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", src, ref).CombinedOutput(); err != nil {
-		t.Fatalf("commit %s: git worktree add: %v\n%s", ref, err, out)
+	// The commit's files, read from the history: the checkout's .git is only read (no
+	// worktree to register, no hooks run).
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := exec.Command("git", "-C", root, "archive", "--format=tar", ref)
+	untar := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untar.Stdin = pipe
+	var archiveErr, untarErr strings.Builder
+	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
+	if err := untar.Start(); err != nil {
+		t.Fatalf("commit %s: tar: %v", ref, err)
+	}
+	if err := archive.Run(); err != nil {
+		_ = untar.Wait()
+		t.Fatalf("commit %s: git archive: %v %s", ref, err, archiveErr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		t.Fatalf("commit %s: tar: %v %s", ref, err, untarErr.String())
 	}
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	cmd.Dir = filepath.Join(src, "cmd", "multicache")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("commit %s: build: %v\n%s", ref, err, out)
 	}

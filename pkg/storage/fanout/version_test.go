@@ -61,8 +61,11 @@ func TestListThroughAReplicaOfThePreviousEnvelope(t *testing.T) {
 	if err == nil {
 		err = storage.Drain(l)
 	}
-	if err != nil || l.Count == nil || l.Count.Total != 2+6 {
-		t.Errorf("a list of p2's and my clusters: count %+v, %v; want 8", l.Count, err)
+	switch {
+	case err != nil:
+		t.Errorf("a list of p2's and my clusters: %v", err)
+	case l.Count == nil || l.Count.Total != 2+6:
+		t.Errorf("a list of p2's and my clusters: count %+v, want 8", l.Count)
 	}
 }
 

@@ -58,10 +58,11 @@ var (
 )
 
 // call posts opts to path and returns the answer if it is 200; any other answer, and a
-// failure to reach the replica, is its error: the replica's own Status, or 503. The call goes in
-// ProtocolVersion, and once more in an older version this release speaks when the replica
-// refuses it with 503 naming that one (OldestProtocolVersion); for rememberOlder after such a
-// refusal, calls to that replica that mean the same in the older version go in it at once.
+// failure to reach the replica, is its error: the replica's own Status, or 503. To a replica
+// remembered to speak only an older version (Clients.noteOlder), a call that means the same in
+// that version goes in it at once; the replica is forgotten when its answer names a newer
+// version it speaks (NewestProtocolHeader: updated in place) or comes in another version (the
+// call then goes as to any replica). Any other call goes as callNewest makes it.
 func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.Response, error) {
 	if v := c.Clients.olderOf(c.ID, c.URL); v != "" {
 		// A replica of the previous release, found so lately: the call goes in its version
@@ -90,8 +91,10 @@ func (c *Client) call(ctx context.Context, path, kind string, opts any) (*http.R
 	return c.callNewest(ctx, path, kind, opts)
 }
 
-// callNewest is call in ProtocolVersion, and once more in an older version when the replica
-// refuses it naming that one.
+// callNewest makes a call in ProtocolVersion. A replica that refuses it with 503 naming an
+// older version this release speaks is remembered (noteOlder), and called again in that
+// version when the call means the same there, else refused 503 saying why; any other answer
+// naming an older version is that replica's own refusal, read as it gave it.
 func (c *Client) callNewest(ctx context.Context, path, kind string, opts any) (*http.Response, error) {
 	resp, err := c.callIn(ctx, ProtocolVersion, path, kind, opts)
 	if err != nil {

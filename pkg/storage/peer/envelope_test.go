@@ -329,8 +329,9 @@ func TestOtherProtocolVersionsRefuse(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || rec.Header().Get(ProtocolHeader) != ProtocolVersion {
-			t.Errorf("a call of protocol %q: %d %v, want 503 with Retry-After and this version's header", v, rec.Code, rec.Header())
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || rec.Header().Get(ProtocolHeader) != ProtocolVersion ||
+			rec.Header().Get(NewestProtocolHeader) != ProtocolVersion {
+			t.Errorf("a call of protocol %q: %d %v, want 503 with Retry-After and this version's headers", v, rec.Code, rec.Header())
 		}
 	}
 }

@@ -231,7 +231,8 @@ type olderPeer struct {
 // the older version it named first, without the refused call: while a rolling update from
 // the previous release lasts, each call costs that replica one call, not two (and one refused
 // call a minute). A replica updated in place (the same name and URL) says so in its answers
-// (NewestProtocolHeader), and is called in this release's version from then on.
+// (NewestProtocolHeader), and one that answers in another version is not that replica any
+// more: either is forgotten, and called in this release's version from then on.
 const rememberOlder = time.Minute
 
 // NewClients makes the clients. trust may be nil; timeout 0 sets no bound.

@@ -25,7 +25,9 @@ const NewestProtocolHeader = "X-Multicache-Peer-Protocol-Newest"
 // body with encoding/json, which ignores the fields it does not know: a replica of an earlier
 // version would answer its part whole or in the wrong order. So a call's options change only
 // with a new version (TestEnvelopeCallsChangeWithTheVersion holds each version's), and so does
-// what a call means (an order, a filter's judgement), which no test can see.
+// what a call means (an order, a filter's judgement), which no test can see. A new version
+// moves OldestProtocolVersion up to this one, and olderCall and notMeantAlike are written
+// again for the pair (TestVersionsArePrevious checks the pair).
 const ProtocolVersion = "4"
 
 // OldestProtocolVersion is the oldest envelope this release still speaks, the previous
@@ -40,7 +42,8 @@ const ProtocolVersion = "4"
 //     needs, a value read by a path or a configured index), the call is refused as a replica
 //     of another release's is: 503, to retry once the update is done. The refusal is
 //     remembered for a while (rememberOlder): calls to that replica that mean the same in its
-//     version then go in it at once, without a refused call first.
+//     version then go in it at once, without a refused call first, until the replica answers
+//     naming a newer version it speaks or in another version (Client.call).
 //
 // Replicas of versions this release does not speak refuse each other's calls (503, retried),
 // and never answer them in part.

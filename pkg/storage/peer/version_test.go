@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,7 @@ var envelopeCalls = map[string]map[string]string{
 		"summary": "by " + selectionV4,
 		"cluster": "clusters labelSelector part",
 	},
-	// As 755cf6a's parent, the last commit of version 3, sent them.
+	// As 07e2257, the last commit of version 3, sent them.
 	"3": {
 		"list":    "continue " + encodingFields + " limit resourceVersion resourceVersionMatch " + selectionV3,
 		"get":     encodingFields + " name " + selectionV3,
@@ -51,8 +52,8 @@ const (
 )
 
 // TestEnvelopeCallsChangeWithTheVersion fails when a call's options change while
-// ProtocolVersion stays: raise it (replicas of two versions then refuse each other's calls,
-// retried, rather than answer them wrongly) and record the new fields above.
+// ProtocolVersion stays: raise it (and OldestProtocolVersion with it: see ProtocolVersion) and
+// record the new fields above.
 func TestEnvelopeCallsChangeWithTheVersion(t *testing.T) {
 	want, ok := envelopeCalls[ProtocolVersion]
 	if !ok {
@@ -78,7 +79,7 @@ func TestEnvelopeCallsChangeWithTheVersion(t *testing.T) {
 			}
 		}
 		if len(added) > 0 || len(gone) > 0 {
-			t.Errorf("the %s call's options changed within protocol %s (new %v, gone %v): raise ProtocolVersion (envelope.go) and record them", call, ProtocolVersion, added, gone)
+			t.Errorf("the %s call's options changed within protocol %s (new %v, gone %v): raise ProtocolVersion (version.go) and record them", call, ProtocolVersion, added, gone)
 		}
 	}
 }
@@ -352,7 +353,7 @@ func TestCallsToAReplicaOfThePreviousEnvelope(t *testing.T) {
 	now := time.Now()
 	clients.now = func() time.Time { return now }
 	c := &Client{ID: "r-old", URL: hs.URL, Clients: clients, Timeout: 5 * time.Second}
-	calls := func() (newest, oldest int32) {
+	callsIn := func() (newest, oldest int32) {
 		for v, p := range map[string]*int32{ProtocolVersion: &newest, OldestProtocolVersion: &oldest} {
 			if n, ok := byVersion.Load(v); ok {
 				*p = n.(*atomic.Int32).Swap(0)
@@ -389,7 +390,7 @@ func TestCallsToAReplicaOfThePreviousEnvelope(t *testing.T) {
 		if tc.name == "a list" {
 			want4 = 1
 		}
-		if n4, n3 := calls(); n4 != want4 || n3 != 1 {
+		if n4, n3 := callsIn(); n4 != want4 || n3 != 1 {
 			t.Errorf("%s: %d calls in %s and %d in %s, want %d and 1", tc.name, n4, ProtocolVersion, n3, OldestProtocolVersion, want4)
 		}
 	}
@@ -413,7 +414,7 @@ func TestCallsToAReplicaOfThePreviousEnvelope(t *testing.T) {
 	if err != nil || sum.Total != 2 {
 		t.Errorf("a summary by cluster: %v, %+v", err, sum)
 	}
-	if n4, n3 := calls(); n4 != 0 || n3 != 3 {
+	if n4, n3 := callsIn(); n4 != 0 || n3 != 3 {
 		t.Errorf("a get, a watch and a summary: %d calls in %s and %d in %s, want 0 and 3", n4, ProtocolVersion, n3, OldestProtocolVersion)
 	}
 	// Past rememberOlder, this release's version is tried first again (the replica may have
@@ -422,7 +423,7 @@ func TestCallsToAReplicaOfThePreviousEnvelope(t *testing.T) {
 	if _, err := c.Get(ctx, storage.GetOptions{Selection: sel, Name: "x"}); err != nil {
 		t.Errorf("a get past rememberOlder: %v", err)
 	}
-	if n4, n3 := calls(); n4 != 1 || n3 != 1 {
+	if n4, n3 := callsIn(); n4 != 1 || n3 != 1 {
 		t.Errorf("a get past rememberOlder: %d calls in %s and %d in %s, want one each", n4, ProtocolVersion, n3, OldestProtocolVersion)
 	}
 
@@ -468,7 +469,7 @@ func TestCallsToAReplicaOfThePreviousEnvelope(t *testing.T) {
 		if storage.Code(err) != http.StatusServiceUnavailable || storage.RetryAfter(err) == 0 || !strings.Contains(err.Error(), tc.why) || !strings.Contains(err.Error(), `"r-old"`) {
 			t.Errorf("%s: %v (%d), want a 503 to retry saying it %s", tc.name, err, storage.Code(err), tc.why)
 		}
-		if n4, n3 := calls(); n4 != 1 || n3 != 0 {
+		if n4, n3 := callsIn(); n4 != 1 || n3 != 0 {
 			t.Errorf("%s: %d calls in %s and %d in %s, want one in %s alone", tc.name, n4, ProtocolVersion, n3, OldestProtocolVersion, ProtocolVersion)
 		}
 	}
@@ -659,4 +660,43 @@ func TestARememberedOlderReplica(t *testing.T) {
 	mode.Store("later")
 	list("a later release under the same name", 1, 1, "rv-4", 0)
 	list("after it", 1, 0, "rv-4", 0)
+}
+
+// TestVersionsArePrevious: the versions this release speaks are its own and the one before,
+// each with a record of its calls' options (olderCall and notMeantAlike are written for that
+// pair: a new version moves both up, and they are written again).
+func TestVersionsArePrevious(t *testing.T) {
+	newest, err1 := strconv.Atoi(ProtocolVersion)
+	oldest, err2 := strconv.Atoi(OldestProtocolVersion)
+	if err1 != nil || err2 != nil || oldest+1 != newest {
+		t.Errorf("versions %q and %q: want this release's and the one before", ProtocolVersion, OldestProtocolVersion)
+	}
+	for _, v := range spoken {
+		if _, ok := envelopeCalls[v]; !ok {
+			t.Errorf("version %s has no record of its calls' options", v)
+		}
+	}
+}
+
+// TestClientsForgetOlderPeers: what Clients remember of a replica that spoke an older version
+// is gone a minute later, and dropped from memory when another is remembered.
+func TestClientsForgetOlderPeers(t *testing.T) {
+	cl := NewClients(nil, time.Second)
+	now := time.Now()
+	cl.now = func() time.Time { return now }
+	cl.noteOlder("r1", "https://r1", OldestProtocolVersion)
+	if v := cl.olderOf("r1", "https://r1"); v != OldestProtocolVersion {
+		t.Errorf("r1 right after: %q", v)
+	}
+	if v := cl.olderOf("r1", "https://r1-moved"); v != "" {
+		t.Errorf("r1 at another URL: %q", v)
+	}
+	now = now.Add(rememberOlder + time.Second)
+	if v := cl.olderOf("r1", "https://r1"); v != "" {
+		t.Errorf("r1 past rememberOlder: %q", v)
+	}
+	cl.noteOlder("r2", "https://r2", OldestProtocolVersion)
+	if len(cl.older) != 1 {
+		t.Errorf("%d replicas remembered, want r2 alone: %v", len(cl.older), cl.older)
+	}
 }
