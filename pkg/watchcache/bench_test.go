@@ -78,6 +78,24 @@ func BenchmarkNextNamedClusters(b *testing.B) {
 	}
 }
 
+// wideCache is a Cache of a ring of maxEvents holding 1,000 clusters of 2 objects each, their
+// names, the position after them, and then `after` updates, spread over the clusters.
+func wideCache(maxEvents, after int) (*Cache, []string, Position) {
+	c := New(Options{MaxEvents: maxEvents, MaxBytes: 1 << 30})
+	var clusters []string
+	for i := range 1000 {
+		cl := "c" + strconv.Itoa(i)
+		clusters = append(clusters, cl)
+		c.OnAdd(cl, cmAt("o1", "1"), false)
+		c.OnAdd(cl, cmAt("o2", "1"), false)
+	}
+	pos := c.Position()
+	for i := range after {
+		c.OnUpdate(clusters[i%len(clusters)], nil, cmAt("o1", strconv.Itoa(i+2)))
+	}
+	return c, clusters, pos
+}
+
 // BenchmarkSnapshotEachCluster: a watch's initial events over 1,000 clusters of 2 objects
 // read one cluster at a time, as Watcher.Run reads them: what a watch's start costs the
 // Cache, under its lock. From the newest position, it grows with the objects it sends; each
@@ -88,19 +106,7 @@ func BenchmarkNextNamedClusters(b *testing.B) {
 func BenchmarkSnapshotEachCluster(b *testing.B) {
 	for _, after := range []int{0, 1000} {
 		b.Run("after-"+strconv.Itoa(after), func(b *testing.B) {
-			c := New(Options{MaxEvents: 1000, MaxBytes: 1 << 30})
-			var clusters []string
-			for i := range 1000 {
-				cl := "c" + strconv.Itoa(i)
-				clusters = append(clusters, cl)
-				c.OnAdd(cl, cmAt("o1", "1"), false)
-				c.OnAdd(cl, cmAt("o2", "1"), false)
-			}
-			pos := c.Position()
-			for i := range after {
-				cl := clusters[i%len(clusters)]
-				c.OnUpdate(cl, cmAt("o1", "1"), cmAt("o1", "2"))
-			}
+			c, clusters, pos := wideCache(1000, after)
 			for range b.N {
 				n := 0
 				for _, cl := range clusters {
@@ -129,18 +135,7 @@ func BenchmarkSnapshotEachCluster(b *testing.B) {
 func BenchmarkWatchStart(b *testing.B) {
 	for _, after := range []int{0, 1000, 10000} {
 		b.Run("after-"+strconv.Itoa(after), func(b *testing.B) {
-			c := New(Options{MaxEvents: 100000, MaxBytes: 1 << 30})
-			var clusters []string
-			for i := range 1000 {
-				cl := "c" + strconv.Itoa(i)
-				clusters = append(clusters, cl)
-				c.OnAdd(cl, cmAt("o1", "1"), false)
-				c.OnAdd(cl, cmAt("o2", "1"), false)
-			}
-			pos := c.Position()
-			for i := range after {
-				c.OnUpdate(clusters[i%len(clusters)], nil, cmAt("o1", strconv.Itoa(i+2)))
-			}
+			c, clusters, pos := wideCache(100000, after)
 			for range b.N {
 				w, err := c.Watch(WatchOptions{From: pos, Initial: true, Clusters: clusters})
 				if err != nil {
