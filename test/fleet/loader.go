@@ -441,14 +441,31 @@ func WidgetCRD() *apiextensionsv1.CustomResourceDefinition {
 }
 
 // EnsureCRD installs the Widget CRD in cluster and waits until it is Established and served.
+// A CRD still being deleted (its objects are removed before it goes) is waited out and then
+// created anew: taking it for the installed one would wait on a resource about to vanish.
 func (l *Loader) EnsureCRD(ctx context.Context, cluster string) error {
 	ext, ok := l.ext[cluster]
 	if !ok {
 		return fmt.Errorf("cluster %q: not in this fleet", cluster)
 	}
-	_, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, WidgetCRD(), metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("cluster %q: create CRD: %w", cluster, err)
+	crds := ext.ApiextensionsV1().CustomResourceDefinitions()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cur, err := crds.Get(ctx, WidgetCRD().Name, metav1.GetOptions{})
+		switch {
+		case err == nil && cur.DeletionTimestamp == nil:
+			return true, nil
+		case err == nil: // terminating: wait for it to go
+			return false, nil
+		case !apierrors.IsNotFound(err):
+			return false, fmt.Errorf("get CRD: %w", err)
+		}
+		if _, err := crds.Create(ctx, WidgetCRD(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("create CRD: %w", err)
+		}
+		return false, nil // the next round checks what was created
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %q: install CRD: %w", cluster, err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := l.dyn[cluster].Resource(WidgetGVR).List(ctx, metav1.ListOptions{Limit: 1})
@@ -460,11 +477,27 @@ func (l *Loader) EnsureCRD(ctx context.Context, cluster string) error {
 	return nil
 }
 
-// DeleteCRD deletes the Widget CRD from cluster (its objects go with it).
+// DeleteCRD deletes the Widget CRD from cluster and waits until it is gone (its objects go
+// first, so a CRD with many objects takes a while).
 func (l *Loader) DeleteCRD(ctx context.Context, cluster string) error {
-	err := l.ext[cluster].ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, "widgets.example.multicache.io", metav1.DeleteOptions{})
+	ext, ok := l.ext[cluster]
+	if !ok {
+		return fmt.Errorf("cluster %q: not in this fleet", cluster)
+	}
+	crds := ext.ApiextensionsV1().CustomResourceDefinitions()
+	err := crds.Delete(ctx, WidgetCRD().Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("cluster %q: delete CRD: %w", cluster, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := crds.Get(ctx, WidgetCRD().Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %q: CRD still present after delete: %w", cluster, err)
 	}
 	return nil
 }
