@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
@@ -196,7 +197,9 @@ type pageReader func(c *watchcache.Continue, n int64, ask func(part) (clusters [
 // page, narrowed to them; every other part is asked for its position only (narrowed to no
 // cluster, an empty page that costs it no read), or, when the list counts (a page's
 // remainingItemCount), for its position and its count (CountOnly: without a selector, O(1) per
-// cluster). Only when the leading run holds fewer than
+// cluster). The leader's count of its clusters outside the run, which its paged call does not
+// give, is asked beside that first round, at the same cursor. Only when the leading run holds
+// fewer than
 // limit items are the parts that own later clusters asked for the rest, at once and at the
 // positions they answered, as in a plain fan-out. A fleet of large clusters thus answers a
 // page from one owner's encoding, not from one per owner.
@@ -218,7 +221,7 @@ func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.C
 			order = append(order, owned{c, i})
 		}
 	}
-	sort.Slice(order, func(i, j int) bool { return order[i].cluster < order[j].cluster })
+	slices.SortFunc(order, func(a, b owned) int { return strings.Compare(a.cluster, b.cluster) })
 	start := 0 // order[start] is the first cluster the page can hold
 	if cont != nil {
 		after := cont.After().Cluster
@@ -232,6 +235,28 @@ func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.C
 			run = append(run, order[end].cluster)
 			end++
 		}
+	}
+	var restCount func() (*storage.Count, error)
+	if counted {
+		// The leader's other clusters are counted beside the first round, not after it: the
+		// count does not depend on the page, so a page costs the slower of the two calls, not
+		// their sum. Every return waits for it, cancelled unless it was read.
+		countCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		var extra *storage.Count
+		var extraErr error
+		go func() {
+			defer close(done)
+			extra, extraErr = r.countRest(countCtx, pl, leader, run, cont, read)
+		}()
+		restCount = func() (*storage.Count, error) {
+			<-done
+			return extra, extraErr
+		}
+		defer func() {
+			cancel()
+			<-done
+		}()
 	}
 	first := gather(ctx, r, pl, read(cont, limit, func(p part) ([]string, bool) {
 		if leader >= 0 && p.peer == pl.parts[leader].peer {
@@ -252,7 +277,7 @@ func (r *Reader) pageInKeyOrder(ctx context.Context, pl plan, cont *watchcache.C
 	mp = mergePages(first, int(limit), false)
 	if counted && mp.count != nil {
 		// The leader counted only the run: its other clusters' count comes on top.
-		extra, err := r.countRest(ctx, pl, leader, run, cont, read)
+		extra, err := restCount()
 		switch {
 		case err != nil:
 			return nil, mergedPage{}, false, nil
