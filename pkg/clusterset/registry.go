@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -140,6 +141,9 @@ type Registry struct {
 
 	mu       sync.Mutex
 	clusters map[string]*runner
+	// ordered are clusters' runners sorted by name; nil once clusters changed, until the
+	// next read sorts them again. A sorted slice is never modified: a change drops it.
+	ordered  []*runner
 	retiring map[string]*runner // stopping (and, if removed, leaving); a cluster's next runner waits for it
 	started  bool
 }
@@ -252,6 +256,7 @@ func (r *Registry) reload(ctx context.Context) {
 		}
 		r.log.Info("disengaging cluster", zap.String("cluster", name), zap.Bool("handoff", how == handoff))
 		delete(r.clusters, name)
+		r.ordered = nil
 		r.retiring[name] = run
 		go r.retire(run, how)
 	}
@@ -288,6 +293,7 @@ func (r *Registry) reload(ctx context.Context) {
 			}
 		}
 		r.clusters[c.Name] = run
+		r.ordered = nil
 		go run.run()
 	}
 }
@@ -347,30 +353,37 @@ func (r *Registry) RESTConfig(name string) (*rest.Config, bool) {
 
 // Clusters lists the engaged cluster names, sorted.
 func (r *Registry) Clusters() []string {
+	runs := r.sorted()
+	out := make([]string, len(runs))
+	for i, run := range runs {
+		out[i] = run.cfg.Name
+	}
+	return out
+}
+
+// sorted are the engaged clusters' runners in name order, as of now; the slice is shared
+// and must not be modified.
+func (r *Registry) sorted() []*runner {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.clusters))
-	for n := range r.clusters {
-		out = append(out, n)
+	if r.ordered == nil {
+		r.ordered = make([]*runner, 0, len(r.clusters))
+		for _, run := range r.clusters {
+			r.ordered = append(r.ordered, run)
+		}
+		slices.SortFunc(r.ordered, func(a, b *runner) int { return strings.Compare(a.cfg.Name, b.cfg.Name) })
 	}
-	sort.Strings(out)
-	return out
+	return r.ordered
 }
 
 // Status returns every engaged cluster's status, sorted by name. It is cheap: it counts no
 // objects (the aggregates hold them: Aggregate.Cluster).
 func (r *Registry) Status() []ClusterStatus {
-	r.mu.Lock()
-	runs := make([]*runner, 0, len(r.clusters))
-	for _, run := range r.clusters {
-		runs = append(runs, run)
+	runs := r.sorted()
+	out := make([]ClusterStatus, len(runs))
+	for i, run := range runs {
+		out[i] = run.status()
 	}
-	r.mu.Unlock()
-	out := make([]ClusterStatus, 0, len(runs))
-	for _, run := range runs {
-		out = append(out, run.status())
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 

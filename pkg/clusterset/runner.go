@@ -465,6 +465,9 @@ func (r *runner) status() ClusterStatus {
 	health, waiting := r.health, r.waiting
 	stacks := r.stacks
 	r.mu.Unlock()
+	if len(stacks) > 0 {
+		cs.Resources = make([]ResourceStatus, 0, len(stacks))
+	}
 	worst := Synced
 	var errs []string
 	for _, s := range stacks {

@@ -164,7 +164,7 @@ func (v *view) info(resource string) resourceInfo {
 	if ri, ok := v.byRes[resource]; ok {
 		return ri
 	}
-	out := resourceInfo{}
+	out := make(resourceInfo, len(v.statuses))
 	for _, cs := range v.statuses {
 		for _, rs := range cs.Resources {
 			if rs.Resource == resource {
