@@ -163,16 +163,41 @@ func downFreshness(ctx context.Context, down map[string]string) []api.ClusterFre
 // mergeFreshness joins the parts' freshness: one entry per cluster, sorted.
 func mergeFreshness(lists ...[]api.ClusterFreshness) []api.ClusterFreshness {
 	var out []api.ClusterFreshness
-	seen := map[string]bool{}
 	for _, l := range lists {
-		for _, f := range l {
-			if !seen[f.Name] {
-				seen[f.Name] = true
-				out = append(out, f)
-			}
+		out = mergeSortedFreshness(out, l)
+	}
+	return out
+}
+
+// mergeSortedFreshness merges b into a, which is sorted by name with each name once: the
+// result is too, a's entry kept where both name a cluster, and b's first where it names one
+// twice. Parts answer their freshness sorted, so this is one pass; b is sorted (a copy) when
+// it is not.
+func mergeSortedFreshness(a, b []api.ClusterFreshness) []api.ClusterFreshness {
+	byName := func(x, y api.ClusterFreshness) int { return strings.Compare(x.Name, y.Name) }
+	if len(b) == 0 {
+		return a
+	}
+	if !slices.IsSortedFunc(b, byName) {
+		b = slices.Clone(b)
+		slices.SortStableFunc(b, byName)
+	}
+	out := make([]api.ClusterFreshness, 0, len(a)+len(b))
+	add := func(f api.ClusterFreshness) {
+		if n := len(out); n == 0 || out[n-1].Name != f.Name {
+			out = append(out, f)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		if j == len(b) || i < len(a) && a[i].Name <= b[j].Name {
+			add(a[i])
+			i++
+		} else {
+			add(b[j])
+			j++
+		}
+	}
 	return out
 }
 

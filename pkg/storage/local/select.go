@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -242,7 +241,7 @@ func (sel *selected) freshness(fresh map[string]bool) []api.ClusterFreshness {
 	for _, c := range sel.leftOut {
 		out = append(out, api.ClusterFreshness{Name: c, Forbidden: true, Error: "forbidden: left out, you may not read this cluster"})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	slices.SortFunc(out, func(a, b api.ClusterFreshness) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -200,7 +200,7 @@ func indexedPage(sel *selected, srt *sorting, cur *sortedItem, limit int) (page,
 
 // setSorted makes items, in any order, the page: sorted, cut at limit.
 func (pg *page) setSorted(items []sortedItem, desc bool, limit int) {
-	sort.Slice(items, func(i, j int) bool { return items[i].cmp(items[j], desc) < 0 })
+	slices.SortFunc(items, func(a, b sortedItem) int { return a.cmp(b, desc) })
 	if len(items) > limit {
 		pg.more, items = true, items[:limit]
 	}
