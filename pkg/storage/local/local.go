@@ -155,7 +155,9 @@ type view struct {
 }
 
 // resourceInfo is, per cluster, how it serves a resource (kind, group, version, scope, state).
-type resourceInfo map[string]clusterset.ResourceStatus
+// Its entries point into the view's statuses (a map's values larger than 128 bytes are each
+// allocated apart; a ResourceStatus is): read them, never modify them.
+type resourceInfo map[string]*clusterset.ResourceStatus
 
 func (s *Storage) view() *view { return &view{statuses: s.reg.Status()} }
 
@@ -165,10 +167,11 @@ func (v *view) info(resource string) resourceInfo {
 		return ri
 	}
 	out := make(resourceInfo, len(v.statuses))
-	for _, cs := range v.statuses {
-		for _, rs := range cs.Resources {
-			if rs.Resource == resource {
-				out[cs.Name] = rs
+	for i := range v.statuses {
+		cs := &v.statuses[i]
+		for j := range cs.Resources {
+			if cs.Resources[j].Resource == resource {
+				out[cs.Name] = &cs.Resources[j]
 			}
 		}
 	}

@@ -226,7 +226,7 @@ func (sel *selected) freshness(fresh map[string]bool) []api.ClusterFreshness {
 				// (not served, failing before it joined): what the aggregate says now.
 				f = sel.agg.HasSynced(c)
 			}
-			out = append(out, FreshnessOf(c, rs, f))
+			out = append(out, FreshnessOf(c, *rs, f))
 		}
 		for _, c := range sel.query.Clusters {
 			if _, ok := sel.info[c]; !ok {

@@ -185,5 +185,10 @@ func (s *Storage) Resources(_ context.Context, opts storage.ClusterOptions) ([]c
 
 // Info is, per cluster this replica runs, how it serves resource.
 func (s *Storage) Info(resource string) map[string]clusterset.ResourceStatus {
-	return s.view().info(resource)
+	ri := s.view().info(resource)
+	out := make(map[string]clusterset.ResourceStatus, len(ri))
+	for c, rs := range ri {
+		out[c] = *rs
+	}
+	return out
 }
