@@ -171,8 +171,8 @@ func mergeFreshness(lists ...[]api.ClusterFreshness) []api.ClusterFreshness {
 
 // mergeSortedFreshness merges b into a, which is sorted by name with each name once: the
 // result is too, a's entry kept where both name a cluster, and b's first where it names one
-// twice. Parts answer their freshness sorted, so this is one pass; b is sorted (a copy) when
-// it is not.
+// twice. Parts answer their freshness sorted, so a merge walks the two lists once, with no set
+// and no sort; b is sorted (a copy) when it is not.
 func mergeSortedFreshness(a, b []api.ClusterFreshness) []api.ClusterFreshness {
 	byName := func(x, y api.ClusterFreshness) int { return strings.Compare(x.Name, y.Name) }
 	if len(b) == 0 {

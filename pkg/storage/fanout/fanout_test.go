@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 
@@ -33,14 +34,16 @@ func TestMergeFreshnessIsTheFirstOfEachName(t *testing.T) {
 	for round := range 2000 {
 		lists := make([][]api.ClusterFreshness, rnd.IntN(5))
 		for i := range lists {
-			n := rnd.IntN(12)
+			// Up to 40: slices sorts 12 or fewer by insertion, which is stable, and would
+			// hide an unstable sort of a list that names a cluster twice.
+			n := rnd.IntN(41)
 			if n == 0 && rnd.IntN(2) == 0 {
 				continue // nil
 			}
 			l := make([]api.ClusterFreshness, n)
 			for k := range l {
 				// Error tells entries of one name apart: which list and place it came from.
-				l[k] = api.ClusterFreshness{Name: fmt.Sprintf("c%02d", rnd.IntN(16)), Error: fmt.Sprintf("list %d item %d", i, k)}
+				l[k] = api.ClusterFreshness{Name: fmt.Sprintf("c%02d", rnd.IntN(24)), Error: fmt.Sprintf("list %d item %d", i, k)}
 			}
 			if rnd.IntN(3) > 0 {
 				sort.SliceStable(l, func(a, b int) bool { return l[a].Name < l[b].Name })
@@ -48,6 +51,10 @@ func TestMergeFreshnessIsTheFirstOfEachName(t *testing.T) {
 				unsorted++
 			}
 			lists[i] = l
+		}
+		kept := make([][]api.ClusterFreshness, len(lists))
+		for i, l := range lists {
+			kept[i] = slices.Clone(l)
 		}
 		// As the fan-out calls it: the merge so far with each list in turn.
 		var folded []api.ClusterFreshness
@@ -60,6 +67,9 @@ func TestMergeFreshnessIsTheFirstOfEachName(t *testing.T) {
 		}
 		if !reflect.DeepEqual(folded, want) {
 			t.Fatalf("round %d: folded merge of %v:\n got %v\nwant %v", round, lists, folded, want)
+		}
+		if !reflect.DeepEqual(lists, kept) {
+			t.Fatalf("round %d: the merge changed its input lists", round)
 		}
 	}
 	if unsorted == 0 {
