@@ -449,23 +449,26 @@ func (l *Loader) EnsureCRD(ctx context.Context, cluster string) error {
 		return fmt.Errorf("cluster %q: not in this fleet", cluster)
 	}
 	crds := ext.ApiextensionsV1().CustomResourceDefinitions()
+	var last error // the last error seen, kept while polling rides out a brief one
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		cur, err := crds.Get(ctx, WidgetCRD().Name, metav1.GetOptions{})
 		switch {
 		case err == nil && cur.DeletionTimestamp == nil:
 			return true, nil
 		case err == nil: // terminating: wait for it to go
+			last = errors.New("the CRD is still being deleted")
 			return false, nil
 		case !apierrors.IsNotFound(err):
-			return false, fmt.Errorf("get CRD: %w", err)
+			last = fmt.Errorf("get CRD: %w", err)
+			return false, nil
 		}
 		if _, err := crds.Create(ctx, WidgetCRD(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return false, fmt.Errorf("create CRD: %w", err)
+			last = fmt.Errorf("create CRD: %w", err)
 		}
 		return false, nil // the next round checks what was created
 	})
 	if err != nil {
-		return fmt.Errorf("cluster %q: install CRD: %w", cluster, err)
+		return fmt.Errorf("cluster %q: install CRD: %w (last: %v)", cluster, err, last)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := l.dyn[cluster].Resource(WidgetGVR).List(ctx, metav1.ListOptions{Limit: 1})
@@ -489,15 +492,19 @@ func (l *Loader) DeleteCRD(ctx context.Context, cluster string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("cluster %q: delete CRD: %w", cluster, err)
 	}
+	last := errors.New("the CRD is still being deleted")
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := crds.Get(ctx, WidgetCRD().Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return true, nil
+		case err != nil:
+			last = fmt.Errorf("get CRD: %w", err)
 		}
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("cluster %q: CRD still present after delete: %w", cluster, err)
+		return fmt.Errorf("cluster %q: delete CRD: %w (last: %v)", cluster, err, last)
 	}
 	return nil
 }
