@@ -155,8 +155,9 @@ type view struct {
 }
 
 // resourceInfo is, per cluster, how it serves a resource (kind, group, version, scope, state).
-// Its entries are pointers (a map's values larger than 128 bytes are each allocated apart; a
-// ResourceStatus is): read them, never modify them.
+// Its entries point into the view's statuses (a map's values larger than 128 bytes are each
+// allocated apart; a ResourceStatus is): read them, never modify them, and keep them no longer
+// than the request (they keep every resource's status of every cluster alive).
 type resourceInfo map[string]*clusterset.ResourceStatus
 
 func (s *Storage) view() *view { return &view{statuses: s.reg.Status()} }
@@ -166,24 +167,12 @@ func (v *view) info(resource string) resourceInfo {
 	if ri, ok := v.byRes[resource]; ok {
 		return ri
 	}
-	// The resource's statuses are copied into one slice that the map points into: one
-	// allocation, and a selection that keeps the info (a watch, for its life) keeps only
-	// this resource's statuses alive, not every resource's of every cluster.
-	n := 0
-	for _, cs := range v.statuses {
-		for _, rs := range cs.Resources {
-			if rs.Resource == resource {
-				n++
-			}
-		}
-	}
-	own := make([]clusterset.ResourceStatus, 0, n)
-	out := make(resourceInfo, n)
-	for _, cs := range v.statuses {
-		for _, rs := range cs.Resources {
-			if rs.Resource == resource {
-				own = append(own, rs)
-				out[cs.Name] = &own[len(own)-1]
+	out := make(resourceInfo, len(v.statuses))
+	for i := range v.statuses {
+		cs := &v.statuses[i]
+		for j := range cs.Resources {
+			if cs.Resources[j].Resource == resource {
+				out[cs.Name] = &cs.Resources[j]
 			}
 		}
 	}

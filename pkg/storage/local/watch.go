@@ -64,7 +64,11 @@ func (s *Storage) Watch(ctx context.Context, opts storage.WatchOptions) (storage
 	if err != nil {
 		return nil, storage.Error(http.StatusGone, GoneMessage(err))
 	}
-	return &watch{s: s, sel: sel, wch: wch, from: wo.From, opts: opts, fresh: sel.freshness(nil)}, nil
+	w := &watch{s: s, sel: sel, wch: wch, from: wo.From, opts: opts, fresh: sel.freshness(nil)}
+	// The watch keeps its selection for its life, and reads no status after this point: the
+	// info, which points into the whole fleet's status, goes now.
+	sel.info = nil
+	return w, nil
 }
 
 // GoneMessage is what the 410 of a watch says of err, a watchcache.GoneError.
