@@ -24,7 +24,7 @@ type selected struct {
 	resource string
 	agg      *aggregate.Aggregate
 	hub      *watchcache.Cache
-	info     resourceInfo
+	info     resourceInfo // nil once a watch is open: a running watch reads no status (Storage.Watch)
 	// query selects the objects. Its Clusters are the clusters read, nil for every cluster
 	// (a caller who may read all of them, outside a plan), when byCluster then selects among
 	// them, per object.
