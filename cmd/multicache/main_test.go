@@ -193,6 +193,7 @@ func TestServeFlagsReachTheConfig(t *testing.T) {
 		}},
 		{[]string{"--sync-gc-percent", "0"}, func(c *config.Config) bool { return c.SyncGCPercent != nil && *c.SyncGCPercent == 0 }},
 		{[]string{"--sync-gc-percent", "300"}, func(c *config.Config) bool { return c.SyncGCPercent != nil && *c.SyncGCPercent == 300 }},
+		{[]string{"--gc-percent", "50"}, func(c *config.Config) bool { return c.GCPercent != nil && *c.GCPercent == 50 && c.SteadyGC() == 50 }},
 		{[]string{"--memory-limit", "3Gi"}, func(c *config.Config) bool { return c.MemoryLimit == "3Gi" }},
 		{[]string{"--disable-compression"}, func(c *config.Config) bool { return c.DisableCompression }},
 		{[]string{"--disable-compression=false"}, func(c *config.Config) bool { return !c.DisableCompression }},
@@ -245,7 +246,7 @@ func TestServeFlagsReachTheConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SyncGCPercent != nil || c.Sharding.TakeoverGCPercent != nil || c.DisableCompression {
-		t.Errorf("unset flags changed the config: sync %v, takeover %v, compression off %v", c.SyncGCPercent, c.Sharding.TakeoverGCPercent, c.DisableCompression)
+	if c.SyncGCPercent != nil || c.GCPercent != nil || c.Sharding.TakeoverGCPercent != nil || c.DisableCompression {
+		t.Errorf("unset flags changed the config: sync %v, steady %v, takeover %v, compression off %v", c.SyncGCPercent, c.GCPercent, c.Sharding.TakeoverGCPercent, c.DisableCompression)
 	}
 }

@@ -54,6 +54,12 @@ type Config struct {
 	// replica's clusters come through Leases after its first sync is over: its start, as
 	// its takeovers, follows sharding.takeoverGCPercent.
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
+	// GCPercent is the Go garbage collector's percent (GOGC) outside the initial sync and
+	// takeovers: the heap may grow to (1 + GCPercent/100) × the live heap between
+	// collections, so a lower percent keeps less memory resident for more collector CPU.
+	// Nil or 0 leaves the collector alone (GOGC's percent, 100 by default), as does GOGC set in
+	// the environment. The sync's and takeovers' raises return to it when they end.
+	GCPercent *int `json:"gcPercent,omitempty"`
 	// QPS and Burst per cluster client.
 	QPS   float32 `json:"qps,omitempty"`
 	Burst int     `json:"burst,omitempty"`
@@ -467,6 +473,9 @@ func (c *Config) Validate() error {
 	if p := c.SyncGCPercent; p != nil && (*p < -1 || *p > 10000) {
 		bad("syncGCPercent", "%d: want -1 (off until the budget), 0 (leave the collector alone) or up to 10000", *p)
 	}
+	if p := c.GCPercent; p != nil && (*p < 0 || *p > 10000) {
+		bad("gcPercent", "%d: want 0 (leave the collector alone) or a percent from 1 to 10000", *p)
+	}
 	if c.MemoryLimit != "" {
 		if q, err := resource.ParseQuantity(c.MemoryLimit); err != nil || q.Sign() <= 0 {
 			bad("memoryLimit", "%q: want a positive quantity such as 3Gi", c.MemoryLimit)
@@ -632,6 +641,15 @@ func (c *Config) SyncGC() int {
 		return DefaultSyncGCPercent
 	}
 	return *c.SyncGCPercent
+}
+
+// SteadyGC is the garbage collector's percent outside the initial sync and takeovers:
+// GCPercent, or 0 (the collector left alone).
+func (c *Config) SteadyGC() int {
+	if c.GCPercent == nil {
+		return 0
+	}
+	return *c.GCPercent
 }
 
 // TakeoverGC is the garbage collector's percent for a sharded replica's takeovers:

@@ -228,6 +228,7 @@ func tlsConfig(cfg *config.Config, trust *peer.Trust) (*tls.Config, error) {
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
 	log, reg, cfg := d.log, d.reg, d.cfg
+	setGCPercent(cfg.SteadyGC(), log)
 	restoreGC := raiseGCForSync(cfg.SyncGC(), "initial sync", log)
 	regCtx, stopReg := context.WithCancel(context.Background())
 	defer stopReg()

@@ -63,6 +63,17 @@ func unpagedListBudget() int {
 	return max(1, int(budget/2/listedObjectBytes))
 }
 
+// setGCPercent sets the collector's percent outside the sync and takeovers (gcPercent) to
+// pct, unless pct is 0 or GOGC is set: an operator's own choice of GOGC stands. Call it before
+// raiseGCForSync, whose end returns the collector to it.
+func setGCPercent(pct int, log *zap.Logger) {
+	if pct <= 0 || os.Getenv("GOGC") != "" {
+		return
+	}
+	was := debug.SetGCPercent(pct)
+	log.Info("garbage collector's percent set", zap.Int("gcPercent", pct), zap.Int("was", was))
+}
+
 // raiseGCForSync sets the collector's percent to pct until the returned function is called
 // (once the sync, named by what in the log, is over), and returns it to what it was. pct -1
 // turns the collector off meanwhile: it then collects only when the heap reaches the budget

@@ -70,6 +70,35 @@ func TestRaiseGCForSync(t *testing.T) {
 // TestRaiseGCForTakeovers: the collector is raised once more clusters are owned than warm at
 // once, stays raised while any warms, and comes back when none warms or waits, or when the
 // context ends.
+// TestSetGCPercent: gcPercent sets the collector's steady percent, the sync's raise returns to
+// it, and 0 or an operator's GOGC leaves the collector as it was.
+func TestSetGCPercent(t *testing.T) {
+	before := gcPercent()
+	if before < 0 {
+		t.Skip("the collector is off in this process (GOGC=off)")
+	}
+	defer debug.SetGCPercent(before)
+	t.Setenv("GOGC", "")
+	setGCPercent(0, zap.NewNop())
+	if got := gcPercent(); got != before {
+		t.Errorf("gcPercent 0: GC percent %d, want it left at %d", got, before)
+	}
+	setGCPercent(50, zap.NewNop())
+	if got := gcPercent(); got != 50 {
+		t.Fatalf("gcPercent 50: GC percent %d, want 50", got)
+	}
+	raiseGCForSync(-1, "test", zap.NewNop())()
+	if got := gcPercent(); got != 50 {
+		t.Errorf("after the sync's raise: GC percent %d, want the steady 50 again", got)
+	}
+	debug.SetGCPercent(before)
+	t.Setenv("GOGC", "80")
+	setGCPercent(50, zap.NewNop())
+	if got := gcPercent(); got != before {
+		t.Errorf("GOGC set: GC percent %d, want the operator's (%d) left alone", got, before)
+	}
+}
+
 func TestRaiseGCForTakeovers(t *testing.T) {
 	t.Setenv("GOGC", "")
 	before, limit := gcPercent(), debug.SetMemoryLimit(-1)
