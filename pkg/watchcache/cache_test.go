@@ -404,3 +404,41 @@ func TestClusterSnapshotsReadAsSnapshot(t *testing.T) {
 		t.Errorf("%d of %d reads Gone: the histories test too little of one case", gone, reads)
 	}
 }
+
+// TestCachePrunesClustersThatLeft: the per-cluster positions of evictions and handoffs stay
+// bounded by the clusters present, however many clusters passed through; a position before
+// what was pruned is gone for every cluster, and one after it still resumes.
+func TestCachePrunesClustersThatLeft(t *testing.T) {
+	h := newTestCache(8, 1<<30)
+	h.OnAdd("stay", cmAt("s", "1"), true)
+	h.OnListed("stay")
+	old := h.Position()
+	for i := range 1000 {
+		cl := "gone-" + strconv.Itoa(i)
+		obj := cmAt("x", strconv.Itoa(i))
+		h.OnAdd(cl, obj, true)
+		h.OnListed(cl)
+		if i%2 == 0 {
+			h.OnDelete(cl, obj)
+			h.OnLeft(cl)
+		} else {
+			h.OnHandoff(cl) // moved away: cut
+		}
+	}
+	h.mu.Lock()
+	kept, present := len(h.evicted)+len(h.cut), len(h.listed)+len(h.latest)
+	_, stayKept := h.evicted["stay"]
+	h.mu.Unlock()
+	if bound := 2*present + 64 + 1; kept > bound {
+		t.Errorf("after 1,000 clusters came and went: %d entries of evicted and cut, want at most %d (2 × the %d present + 64)", kept, bound, present)
+	}
+	if !stayKept {
+		t.Error("the eviction of a cluster still present was pruned")
+	}
+	if _, _, err := h.Next(old, []string{"stay"}, make([]Event, 0, 10)); !IsGone(err) {
+		t.Errorf("a watch of a present cluster from before the pruned entries: %v, want Gone", err)
+	}
+	if _, _, err := h.Next(h.Position(), []string{"stay"}, make([]Event, 0, 10)); err != nil {
+		t.Errorf("a watch from the newest position: %v", err)
+	}
+}
