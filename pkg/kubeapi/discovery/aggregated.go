@@ -12,7 +12,12 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
 
 	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/storage"
 )
+
+// writeError answers err: the package's one writer of errors (a metav1.Status, as
+// kube-apiserver answers them).
+func writeError(w http.ResponseWriter, err error) { filters.WriteAPIError(w, err) }
 
 // Documents answers the discovery documents of a view: /version, /api, /apis, /apis/{g},
 // /api/v1 and /apis/{g}/{v}. /api and /apis are also served aggregated (apidiscovery.k8s.io/v2),
@@ -58,7 +63,7 @@ func (d *Documents) Serve(w http.ResponseWriter, r *http.Request, v *View, clust
 				return
 			}
 		}
-		filters.WriteError(w, http.StatusNotFound, "the server could not find the requested resource: group "+group+" is not served")
+		writeError(w, storage.Error(http.StatusNotFound, "the server could not find the requested resource: group "+group+" is not served"))
 	case "resources":
 		gv := version
 		if group != "" {
@@ -66,7 +71,7 @@ func (d *Documents) Serve(w http.ResponseWriter, r *http.Request, v *View, clust
 		}
 		res := v.ResourcesOf(group, version)
 		if len(res) == 0 && !(group == "" && version == "v1") {
-			filters.WriteError(w, http.StatusNotFound, "the server could not find the requested resource: "+gv+" is not served")
+			writeError(w, storage.Error(http.StatusNotFound, "the server could not find the requested resource: "+gv+" is not served"))
 			return
 		}
 		writeJSON(w, metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv, APIResources: res})

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/multicache/multicache/pkg/api"
-	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/storage"
 )
 
 // OpenAPI v3, for `kubectl explain` and other clients that read schemas. Each view (the fleet,
@@ -76,7 +76,7 @@ func (o *OpenAPI) ServeV3(w http.ResponseWriter, r *http.Request, cluster, path 
 	gv := strings.TrimPrefix(strings.TrimPrefix(path, "/openapi/v3"), "/")
 	svc, served, ok := o.view(r.Context(), cluster, gv)
 	if !ok {
-		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", cluster))
+		writeError(w, storage.Errorf(http.StatusNotFound, "cluster %q is not in the fleet", cluster))
 		return
 	}
 	r2 := r.Clone(r.Context())
@@ -86,7 +86,7 @@ func (o *OpenAPI) ServeV3(w http.ResponseWriter, r *http.Request, cluster, path 
 		return
 	}
 	if !served {
-		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("no OpenAPI document for %s here: the group-version is not served by the clusters of this view (see /openapi/v3)", gv))
+		writeError(w, storage.Errorf(http.StatusNotFound, "no OpenAPI document for %s here: the group-version is not served by the clusters of this view (see /openapi/v3)", gv))
 		return
 	}
 	svc.HandleGroupVersion(w, r2)

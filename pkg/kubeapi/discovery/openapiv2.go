@@ -17,7 +17,7 @@ import (
 	"k8s.io/kube-openapi/pkg/handler"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
-	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/storage"
 )
 
 // OpenAPI v2, for clients that still read the single Swagger document (/openapi/v2). A view's
@@ -44,12 +44,12 @@ type openAPIV2View struct {
 func (o *OpenAPI) ServeV2(w http.ResponseWriter, r *http.Request, cluster string) {
 	want, ok := o.wanted(r.Context(), cluster)
 	if !ok {
-		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", cluster))
+		writeError(w, storage.Errorf(http.StatusNotFound, "cluster %q is not in the fleet", cluster))
 		return
 	}
 	v, err := o.viewV2(r.Context(), cluster, want)
 	if err != nil {
-		filters.WriteError(w, http.StatusServiceUnavailable, "openapi/v2: "+err.Error())
+		writeError(w, storage.Error(http.StatusServiceUnavailable, "openapi/v2: "+err.Error()))
 		return
 	}
 	r2 := r.Clone(r.Context())

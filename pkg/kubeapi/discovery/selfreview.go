@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/multicache/multicache/pkg/auth"
-	"github.com/multicache/multicache/pkg/filters"
+	"github.com/multicache/multicache/pkg/storage"
 	"github.com/multicache/multicache/pkg/storage/local"
 )
 
@@ -59,11 +59,11 @@ func (rv *Reviews) ReviewPaths() map[string]http.HandlerFunc {
 func (rv *Reviews) read(w http.ResponseWriter, r *http.Request, into runtime.Object) (*View, string, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
-		filters.WriteError(w, http.StatusBadRequest, "read the request body: "+err.Error())
+		writeError(w, storage.Error(http.StatusBadRequest, "read the request body: "+err.Error()))
 		return nil, "", false
 	}
 	if _, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, into); err != nil {
-		filters.WriteError(w, http.StatusBadRequest, fmt.Sprintf("decode %T: %v", into, err))
+		writeError(w, storage.Errorf(http.StatusBadRequest, "decode %T: %v", into, err))
 		return nil, "", false
 	}
 	cluster := r.PathValue("cluster")
@@ -72,7 +72,7 @@ func (rv *Reviews) read(w http.ResponseWriter, r *http.Request, into runtime.Obj
 		v, ok = rv.Catalog.View(r.Context(), "", false) // a cluster no replica has reported on yet
 	}
 	if !ok {
-		filters.WriteError(w, http.StatusNotFound, fmt.Sprintf("cluster %q is not in the fleet", cluster))
+		writeError(w, storage.Errorf(http.StatusNotFound, "cluster %q is not in the fleet", cluster))
 		return nil, "", false
 	}
 	return v, cluster, true
@@ -100,11 +100,11 @@ func (rv *Reviews) selfAccessReview(w http.ResponseWriter, r *http.Request) {
 	case nra != nil:
 		rev.Status.Allowed, rev.Status.Reason = mayGetPath(nra.Verb, nra.Path)
 	default:
-		filters.WriteError(w, http.StatusBadRequest, "spec: one of resourceAttributes or nonResourceAttributes is required")
+		writeError(w, storage.Error(http.StatusBadRequest, "spec: one of resourceAttributes or nonResourceAttributes is required"))
 		return
 	}
 	if err != nil {
-		filters.WriteAPIError(w, err)
+		writeError(w, err)
 		return
 	}
 	rev.Status.Denied = !rev.Status.Allowed
@@ -208,7 +208,7 @@ func (rv *Reviews) selfRulesReview(w http.ResponseWriter, r *http.Request) {
 	for _, kr := range cat.Resources { // clusters.multicache.io among them
 		clusters, _, err := rv.readable(r.Context(), kr, cluster)
 		if err != nil {
-			filters.WriteAPIError(w, err)
+			writeError(w, err)
 			return
 		}
 		if len(clusters) > 0 {
