@@ -68,7 +68,7 @@ func serveCommand() (*cobra.Command, *serveFlags) {
 	fl.StringVar(&f.profilesNamespace, "cluster-profiles", "", "read the fleet from the ClusterProfiles (Cluster Inventory API) in this namespace of the management cluster")
 	fl.StringVar(&f.profileProviderFile, "cluster-profile-provider-file", "", "with --cluster-profiles: JSON file mapping each access provider to its exec credential plugin")
 	fl.IntVar(&f.syncGCPercent, "sync-gc-percent", 0, "Go GC percent while the initial sync runs, within a quarter of the memory limit: -1 collects only at that budget, 0 leaves GOGC alone (default -1)")
-	fl.IntVar(&f.gcPercent, "gc-percent", 0, "Go GC percent outside the initial sync and takeovers: a lower one keeps less memory resident for more collector CPU; 0 leaves GOGC alone")
+	fl.IntVar(&f.gcPercent, "gc-percent", 0, "Go GC percent outside the initial sync and takeovers: a lower one holds less garbage for more collector CPU; 0 leaves GOGC alone")
 	fl.IntVar(&f.unpagedListMax, "unpaged-list-max", 0, fmt.Sprintf("a cluster's first list of a resource with at most this many objects is one unpaged LIST from its API server's watch cache; a larger one streams (watch-list); -1: every first list streams (default %d)", clusterset.DefaultUnpagedListMax))
 	fl.IntVar(&f.unpagedListBudget, "unpaged-list-budget", 0, "objects of first lists listed (not streamed) at once, across the fleet; a list that does not fit streams (default: an eighth of the memory limit, or of the machine's memory, at 10 KiB an object)")
 	fl.BoolVar(&f.disableCompression, "disable-compression", false, "ask the member API servers for uncompressed answers, as kubectl's --disable-compression: less CPU on both sides for large lists, more bytes on the network (clusters reached over TLS)")

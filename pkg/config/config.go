@@ -56,7 +56,7 @@ type Config struct {
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`
 	// GCPercent is the Go garbage collector's percent (GOGC) outside the initial sync and
 	// takeovers: the heap may grow to (1 + GCPercent/100) × the live heap between
-	// collections, so a lower percent keeps less memory resident for more collector CPU.
+	// collections, so a lower percent holds less garbage for more collector CPU.
 	// Nil or 0 leaves the collector alone (GOGC's percent, 100 by default), as does GOGC set in
 	// the environment. The sync's and takeovers' raises return to it when they end.
 	GCPercent *int `json:"gcPercent,omitempty"`
