@@ -3,6 +3,7 @@ package kubeapi
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,5 +122,45 @@ func TestSharedEventsBoundedInBytes(t *testing.T) {
 	}
 	if sum != c.bytes.Load() || sum != sharedEventBytes {
 		t.Errorf("held %d bytes, counted %d; want both %d", sum, c.bytes.Load(), sharedEventBytes)
+	}
+}
+
+// TestWatchListInitialEventsNotShared: a watch-list's initial events are written as an
+// unshared watch writes them and leave the shared encodings alone; once its first bookmark
+// has ended them, its events are shared as every watch's are.
+func TestWatchListInitialEventsNotShared(t *testing.T) {
+	a := New(Options{})
+	kr := &discovery.Resource{Name: "configmaps", GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}}
+	e := storage.Encoding{API: storage.KubernetesAPI, TypeMeta: true}
+	en, err := a.encoder(context.Background(), e, kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	sink := &watchSink{w: rec, fl: rec, en: en, line: &bytes.Buffer{}, initial: true}
+	for i := range 3 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a" + strconv.Itoa(i), Namespace: "ns"}}
+		it := storage.Item{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: cm.Name}, Object: cm, RV: "p" + strconv.Itoa(i)}
+		if err := sink.Event("ADDED", it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.events.lru.Len(); n != 0 {
+		t.Errorf("after 3 initial events: %d shared encodings, want none", n)
+	}
+	if err := sink.Bookmark("p3", true); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns"}}
+	if err := sink.Event("ADDED", storage.Item{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: "b"}, Object: cm, RV: "p4"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.events.lru.Len(); n != 1 {
+		t.Errorf("a live event after the initial ones: %d shared encodings, want 1", n)
+	}
+	lines := strings.Split(strings.TrimSpace(rec.Body.String()), "\n")
+	if len(lines) != 5 || !strings.Contains(lines[0], `"name":"a0"`) || !strings.Contains(lines[0], `"resourceVersion":"p0"`) ||
+		!strings.Contains(lines[3], `"BOOKMARK"`) || !strings.Contains(lines[4], `"resourceVersion":"p4"`) {
+		t.Errorf("the stream:\n%s", rec.Body.String())
 	}
 }

@@ -307,7 +307,7 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, rq request) {
 	defer a.opts.Watches.Dec()
 	w.Header().Set("Content-Type", "application/json;stream=watch")
 	w.WriteHeader(http.StatusOK)
-	sink := &watchSink{w: w, fl: fl, en: en, line: storage.GetBuffer()}
+	sink := &watchSink{w: w, fl: fl, en: en, line: storage.GetBuffer(), initial: wo.Initial && wo.StartBookmark}
 	defer storage.PutBuffer(sink.line)
 	if gone == nil {
 		fl.Flush()
@@ -330,6 +330,11 @@ type watchSink struct {
 	en          *encoder
 	line        *bytes.Buffer
 	columnsSent bool
+	// initial: a watch-list's initial events are under way (until its first bookmark). They
+	// are this watch's own snapshot, so their encodings are not shared (appendEvent): each
+	// would be copied for no other watch, and tens of thousands of them would evict the live
+	// events' encodings that the other watches share.
+	initial bool
 }
 
 func (k *watchSink) Event(typ string, it storage.Item) error {
@@ -353,6 +358,10 @@ func (k *watchSink) Event(typ string, it storage.Item) error {
 		}
 		buf.WriteString("]}")
 		k.columnsSent = true
+	} else if k.initial {
+		if err := k.en.Append(buf, it, it.RV); err != nil {
+			return err
+		}
 	} else if err := k.en.appendEvent(buf, it, it.RV); err != nil {
 		return err
 	}
@@ -362,6 +371,7 @@ func (k *watchSink) Event(typ string, it storage.Item) error {
 }
 
 func (k *watchSink) Bookmark(rv string, initialEnd bool) error {
+	k.initial = false
 	md := metav1.ObjectMeta{ResourceVersion: rv}
 	if initialEnd {
 		md.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
