@@ -9,9 +9,10 @@ import (
 )
 
 // TestFrontsDecodeAndAnswerErrorsAtOneSite: what the fronts' doc.go files say of them. Each
-// package of the HTTP fronts writes its errors in one function, writeError, and no other
-// function calls the filters' writers of errors; each front decodes a request's parameters
-// (filters.DecodeParameters, the ParameterCodec kube-apiserver decodes with) in one function.
+// package of the HTTP fronts writes its errors in one function, writeError, and nothing else
+// uses the filters' writers of errors; each front decodes the Kubernetes API's options with the
+// ParameterCodec kube-apiserver decodes with (filters.DecodeParameters) in one function. (The
+// native API's own parameters, such as sortBy and by, are read where they are used.)
 func TestFrontsDecodeAndAnswerErrorsAtOneSite(t *testing.T) {
 	writers := map[string]bool{"WriteError": true, "WriteAPIError": true, "WriteStatus": true}
 	for _, tc := range []struct {
@@ -30,38 +31,53 @@ func TestFrontsDecodeAndAnswerErrorsAtOneSite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, d := range f.Decls {
-				fn, ok := d.(*ast.FuncDecl)
-				if !ok || fn.Body == nil {
-					continue
+			// Every use of the filters' writers or decoder counts, called or passed as a
+			// value, in a function or at package level (a func literal in a var), by the
+			// name the file imports the package under.
+			pkgName := ""
+			for _, im := range f.Imports {
+				if im.Path.Value == `"github.com/multicache/multicache/pkg/filters"` {
+					pkgName = "filters"
+					if im.Name != nil {
+						pkgName = im.Name.Name
+					}
 				}
-				ast.Inspect(fn.Body, func(n ast.Node) bool {
-					call, ok := n.(*ast.CallExpr)
+			}
+			if pkgName == "" {
+				continue
+			}
+			if pkgName == "." || pkgName == "_" {
+				t.Errorf("%s/%s imports the filters as %q: the uses of its writers cannot be told", tc.dir, name, pkgName)
+				continue
+			}
+			for _, d := range f.Decls {
+				owner := "package level"
+				if fn, ok := d.(*ast.FuncDecl); ok {
+					owner = fn.Name.Name
+				}
+				ast.Inspect(d, func(n ast.Node) bool {
+					sel, ok := n.(*ast.SelectorExpr)
 					if !ok {
 						return true
 					}
-					sel, ok := call.Fun.(*ast.SelectorExpr)
-					if !ok {
-						return true
-					}
-					if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "filters" {
+					if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != pkgName {
 						return true
 					}
 					switch {
 					case writers[sel.Sel.Name]:
 						errorSites++
-						if fn.Name.Name != "writeError" {
-							t.Errorf("%s: %s calls filters.%s: errors are written by writeError alone (%s)", tc.dir, fn.Name.Name, sel.Sel.Name, fset.Position(call.Pos()))
+						if owner != "writeError" {
+							t.Errorf("%s: %s uses filters.%s: errors are written by writeError alone (%s)", tc.dir, owner, sel.Sel.Name, fset.Position(sel.Pos()))
 						}
 					case sel.Sel.Name == "DecodeParameters":
-						decoders[fn.Name.Name]++
+						decoders[owner]++
 					}
 					return true
 				})
 			}
 		}
 		if errorSites != 1 {
-			t.Errorf("%s: %d calls of the filters' error writers, want 1 (in writeError)", tc.dir, errorSites)
+			t.Errorf("%s: %d uses of the filters' error writers, want 1 (in writeError)", tc.dir, errorSites)
 		}
 		for fn := range decoders {
 			if fn != tc.decoder {

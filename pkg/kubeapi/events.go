@@ -20,7 +20,8 @@ import (
 //
 // What is not shared: Tables (a request's convertor makes their rows), a peer's bytes, an
 // event without a resourceVersion, an object that is not a pointer, an encoding larger than
-// sharedEventMax, and a watch-list's initial events (watchSink.initial). A redacted Secret is a copy made for its watch, so its key is its own.
+// sharedEventMax, and a watch-list's initial events until its first bookmark
+// (watchSink.initial; through the fan-in a part's bookmark may come first). A redacted Secret is a copy made for its watch, so its key is its own.
 //
 // Invariant: an entry's bytes are what encoder.Append wrote for its key's object, cluster,
 // kind and encoding at the resourceVersion stored with them. The cache's objects are never

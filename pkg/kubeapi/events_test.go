@@ -137,7 +137,20 @@ func TestWatchListInitialEventsNotShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	sink := &watchSink{w: rec, fl: rec, en: en, line: &bytes.Buffer{}, initial: true}
+	for _, tc := range []struct {
+		wo      storage.WatchOptions
+		initial bool
+	}{
+		{storage.WatchOptions{Initial: true, StartBookmark: true}, true},           // a watch-list
+		{storage.WatchOptions{Initial: true}, false},                               // resourceVersion 0: no bookmark ends its initial events
+		{storage.WatchOptions{ResourceVersion: "p1", StartBookmark: false}, false}, // from a position
+	} {
+		if k := newWatchSink(rec, rec, en, tc.wo); k.initial != tc.initial {
+			t.Errorf("a sink for %+v: initial %v, want %v", tc.wo, k.initial, tc.initial)
+		}
+	}
+	sink := newWatchSink(rec, rec, en, storage.WatchOptions{Initial: true, StartBookmark: true})
+	defer storage.PutBuffer(sink.line)
 	for i := range 3 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a" + strconv.Itoa(i), Namespace: "ns"}}
 		it := storage.Item{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: cm.Name}, Object: cm, RV: "p" + strconv.Itoa(i)}

@@ -307,7 +307,7 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, rq request) {
 	defer a.opts.Watches.Dec()
 	w.Header().Set("Content-Type", "application/json;stream=watch")
 	w.WriteHeader(http.StatusOK)
-	sink := &watchSink{w: w, fl: fl, en: en, line: storage.GetBuffer(), initial: wo.Initial && wo.StartBookmark}
+	sink := newWatchSink(w, fl, en, wo)
 	defer storage.PutBuffer(sink.line)
 	if gone == nil {
 		fl.Flush()
@@ -335,6 +335,12 @@ type watchSink struct {
 	// would be copied for no other watch, and tens of thousands of them would evict the live
 	// events' encodings that the other watches share.
 	initial bool
+}
+
+// newWatchSink writes the watch opened with wo to w, its objects in en's encoding. Its line
+// buffer is pooled: return it with storage.PutBuffer(k.line) when the watch ends.
+func newWatchSink(w http.ResponseWriter, fl http.Flusher, en *encoder, wo storage.WatchOptions) *watchSink {
+	return &watchSink{w: w, fl: fl, en: en, line: storage.GetBuffer(), initial: wo.Initial && wo.StartBookmark}
 }
 
 func (k *watchSink) Event(typ string, it storage.Item) error {

@@ -235,9 +235,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = reg.Start(regCtx) })
 	// The initial lists' garbage sets the process's high-water mark: once the first sync is
-	// over (every cluster synced or failing), the collector returns to GOGC's percent and the
-	// memory the sync freed goes back to the operating system at once rather than over the
-	// scavenger's minutes.
+	// over (every cluster synced or failing), the collector returns to its percent (gcPercent,
+	// else GOGC's) and the memory the sync freed goes back to the operating system at once
+	// rather than over the scavenger's minutes.
 	returns := newMemoryReturns(d.metrics)
 	go func() {
 		failing := waitInitialSync(regCtx, reg)

@@ -67,9 +67,6 @@ func TestRaiseGCForSync(t *testing.T) {
 	restore()
 }
 
-// TestRaiseGCForTakeovers: the collector is raised once more clusters are owned than warm at
-// once, stays raised while any warms, and comes back when none warms or waits, or when the
-// context ends.
 // TestSetGCPercent: gcPercent sets the collector's steady percent, the sync's raise returns to
 // it, and 0 or an operator's GOGC leaves the collector as it was.
 func TestSetGCPercent(t *testing.T) {
@@ -99,6 +96,9 @@ func TestSetGCPercent(t *testing.T) {
 	}
 }
 
+// TestRaiseGCForTakeovers: the collector is raised once more clusters are owned than warm at
+// once, stays raised while any warms, and comes back when none warms or waits, or when the
+// context ends.
 func TestRaiseGCForTakeovers(t *testing.T) {
 	t.Setenv("GOGC", "")
 	before, limit := gcPercent(), debug.SetMemoryLimit(-1)
