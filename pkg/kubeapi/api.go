@@ -95,7 +95,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, storage.Error(http.StatusNotFound, "the server could not find the requested resource: "+err.Error()))
 		return
 	}
-	view, err := a.view(r.Context(), p.cluster)
+	// A list or a get reads under one read scope (storage.WithReadScope), from the catalog on:
+	// every read of this replica's part in it sees one status of its clusters. A watch never
+	// does: it reads from r's context.
+	ctx := storage.WithReadScope(r.Context())
+	view, err := a.view(ctx, p.cluster)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -128,16 +132,17 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case rq.list.watch:
 		a.opts.Limits.Watch(w, func() { a.watch(w, r, rq) })
 	case p.name != "":
-		a.limited(w, r, func(ctx context.Context) { a.get(ctx, w, rq) })
+		a.limited(ctx, w, func(ctx context.Context) { a.get(ctx, w, rq) })
 	default:
-		a.limited(w, r, func(ctx context.Context) { a.list(ctx, w, rq) })
+		a.limited(ctx, w, func(ctx context.Context) { a.list(ctx, w, rq) })
 	}
 }
 
-// limited runs f in a request slot, within the request timeout.
-func (a *API) limited(w http.ResponseWriter, r *http.Request, f func(ctx context.Context)) {
+// limited runs f in a request slot, within the request timeout, under ctx's read scope or one
+// of its own. A watch never runs here.
+func (a *API) limited(ctx context.Context, w http.ResponseWriter, f func(ctx context.Context)) {
 	a.opts.Limits.Request(w, func() {
-		ctx, cancel := context.WithTimeout(r.Context(), a.opts.RequestTimeout)
+		ctx, cancel := context.WithTimeout(storage.WithReadScope(ctx), a.opts.RequestTimeout)
 		defer cancel()
 		f(ctx)
 	})
@@ -238,7 +243,7 @@ func (a *API) openAPI(w http.ResponseWriter, r *http.Request, cluster string) {
 		}
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/clusters/"+cluster)
-	a.limited(w, r, func(ctx context.Context) {
+	a.limited(r.Context(), w, func(ctx context.Context) {
 		r := r.WithContext(ctx)
 		switch {
 		case path == "/openapi/v2":

@@ -29,7 +29,7 @@ func (a *API) clusters(w http.ResponseWriter, r *http.Request, rq request) {
 		writeError(w, storage.Error(http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`"))
 		return
 	}
-	a.limited(w, r, func(ctx context.Context) {
+	a.limited(r.Context(), w, func(ctx context.Context) {
 		opts := storage.ClusterOptions{LabelSelector: rq.list.opts.LabelSelector}
 		switch {
 		case rq.p.name != "":

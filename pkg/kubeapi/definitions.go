@@ -68,7 +68,7 @@ func (a *API) definitions(w http.ResponseWriter, r *http.Request, rq request) {
 		a.opts.Limits.Watch(w, func() { a.watchDefinitions(w, r, rq, opts) })
 		return
 	}
-	a.limited(w, r, func(ctx context.Context) {
+	a.limited(r.Context(), w, func(ctx context.Context) {
 		all, err := a.opts.Status.Definitions(ctx, opts)
 		if err != nil {
 			writeError(w, err)

@@ -74,10 +74,12 @@ func (a *API) Clusters(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// limited runs f in a request slot, within the request timeout.
+// limited runs f in a request slot, within the request timeout, under a read scope of its
+// own (storage.WithReadScope): every read of this replica's part in it sees one status of its
+// clusters. A watch never runs here.
 func (a *API) limited(w http.ResponseWriter, r *http.Request, f func(ctx context.Context)) {
 	a.opts.Limits.Request(w, func() {
-		ctx, cancel := context.WithTimeout(r.Context(), a.opts.RequestTimeout)
+		ctx, cancel := context.WithTimeout(storage.WithReadScope(r.Context()), a.opts.RequestTimeout)
 		defer cancel()
 		f(ctx)
 	})

@@ -34,6 +34,7 @@ type fakeReader struct {
 	gets    []storage.GetOptions
 	watches []storage.WatchOptions
 	sums    []storage.SummaryOptions
+	scoped  map[string][]bool // per call (list, get, watch, summary): under a read scope
 
 	list    *storage.List
 	get     *storage.List
@@ -42,9 +43,10 @@ type fakeReader struct {
 	summary *storage.Summary
 }
 
-func (f *fakeReader) List(_ context.Context, o storage.ListOptions) (*storage.List, error) {
+func (f *fakeReader) List(ctx context.Context, o storage.ListOptions) (*storage.List, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.record("list", ctx)
 	f.lists = append(f.lists, o)
 	if f.err != nil {
 		return nil, f.err
@@ -53,9 +55,10 @@ func (f *fakeReader) List(_ context.Context, o storage.ListOptions) (*storage.Li
 	return &l, nil
 }
 
-func (f *fakeReader) Get(_ context.Context, o storage.GetOptions) (*storage.List, error) {
+func (f *fakeReader) Get(ctx context.Context, o storage.GetOptions) (*storage.List, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.record("get", ctx)
 	f.gets = append(f.gets, o)
 	if f.err != nil {
 		return nil, f.err
@@ -64,9 +67,10 @@ func (f *fakeReader) Get(_ context.Context, o storage.GetOptions) (*storage.List
 	return &l, nil
 }
 
-func (f *fakeReader) Watch(_ context.Context, o storage.WatchOptions) (storage.Watch, error) {
+func (f *fakeReader) Watch(ctx context.Context, o storage.WatchOptions) (storage.Watch, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.record("watch", ctx)
 	f.watches = append(f.watches, o)
 	if f.err != nil {
 		return nil, f.err
@@ -74,9 +78,10 @@ func (f *fakeReader) Watch(_ context.Context, o storage.WatchOptions) (storage.W
 	return f.watch, nil
 }
 
-func (f *fakeReader) Summarize(_ context.Context, o storage.SummaryOptions) (*storage.Summary, error) {
+func (f *fakeReader) Summarize(ctx context.Context, o storage.SummaryOptions) (*storage.Summary, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.record("summary", ctx)
 	f.sums = append(f.sums, o)
 	if f.err != nil {
 		return nil, f.err
@@ -84,6 +89,19 @@ func (f *fakeReader) Summarize(_ context.Context, o storage.SummaryOptions) (*st
 	s := *f.summary
 	s.Groups = append([]aggregate.Group(nil), f.summary.Groups...)
 	return &s, nil
+}
+
+// record notes whether a call of what was under a read scope. Under one, a key is read once.
+func (f *fakeReader) record(what string, ctx context.Context) {
+	type probe struct{}
+	reads := 0
+	for range 2 {
+		storage.Scoped(ctx, probe{}, func() bool { reads++; return true })
+	}
+	if f.scoped == nil {
+		f.scoped = map[string][]bool{}
+	}
+	f.scoped[what] = append(f.scoped[what], reads < 2)
 }
 
 // fakeWatch sends its events, a bookmark, and ends with end.
@@ -477,5 +495,40 @@ func TestClusters(t *testing.T) {
 	var cl api.Clusters
 	if err := json.Unmarshal(body, &cl); err != nil || resp.StatusCode != 200 || len(cl.Clusters) != 1 || cl.Clusters[0].Name != "c1" {
 		t.Errorf("%d %s (%v)", resp.StatusCode, body, err)
+	}
+}
+
+// TestReadsUnderOneScope: a list, a get and a summary each read under a read scope of their
+// own, so that every read of this replica's part in them sees one status of its clusters; a
+// watch, and a summary's stream, never do (what they would share would be held, and stale,
+// for as long as they run).
+func TestReadsUnderOneScope(t *testing.T) {
+	r := &fakeReader{list: &storage.List{}, get: &storage.List{Items: []storage.Item{{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Object: configMap("a")}}},
+		watch: &fakeWatch{}, summary: &storage.Summary{}}
+	srv := front(t, r)
+	for _, path := range []string{
+		"/multicache/v1/resources/configmaps",
+		"/multicache/v1/resources/configmaps/c1/ns/a",
+		"/multicache/v1/resources/configmaps/summary?by=cluster",
+		"/multicache/v1/resources/configmaps?watch=true",
+		"/multicache/v1/resources/configmaps/summary?by=cluster&watch=true&timeoutSeconds=1",
+	} {
+		if resp, body := get(t, srv, path); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d: %s", path, resp.StatusCode, body)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for what, want := range map[string][]bool{"list": {true}, "get": {true}} {
+		if got := r.scoped[what]; !slices.Equal(got, want) {
+			t.Errorf("%s under a read scope: %v, want %v", what, got, want)
+		}
+	}
+	if w := r.scoped["watch"]; len(w) == 0 || slices.Contains(w, true) {
+		t.Errorf("watches (the list's and the summary stream's) under a read scope: %v, want none", w)
+	}
+	sums := r.scoped["summary"]
+	if len(sums) < 2 || !sums[0] || slices.Contains(sums[1:], true) {
+		t.Errorf("summaries under a read scope: %v, want the plain one's only (then the stream's, none)", sums)
 	}
 }

@@ -18,5 +18,6 @@
 // encoding.go (Encoding and Encoder), selection.go (what a selection's label selector says of
 // clusters), buffers.go (the pool of encoding buffers), summary.go (Summarizer: counts in
 // groups), summarywatch.go (WatchSummary: a summary that streams), sort.go (the order of
-// sorted lists, and counts).
+// sorted lists, and counts), scope.go (a request's read scope: what its reads share, such as
+// one read of this replica's status of its clusters).
 package storage

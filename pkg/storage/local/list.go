@@ -21,7 +21,7 @@ import (
 // position (the stores run ahead of the cache) shows the list's position, so that no item is
 // newer than its list.
 func (s *Storage) List(ctx context.Context, opts storage.ListOptions) (*storage.List, error) {
-	v := s.view()
+	v := s.view(ctx)
 	sel, err := s.selectFor(ctx, v, opts.Selection)
 	if err != nil {
 		return nil, err
@@ -375,7 +375,7 @@ func less(a, b aggregate.Key) bool { return watchcache.CompareKeys(a, b) < 0 }
 // Get reads the objects of a name in the clusters the selection spans. In a plan, a cluster
 // of it not complete here is 429, before and after the read.
 func (s *Storage) Get(ctx context.Context, opts storage.GetOptions) (*storage.List, error) {
-	v := s.view()
+	v := s.view(ctx)
 	sel, err := s.selectFor(ctx, v, opts.Selection)
 	if err != nil {
 		return nil, err

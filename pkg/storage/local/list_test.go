@@ -66,7 +66,7 @@ func TestKeyOrderPagesWalkTheFleet(t *testing.T) {
 		{"tier=web", "c0", 500, false, true},    // filtered, not counted
 		{"tier=web", "c0", 500, true, false},    // filtered and counted
 	} {
-		sel, err := s.selectFor(ctx, s.view(), storage.Selection{Resource: "pods", LabelSelector: w.labels})
+		sel, err := s.selectFor(ctx, s.view(ctx), storage.Selection{Resource: "pods", LabelSelector: w.labels})
 		if err != nil {
 			t.Fatal(err)
 		}

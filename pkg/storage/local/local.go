@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -67,6 +68,9 @@ func (o *Options) Default() {
 type Storage struct {
 	opts Options
 	reg  *clusterset.Registry
+	// readStatus reads the Registry's status of its clusters (Registry.Status); reads go
+	// through statuses, once per read scope.
+	readStatus func() []clusterset.ClusterStatus
 	// hubs holds each resource's watch cache, regs its registration as a handler.
 	hubs map[string]*watchcache.Cache
 	regs map[string]*aggregate.Registration
@@ -86,7 +90,7 @@ func New(opts Options) (*Storage, error) {
 		return nil, errors.New("storage/local: Options.Registry is required")
 	}
 	opts.Default()
-	s := &Storage{opts: opts, reg: opts.Registry, hubs: map[string]*watchcache.Cache{}, regs: map[string]*aggregate.Registration{}, aliases: map[string]string{}}
+	s := &Storage{opts: opts, reg: opts.Registry, readStatus: opts.Registry.Status, hubs: map[string]*watchcache.Cache{}, regs: map[string]*aggregate.Registration{}, aliases: map[string]string{}}
 	for _, res := range s.reg.Resources() {
 		agg, _ := s.reg.Aggregate(res)
 		h := watchcache.New(watchcache.Options{MaxEvents: opts.WatchBuffer, MaxBytes: opts.WatchBufferBytes, Current: func() []watchcache.Item { return cachedItems(agg) }})
@@ -147,7 +151,7 @@ func (s *Storage) NotCached(name string) error {
 	return storage.Errorf(http.StatusNotFound, "resource %q is not cached (have %s)", name, strings.Join(s.reg.Resources(), ", "))
 }
 
-// view is what one request reads of the Registry's status: read once.
+// view is what one request reads of the Registry's status: read once (statuses).
 type view struct {
 	statuses []clusterset.ClusterStatus
 	byRes    map[string]resourceInfo
@@ -160,7 +164,16 @@ type view struct {
 // than the request (they keep every resource's status of every cluster alive).
 type resourceInfo map[string]*clusterset.ResourceStatus
 
-func (s *Storage) view() *view { return &view{statuses: s.reg.Status()} }
+// statusKey is the status of one Storage in a read scope.
+type statusKey struct{ s *Storage }
+
+// statuses is the Registry's status of its clusters, sorted by name: read once per read scope
+// of ctx (storage.WithReadScope), each time without one. Read it, never modify it.
+func (s *Storage) statuses(ctx context.Context) []clusterset.ClusterStatus {
+	return storage.Scoped(ctx, statusKey{s}, s.readStatus)
+}
+
+func (s *Storage) view(ctx context.Context) *view { return &view{statuses: s.statuses(ctx)} }
 
 // info is how every cluster serves resource.
 func (v *view) info(resource string) resourceInfo {

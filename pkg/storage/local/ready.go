@@ -27,7 +27,7 @@ const hubCatchUp = 2 * time.Second
 // before the Registry started it), syncing, failing since it started (for DeadClusterTimeout),
 // or synced while the watch cache has not taken its list yet.
 func (s *Storage) Unready(resource string, clusters []string) []string {
-	out, _ := s.unreadyWhy(s.view().info(resource), resource, clusters)
+	out, _ := s.unreadyWhy(s.view(context.Background()).info(resource), resource, clusters)
 	return out
 }
 
@@ -51,7 +51,8 @@ func (s *Storage) unreadyAwait(ctx context.Context, info resourceInfo, resource 
 			return out
 		case <-t.C:
 		}
-		if out, catchingUp = s.unreadyWhy(s.view().info(resource), resource, clusters); len(out) == 0 || !catchingUp {
+		// Read again, not the request's read scope: this waits for the status to change.
+		if out, catchingUp = s.unreadyWhy(s.view(context.Background()).info(resource), resource, clusters); len(out) == 0 || !catchingUp {
 			return out
 		}
 	}

@@ -49,7 +49,7 @@ func statusScope(ctx context.Context, statuses []clusterset.ClusterStatus, opts 
 // Clusters lists the clusters this replica runs that the selection spans and the caller may
 // read, with each resource's state, objects and list progress.
 func (s *Storage) Clusters(ctx context.Context, opts storage.ClusterOptions) ([]api.Cluster, error) {
-	statuses, _, err := statusScope(ctx, s.reg.Status(), opts)
+	statuses, _, err := statusScope(ctx, s.statuses(ctx), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (s *Storage) ObjectCounts() map[string]map[string]int {
 // resources yet (it is moving here), would be missing, as if its definitions were gone: 503,
 // retry.
 func (s *Storage) Definitions(ctx context.Context, opts storage.ClusterOptions) ([]storage.Definition, error) {
-	all := s.reg.Status() // sorted by name
+	all := s.statuses(ctx) // sorted by name
 	statuses, objects, err := statusScope(ctx, all, opts)
 	if err != nil {
 		return nil, err
@@ -163,14 +163,14 @@ func (s *Storage) Resolving(cluster string) bool {
 
 // Resources lists how this replica's clusters the selection spans serve the configured
 // resources, their definitions left out.
-func (s *Storage) Resources(_ context.Context, opts storage.ClusterOptions) ([]clusterset.ClusterStatus, error) {
+func (s *Storage) Resources(ctx context.Context, opts storage.ClusterOptions) ([]clusterset.ClusterStatus, error) {
 	clusterSel, _, err := storage.SplitSelector(opts.LabelSelector)
 	if err != nil {
 		return nil, err
 	}
 	named, part := storage.FilterOf(opts.Clusters), storage.FilterOf(opts.Part)
 	var out []clusterset.ClusterStatus
-	for _, cs := range s.reg.Status() {
+	for _, cs := range s.statuses(ctx) {
 		if !named.Has(cs.Name) || !part.Has(cs.Name) || !clusterSel.Matches(cs.Name) {
 			continue
 		}
@@ -185,7 +185,7 @@ func (s *Storage) Resources(_ context.Context, opts storage.ClusterOptions) ([]c
 
 // Info is, per cluster this replica runs, how it serves resource.
 func (s *Storage) Info(resource string) map[string]clusterset.ResourceStatus {
-	ri := s.view().info(resource)
+	ri := s.view(context.Background()).info(resource)
 	out := make(map[string]clusterset.ResourceStatus, len(ri))
 	for c, rs := range ri {
 		out[c] = *rs

@@ -14,7 +14,7 @@ import (
 // caller may read, as List selects them. Keys read Secrets as the caller reads them: without
 // their data unless the daemon serves it.
 func (s *Storage) Summarize(ctx context.Context, opts storage.SummaryOptions) (*storage.Summary, error) {
-	v := s.view()
+	v := s.view(ctx)
 	sel, err := s.selectFor(ctx, v, opts.Selection)
 	if err != nil {
 		return nil, err
