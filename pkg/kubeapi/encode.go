@@ -85,11 +85,9 @@ func (en *encoder) Append(buf *bytes.Buffer, it storage.Item, rv string) error {
 		if err != nil {
 			return err
 		}
-		b, err := json.Marshal(row)
-		if err != nil {
+		if err := storage.AppendJSON(buf, row); err != nil {
 			return fmt.Errorf("cluster %q: encode %s: %w", it.Key.Cluster, it.Key, err)
 		}
-		buf.Write(b)
 		return nil
 	}
 	obj, err := object(it, rv, en.kr, en.e.TypeMeta || en.e.As == "PartialObjectMetadata")
@@ -106,11 +104,9 @@ func (en *encoder) Append(buf *bytes.Buffer, it storage.Item, rv string) error {
 		p.Kind, p.APIVersion = "PartialObjectMetadata", metav1.SchemeGroupVersion.String()
 		v = p
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
+	if err := storage.AppendJSON(buf, v); err != nil {
 		return fmt.Errorf("cluster %q: encode %s: %w", it.Key.Cluster, it.Key, err)
 	}
-	buf.Write(b)
 	return nil
 }
 

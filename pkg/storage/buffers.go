@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"encoding/json"
 	"runtime"
 	"sync"
 )
@@ -73,5 +74,15 @@ func EncodeEach(buf *bytes.Buffer, n int, one func(buf *bytes.Buffer, i int) err
 		}
 		buf.Write(c.Bytes())
 	}
+	return nil
+}
+
+// AppendJSON appends v's JSON to buf: the bytes json.Marshal gives (HTML escaped too), encoded
+// in buf rather than in a copy of their own. On an error buf is as it was.
+func AppendJSON(buf *bytes.Buffer, v any) error {
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
+		return err // Encode writes nothing unless v encodes whole
+	}
+	buf.Truncate(buf.Len() - 1) // the newline Encode ends with
 	return nil
 }

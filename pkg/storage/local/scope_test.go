@@ -2,12 +2,14 @@ package local
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/multicache/multicache/pkg/auth"
 	"github.com/multicache/multicache/pkg/clusterset"
 	"github.com/multicache/multicache/pkg/storage"
 )
@@ -69,5 +71,38 @@ func TestOneStatusReadPerScope(t *testing.T) {
 	request(context.Background())
 	if n := reads.Load(); n != calls {
 		t.Errorf("without a scope the reads read the status %d times, want %d (each its own)", n, calls)
+	}
+}
+
+// TestClustersShowWhatTheCallerMayRead: the clusters' status lists, of the clusters asked for,
+// those the caller may read, in order, each with the objects its aggregate holds.
+func TestClustersShowWhatTheCallerMayRead(t *testing.T) {
+	pods := map[string][]corev1.Pod{"c0": summaryPods("c0"), "c1": summaryPods("c1"), "c3": summaryPods("c3")}
+	s := fakeFleetStorage(t, pods)
+	for _, tc := range []struct {
+		access onlyClusters
+		part   []string
+		want   []string
+	}{
+		{onlyClusters{"c0": true, "c1": true, "c3": true}, nil, []string{"c0", "c1", "c3"}},
+		{onlyClusters{"c1": true}, nil, []string{"c1"}},
+		{onlyClusters{"c0": true, "c3": true}, nil, []string{"c0", "c3"}},
+		{onlyClusters{"c0": true, "c3": true}, []string{"c1", "c3"}, []string{"c3"}},
+		{onlyClusters{}, nil, []string{}},
+	} {
+		cl, err := s.Clusters(auth.WithAccess(context.Background(), tc.access), storage.ClusterOptions{Part: tc.part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []string{}
+		for _, c := range cl {
+			got = append(got, c.Name)
+			if len(c.Resources) != 1 || c.Resources[0].Objects != len(pods[c.Name]) {
+				t.Errorf("%v: cluster %s: resources %+v, want pods with %d objects", tc.access, c.Name, c.Resources, len(pods[c.Name]))
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("may read %v, part %v: listed %v, want %v", tc.access, tc.part, got, tc.want)
+		}
 	}
 }

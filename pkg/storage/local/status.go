@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/multicache/multicache/pkg/api"
 	"github.com/multicache/multicache/pkg/auth"
@@ -42,8 +41,14 @@ func statusScope(ctx context.Context, statuses []clusterset.ClusterStatus, opts 
 	} else if names, err = Readable(ctx, a, names); err != nil {
 		return nil, nil, err
 	}
-	readable := sets.New(names...)
-	return slices.DeleteFunc(slices.Clone(statuses), func(cs clusterset.ClusterStatus) bool { return !readable.Has(cs.Name) }), objects, nil
+	// names are in the order of statuses, and a part of them.
+	out := make([]clusterset.ClusterStatus, 0, len(names))
+	for i := 0; i < len(statuses) && len(out) < len(names); i++ {
+		if statuses[i].Name == names[len(out)] {
+			out = append(out, statuses[i])
+		}
+	}
+	return out, objects, nil
 }
 
 // Clusters lists the clusters this replica runs that the selection spans and the caller may
@@ -53,7 +58,6 @@ func (s *Storage) Clusters(ctx context.Context, opts storage.ClusterOptions) ([]
 	if err != nil {
 		return nil, err
 	}
-	counts := s.ObjectCounts()
 	out := make([]api.Cluster, 0, len(statuses))
 	for _, cs := range statuses {
 		v := api.Cluster{Name: cs.Name, State: string(cs.State), Error: cs.Error, Restarts: cs.Restarts, Resources: []api.Resource{}}
@@ -62,7 +66,7 @@ func (s *Storage) Clusters(ctx context.Context, opts storage.ClusterOptions) ([]
 			v.LastSync = &t
 		}
 		for _, rs := range cs.Resources {
-			r := api.Resource{Resource: rs.Resource, State: string(rs.State), Objects: counts[cs.Name][rs.Resource], Error: rs.Error}
+			r := api.Resource{Resource: rs.Resource, State: string(rs.State), Objects: s.objects(rs.Resource, cs.Name), Error: rs.Error}
 			if p := rs.Progress; p.Listing || p.Loaded > 0 || p.Expected > 0 {
 				r.Progress = &api.Progress{Loaded: p.Loaded, Expected: p.Expected, Listing: p.Listing}
 			}
@@ -72,6 +76,17 @@ func (s *Storage) Clusters(ctx context.Context, opts storage.ClusterOptions) ([]
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// objects is how many objects of resource the aggregate holds of cluster (Aggregate.Len), 0
+// when none.
+func (s *Storage) objects(resource, cluster string) int {
+	agg, ok := s.reg.Aggregate(resource)
+	if !ok {
+		return 0
+	}
+	n, _ := agg.Len(cluster)
+	return n
 }
 
 // ObjectCounts is, per cluster and resource, the objects the aggregates hold (Aggregate.Len:

@@ -56,9 +56,8 @@ func (w *writer) flush() error {
 }
 
 func (w *writer) head(h head) {
-	b, _ := json.Marshal(h)
 	w.buf.WriteString("h ")
-	w.buf.Write(b)
+	_ = storage.AppendJSON(&w.buf, h)
 	w.buf.WriteByte('\n')
 }
 
