@@ -43,11 +43,16 @@ type head struct {
 	Warnings        []string               `json:"warnings,omitempty"`
 }
 
-// writer writes frames.
+// writer writes frames, gathered in buf (one of storage.GetBuffer's: release returns it).
 type writer struct {
 	w   io.Writer
-	buf bytes.Buffer
+	buf *bytes.Buffer
 }
+
+func newWriter(w io.Writer) *writer { return &writer{w: w, buf: storage.GetBuffer()} }
+
+// release returns the writer's buffer to the pool; the writer is not used after.
+func (w *writer) release() { storage.PutBuffer(w.buf) }
 
 func (w *writer) flush() error {
 	_, err := w.w.Write(w.buf.Bytes())
@@ -57,7 +62,7 @@ func (w *writer) flush() error {
 
 func (w *writer) head(h head) {
 	w.buf.WriteString("h ")
-	_ = storage.AppendJSON(&w.buf, h)
+	_ = storage.AppendJSON(w.buf, h)
 	w.buf.WriteByte('\n')
 }
 

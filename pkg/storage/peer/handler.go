@@ -126,7 +126,8 @@ func (h *Handler) writeList(ctx context.Context, w http.ResponseWriter, e storag
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-multicache-peer")
-	fw := &writer{w: w}
+	fw := newWriter(w)
+	defer fw.release()
 	fw.head(head{ResourceVersion: l.ResourceVersion, Epoch: l.Epoch, Continue: l.Continue, Count: l.Count, Freshness: l.Freshness, Warnings: l.Warnings})
 	var raw []byte
 	scratch := storage.GetBuffer()
@@ -199,8 +200,9 @@ func (h *Handler) watch(ctx context.Context, w http.ResponseWriter, opts storage
 	}
 	w.Header().Set("Content-Type", "application/x-multicache-peer")
 	w.WriteHeader(http.StatusOK)
-	s := &frameSink{fw: &writer{w: w}, fl: fl, enc: enc, scratch: storage.GetBuffer()}
+	s := &frameSink{fw: newWriter(w), fl: fl, enc: enc, scratch: storage.GetBuffer()}
 	defer storage.PutBuffer(s.scratch)
+	defer s.fw.release()
 	s.fw.head(head{Freshness: wt.Freshness(), Warnings: wt.Warnings()})
 	s.Flush()
 	if err := wt.Run(ctx, s); err != nil && ctx.Err() == nil {
