@@ -49,8 +49,9 @@ type Config struct {
 	// in force are back once the heap the raise allows, (1 + SyncGCPercent/100) × the live
 	// heap, outgrows the budget, or once the sync is over (every cluster synced or failing).
 	// -1 turns the collector off meanwhile: it collects only when the heap reaches the budget,
-	// and GOGC's percent is back once the live heap outgrows half the budget. Nil: -1. 0 (or up
-	// to 100) leaves the collector alone, as does GOGC set in the environment. A sharded
+	// and GOGC's percent is back once the live heap outgrows half the budget. Nil: -1. 0, or a
+	// percent no higher than the collector's outside the sync (gcPercent, or GOGC's 100), leaves
+	// the collector alone, as does GOGC set in the environment. A sharded
 	// replica's clusters come through Leases after its first sync is over: its start, as
 	// its takeovers, follows sharding.takeoverGCPercent.
 	SyncGCPercent *int `json:"syncGCPercent,omitempty"`

@@ -90,7 +90,8 @@ func setGCPercent(pct int, log *zap.Logger) {
 // 12.2 GiB when the raise held to the end under half the machine's memory.) Off (-1), the raise
 // holds while the live heap is at most half the budget, as a raise to 100% would: the heap a
 // collection keeps is then at most half the budget (the limit also counts the runtime's own
-// memory, so in a small container collections come sooner than that). It does nothing when pct is 0 to 100, or when GOGC is
+// memory, so in a small container collections come sooner than that). It does nothing when pct
+// is 0 or no higher than the collector's percent now (gcPercent, or GOGC's 100), or when GOGC is
 // set: an operator's own choice of GOGC stands. The returned function may be called more than
 // once.
 func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
@@ -151,10 +152,32 @@ func raiseGCForSync(pct int, what string, log *zap.Logger) (restore func()) {
 	return restore
 }
 
-// raises reports whether a raise to pct changes the collector: not at 0 to 100, and not when
-// GOGC is set (an operator's own choice of GOGC stands).
+// raises reports whether a raise to pct raises the collector's percent now (gcPercent's, or
+// GOGC's 100): off (-1), or above it. Not at 0, not at or below it (a "raise" that lowered it
+// would cost the sync CPU), and not when GOGC is set (an operator's own choice of GOGC stands).
 func raises(pct int) bool {
-	return (pct < 0 || pct > 100) && os.Getenv("GOGC") == ""
+	if pct == 0 || os.Getenv("GOGC") != "" {
+		return false
+	}
+	if pct < 0 {
+		return true // raiseGCForSync leaves a collector already off as it is
+	}
+	now, ok := gcPercentNow()
+	return !ok || (now >= 0 && pct > now)
+}
+
+// gcPercentNow is the collector's percent (/gc/gogc:percent), -1 when it is off; ok is false
+// when this runtime does not measure it.
+func gcPercentNow() (pct int, ok bool) {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0, false
+	}
+	if v := sample[0].Value.Uint64(); v <= math.MaxInt32 {
+		return int(v), true
+	}
+	return -1, true // off: the runtime's -1, read as unsigned
 }
 
 // liveHeap is the heap the last collection kept (/gc/heap/live:bytes); ok is false when this

@@ -88,11 +88,43 @@ func TestSetGCPercent(t *testing.T) {
 	if got := gcPercent(); got != 50 {
 		t.Errorf("after the sync's raise: GC percent %d, want the steady 50 again", got)
 	}
+	// Above the steady percent, a sync's percent of 100 or less is a raise too.
+	restore := raiseGCForSync(80, "test", zap.NewNop())
+	if got := gcPercent(); got != 80 {
+		t.Errorf("steady 50, sync 80: GC percent %d during the sync, want 80", got)
+	}
+	restore()
+	if got := gcPercent(); got != 50 {
+		t.Errorf("steady 50, after a sync at 80: GC percent %d, want 50 again", got)
+	}
+	// At or below it, none: a sync never runs below the steady percent.
+	setGCPercent(200, zap.NewNop())
+	for _, pct := range []int{150, 200} {
+		restore = raiseGCForSync(pct, "test", zap.NewNop())
+		if got := gcPercent(); got != 200 {
+			t.Errorf("steady 200, sync %d: GC percent %d during the sync, want 200 left alone", pct, got)
+		}
+		restore()
+	}
 	debug.SetGCPercent(before)
 	t.Setenv("GOGC", "80")
 	setGCPercent(50, zap.NewNop())
 	if got := gcPercent(); got != before {
 		t.Errorf("GOGC set: GC percent %d, want the operator's (%d) left alone", got, before)
+	}
+}
+
+// TestGCPercentNow: the runtime's percent as the collector has it, -1 when it is off.
+func TestGCPercentNow(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	for _, pct := range []int{70, 100, 350, -1} {
+		debug.SetGCPercent(pct)
+		if got, ok := gcPercentNow(); ok && got != pct {
+			t.Errorf("set to %d: read %d", pct, got)
+		} else if !ok {
+			t.Skip("this runtime does not measure /gc/gogc:percent")
+		}
 	}
 }
 
