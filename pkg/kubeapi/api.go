@@ -126,9 +126,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case rq.kr == discovery.ClustersResource:
-		a.clusters(w, r, rq)
+		a.clusters(ctx, w, rq)
 	case rq.kr == discovery.DefinitionsResource:
-		a.definitions(w, r, rq)
+		a.definitions(ctx, w, r, rq)
 	case rq.list.watch:
 		a.opts.Limits.Watch(w, func() { a.watch(w, r, rq) })
 	case p.name != "":

@@ -24,12 +24,12 @@ import (
 // clusters answers clusters.multicache.io, read-only: the clusters as objects, their state and
 // each resource's, as `multicache clusters` shows. A list takes the label selector's cluster
 // requirements and a metadata.name field selector; it has no watch.
-func (a *API) clusters(w http.ResponseWriter, r *http.Request, rq request) {
+func (a *API) clusters(ctx context.Context, w http.ResponseWriter, rq request) {
 	if rq.list.watch {
 		writeError(w, storage.Error(http.StatusMethodNotAllowed, "watch is not supported on clusters.multicache.io: list it again, or run `multicache clusters --watch`"))
 		return
 	}
-	a.limited(r.Context(), w, func(ctx context.Context) {
+	a.limited(ctx, w, func(ctx context.Context) {
 		opts := storage.ClusterOptions{LabelSelector: rq.list.opts.LabelSelector}
 		switch {
 		case rq.p.name != "":

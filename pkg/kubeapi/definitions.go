@@ -55,7 +55,7 @@ func SetDefinitionsPollInterval(d time.Duration) (restore func()) {
 }
 
 // definitions answers a get, list or watch of the definitions, in any form the API serves.
-func (a *API) definitions(w http.ResponseWriter, r *http.Request, rq request) {
+func (a *API) definitions(ctx context.Context, w http.ResponseWriter, r *http.Request, rq request) {
 	if _, err := crdSelect(nil, rq.list.opts, ""); err != nil {
 		writeError(w, err)
 		return
@@ -68,7 +68,7 @@ func (a *API) definitions(w http.ResponseWriter, r *http.Request, rq request) {
 		a.opts.Limits.Watch(w, func() { a.watchDefinitions(w, r, rq, opts) })
 		return
 	}
-	a.limited(r.Context(), w, func(ctx context.Context) {
+	a.limited(ctx, w, func(ctx context.Context) {
 		all, err := a.opts.Status.Definitions(ctx, opts)
 		if err != nil {
 			writeError(w, err)

@@ -32,8 +32,8 @@ type Options struct {
 	Resolve   func(ctx context.Context, name string) (string, bool)
 	NotCached func(name string) error
 	// Info is, per cluster this replica runs, how it serves a resource (its kind, group and
-	// version): what its objects are encoded with.
-	Info func(resource string) map[string]clusterset.ResourceStatus
+	// version): what its objects are encoded with. It reads under ctx's read scope.
+	Info func(ctx context.Context, resource string) map[string]clusterset.ResourceStatus
 	// Limits, RequestTimeout: every request but a watch takes a request slot and is bounded by
 	// the timeout; a watch takes a watch slot.
 	Limits         *filters.Limits
@@ -60,7 +60,7 @@ func writeError(w http.ResponseWriter, err error) { filters.WriteAPIError(w, err
 
 // Clusters answers GET /multicache/v1/clusters: api.Clusters.
 func (a *API) Clusters(w http.ResponseWriter, r *http.Request) {
-	a.limited(w, r, func(ctx context.Context) {
+	a.limited(r.Context(), w, func(ctx context.Context) {
 		cl, err := a.opts.Status.Clusters(ctx, storage.ClusterOptions{})
 		if err != nil {
 			writeError(w, err)
@@ -74,12 +74,12 @@ func (a *API) Clusters(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// limited runs f in a request slot, within the request timeout, under a read scope of its
-// own (storage.WithReadScope): every read of this replica's part in it sees one status of its
-// clusters. A watch never runs here.
-func (a *API) limited(w http.ResponseWriter, r *http.Request, f func(ctx context.Context)) {
+// limited runs f in a request slot, within the request timeout, under ctx's read scope or one
+// of its own (storage.WithReadScope): every read of this replica's part in it sees one status of
+// its clusters. A watch never runs here.
+func (a *API) limited(ctx context.Context, w http.ResponseWriter, f func(ctx context.Context)) {
 	a.opts.Limits.Request(w, func() {
-		ctx, cancel := context.WithTimeout(storage.WithReadScope(r.Context()), a.opts.RequestTimeout)
+		ctx, cancel := context.WithTimeout(storage.WithReadScope(ctx), a.opts.RequestTimeout)
 		defer cancel()
 		f(ctx)
 	})
@@ -89,10 +89,10 @@ func (a *API) limited(w http.ResponseWriter, r *http.Request, f func(ctx context
 // cluster (repeatable), namespace, labelSelector, fieldSelector, index and value, where (CEL),
 // owner (group/Kind/namespace/name); with the
 // list options the Kubernetes API's codec decodes (limit, continue, watch, resourceVersion).
-func (a *API) selection(r *http.Request) (storage.Selection, metav1.ListOptions, error) {
+func (a *API) selection(ctx context.Context, r *http.Request) (storage.Selection, metav1.ListOptions, error) {
 	var opts metav1.ListOptions
 	name := r.PathValue("resource")
-	res, ok := a.opts.Resolve(r.Context(), name)
+	res, ok := a.opts.Resolve(ctx, name)
 	if !ok {
 		return storage.Selection{}, opts, a.opts.NotCached(name)
 	}
@@ -117,7 +117,9 @@ func (a *API) selection(r *http.Request) (storage.Selection, metav1.ListOptions,
 // its total, in key order or by sortBy (a JSONPath) with order asc or desc; or with watch=true a
 // watch.
 func (a *API) List(w http.ResponseWriter, r *http.Request) {
-	sel, opts, err := a.selection(r)
+	// A read scope from the resource's resolution on; a watch reads from r's context.
+	ctx := storage.WithReadScope(r.Context())
+	sel, opts, err := a.selection(ctx, r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -144,7 +146,7 @@ func (a *API) List(w http.ResponseWriter, r *http.Request) {
 		writeError(w, storage.Error(http.StatusBadRequest, "order: given without sortBy"))
 		return
 	}
-	a.limited(w, r, func(ctx context.Context) {
+	a.limited(ctx, w, func(ctx context.Context) {
 		l, err := a.opts.Reader.List(ctx, storage.ListOptions{Selection: sel, Limit: limit, Continue: opts.Continue, Encoding: storage.Encoding{API: storage.NativeAPI},
 			SortBy: q.Get("sortBy"), Desc: desc, Count: true})
 		if err != nil {
@@ -162,7 +164,9 @@ func (a *API) List(w http.ResponseWriter, r *http.Request) {
 // comma-separated or repeated), sort (count or key) and limit (on groups): an api.Summary; with
 // watch=true, a stream of them as counts change (interval, timeoutSeconds).
 func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
-	sel, opts, err := a.selection(r)
+	// A read scope from the resource's resolution on; a watch reads from r's context.
+	ctx := storage.WithReadScope(r.Context())
+	sel, opts, err := a.selection(ctx, r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -218,7 +222,7 @@ func (a *API) Summary(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	a.limited(w, r, func(ctx context.Context) {
+	a.limited(ctx, w, func(ctx context.Context) {
 		sum, err := sm.Summarize(ctx, so)
 		if err != nil {
 			writeError(w, err)
@@ -301,7 +305,7 @@ func (a *API) writeList(ctx context.Context, w http.ResponseWriter, resource str
 	if err := storage.Drain(l); err != nil {
 		return err
 	}
-	en := a.encoder(resource)
+	en := a.encoder(ctx, resource)
 	buf := storage.GetBuffer()
 	defer storage.PutBuffer(buf)
 	buf.WriteString(`{"items":[`)
@@ -341,7 +345,8 @@ func (a *API) writeList(ctx context.Context, w http.ResponseWriter, resource str
 // as an api.Item ("_" is the namespace of a cluster-scoped one).
 func (a *API) Get(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("resource")
-	res, ok := a.opts.Resolve(r.Context(), name)
+	ctx := storage.WithReadScope(r.Context())
+	res, ok := a.opts.Resolve(ctx, name)
 	if !ok {
 		writeError(w, a.opts.NotCached(name))
 		return
@@ -355,7 +360,7 @@ func (a *API) Get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, storage.Error(http.StatusBadRequest, err.Error()))
 		return
 	}
-	a.limited(w, r, func(ctx context.Context) {
+	a.limited(ctx, w, func(ctx context.Context) {
 		l, err := a.opts.Reader.Get(ctx, storage.GetOptions{Selection: storage.Selection{Resource: res, Clusters: []string{k.Cluster}, Namespace: ns},
 			Name: k.Name, Encoding: storage.Encoding{API: storage.NativeAPI, TypeMeta: true}})
 		if err != nil {
@@ -373,7 +378,7 @@ func (a *API) Get(w http.ResponseWriter, r *http.Request) {
 		}
 		buf := storage.GetBuffer()
 		defer storage.PutBuffer(buf)
-		if err := a.encoder(res).item(buf, l.Items[0]); err != nil {
+		if err := a.encoder(ctx, res).item(buf, l.Items[0]); err != nil {
 			writeError(w, storage.Error(http.StatusInternalServerError, err.Error()))
 			return
 		}
@@ -421,7 +426,7 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, sel storage.Selectio
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
-	sink := &watchSink{w: w, fl: fl, en: a.encoder(sel.Resource), line: storage.GetBuffer()}
+	sink := &watchSink{w: w, fl: fl, en: a.encoder(r.Context(), sel.Resource), line: storage.GetBuffer()}
 	defer storage.PutBuffer(sink.line)
 	if err := wt.Run(r.Context(), sink); err != nil && r.Context().Err() == nil {
 		sink.fail(err)
@@ -500,13 +505,13 @@ type encoder struct {
 	refreshed time.Time
 }
 
-func (a *API) encoder(resource string) *encoder {
-	return &encoder{a: a, resource: resource, info: a.opts.Info(resource), refreshed: time.Now()}
+func (a *API) encoder(ctx context.Context, resource string) *encoder {
+	return &encoder{a: a, resource: resource, info: a.opts.Info(ctx, resource), refreshed: time.Now()}
 }
 
 // Encoders makes the encoders a peer answers a request of this API with.
-func (a *API) Encoders(_ context.Context, e storage.Encoding, resource string) (storage.Encoder, error) {
-	return a.encoder(resource), nil
+func (a *API) Encoders(ctx context.Context, e storage.Encoding, resource string) (storage.Encoder, error) {
+	return a.encoder(ctx, resource), nil
 }
 
 // Append appends it's object (a storage.Encoder): rv is not shown.
@@ -538,7 +543,7 @@ func (en *encoder) object(buf *bytes.Buffer, it storage.Item) error {
 	if !ok && time.Since(en.refreshed) > time.Second {
 		// A cluster that joined since: look again, at most once a second (the deletes of a
 		// cluster that left would otherwise each read the whole status).
-		en.info, en.refreshed = en.a.opts.Info(en.resource), time.Now()
+		en.info, en.refreshed = en.a.opts.Info(context.Background(), en.resource), time.Now() // read now
 		rs, ok = en.info[cluster]
 	}
 	if !ok {

@@ -2,6 +2,7 @@ package nativeapi
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -20,11 +21,11 @@ func TestEncodeAddsTheType(t *testing.T) {
 		"configmaps":  {"c1": {Version: "v1", Kind: "ConfigMap"}},
 		"deployments": {"c1": {Group: "apps", Version: "v1", Kind: "Deployment"}},
 	}
-	a := New(Options{Info: func(res string) map[string]clusterset.ResourceStatus { return info[res] }})
+	a := New(Options{Info: func(_ context.Context, res string) map[string]clusterset.ResourceStatus { return info[res] }})
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Data: map[string]string{"k": "v"}}
 	for res, want := range map[string]string{"configmaps": `{"kind":"ConfigMap","apiVersion":"v1",`, "deployments": `{"kind":"Deployment","apiVersion":"apps/v1",`} {
 		var buf bytes.Buffer
-		if err := a.encoder(res).object(&buf, storage.Item{Key: aggregate.Key{Cluster: "c1", Name: "d"}, Object: cm}); err != nil {
+		if err := a.encoder(context.Background(), res).object(&buf, storage.Item{Key: aggregate.Key{Cluster: "c1", Name: "d"}, Object: cm}); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.HasPrefix(buf.String(), want) || !strings.Contains(buf.String(), `"data":{"k":"v"}`) {
@@ -36,7 +37,7 @@ func TestEncodeAddsTheType(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	raw := []byte(`{"kind":"Pod","metadata":{"name":"p"}}`)
-	if err := a.encoder("configmaps").object(&buf, storage.Item{Key: aggregate.Key{Cluster: "c2", Name: "p"}, Raw: raw}); err != nil || buf.String() != string(raw) {
+	if err := a.encoder(context.Background(), "configmaps").object(&buf, storage.Item{Key: aggregate.Key{Cluster: "c2", Name: "p"}, Raw: raw}); err != nil || buf.String() != string(raw) {
 		t.Errorf("a peer's object: %s, %v", buf.String(), err)
 	}
 }

@@ -35,6 +35,9 @@ type fakeReader struct {
 	watches []storage.WatchOptions
 	sums    []storage.SummaryOptions
 	scoped  map[string][]bool // per call (list, get, watch, summary): under a read scope
+	// statusReads counts the reads of a replica's status that the resolution of the resource,
+	// the Reader and the encoder's Info would make, each shared under a read scope.
+	statusReads int
 
 	list    *storage.List
 	get     *storage.List
@@ -44,6 +47,7 @@ type fakeReader struct {
 }
 
 func (f *fakeReader) List(ctx context.Context, o storage.ListOptions) (*storage.List, error) {
+	f.status(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("list", ctx)
@@ -56,6 +60,7 @@ func (f *fakeReader) List(ctx context.Context, o storage.ListOptions) (*storage.
 }
 
 func (f *fakeReader) Get(ctx context.Context, o storage.GetOptions) (*storage.List, error) {
+	f.status(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("get", ctx)
@@ -68,6 +73,7 @@ func (f *fakeReader) Get(ctx context.Context, o storage.GetOptions) (*storage.Li
 }
 
 func (f *fakeReader) Watch(ctx context.Context, o storage.WatchOptions) (storage.Watch, error) {
+	f.status(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("watch", ctx)
@@ -79,6 +85,7 @@ func (f *fakeReader) Watch(ctx context.Context, o storage.WatchOptions) (storage
 }
 
 func (f *fakeReader) Summarize(ctx context.Context, o storage.SummaryOptions) (*storage.Summary, error) {
+	f.status(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("summary", ctx)
@@ -89,6 +96,24 @@ func (f *fakeReader) Summarize(ctx context.Context, o storage.SummaryOptions) (*
 	s := *f.summary
 	s.Groups = append([]aggregate.Group(nil), f.summary.Groups...)
 	return &s, nil
+}
+
+type statusKey struct{}
+
+// status reads the status as storage/local does: once per read scope.
+func (f *fakeReader) status(ctx context.Context) {
+	storage.Scoped(ctx, statusKey{}, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.statusReads++
+		return true
+	})
+}
+
+func (f *fakeReader) reads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statusReads
 }
 
 // record notes whether a call of what was under a read scope. Under one, a key is read once.
@@ -143,7 +168,8 @@ func (fakeStatus) Resources(context.Context, storage.ClusterOptions) ([]clusters
 func front(t *testing.T, r *fakeReader) *httptest.Server {
 	t.Helper()
 	a := New(Options{Reader: r, Status: fakeStatus{clusters: []api.Cluster{{Name: "c1"}}},
-		Resolve: func(_ context.Context, name string) (string, bool) {
+		Resolve: func(ctx context.Context, name string) (string, bool) {
+			r.status(ctx)
 			switch name {
 			case "po", "pods":
 				return "pods", true
@@ -155,7 +181,8 @@ func front(t *testing.T, r *fakeReader) *httptest.Server {
 		NotCached: func(name string) error {
 			return apierrors.NewNotFound(schema.GroupResource{Resource: name}, "")
 		},
-		Info: func(string) map[string]clusterset.ResourceStatus {
+		Info: func(ctx context.Context, _ string) map[string]clusterset.ResourceStatus {
+			r.status(ctx)
 			return map[string]clusterset.ResourceStatus{"c1": {Version: "v1", Kind: "ConfigMap"}}
 		},
 		Limits: filters.NewLimits(4, 4), RequestTimeout: time.Minute, MaxPageSize: 500,
@@ -499,23 +526,34 @@ func TestClusters(t *testing.T) {
 }
 
 // TestReadsUnderOneScope: a list, a get and a summary each read under a read scope of their
-// own, so that every read of this replica's part in them sees one status of its clusters; a
-// watch, and a summary's stream, never do (what they would share would be held, and stale,
-// for as long as they run).
+// own, from the resolution of the resource on, so that the resolution, every read of this
+// replica's part and the encoder's kinds share one read of its status; a watch, and a
+// summary's stream, never do (what they would share would be held, and stale, for as long as
+// they run).
 func TestReadsUnderOneScope(t *testing.T) {
-	r := &fakeReader{list: &storage.List{}, get: &storage.List{Items: []storage.Item{{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Object: configMap("a")}}},
-		watch: &fakeWatch{}, summary: &storage.Summary{}}
+	r := &fakeReader{list: &storage.List{Items: []storage.Item{{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Object: configMap("a")}}},
+		get:   &storage.List{Items: []storage.Item{{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Object: configMap("a")}}},
+		watch: &fakeWatch{events: []storage.Item{{Key: aggregate.Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Object: configMap("a")}}}, summary: &storage.Summary{}}
 	srv := front(t, r)
-	for _, path := range []string{
-		"/multicache/v1/resources/configmaps",
-		"/multicache/v1/resources/configmaps/c1/ns/a",
-		"/multicache/v1/resources/configmaps/summary?by=cluster",
-		"/multicache/v1/resources/configmaps?watch=true",
-		"/multicache/v1/resources/configmaps/summary?by=cluster&watch=true&timeoutSeconds=1",
+	for _, tc := range []struct {
+		path  string
+		reads int // of the status, by the request
+	}{
+		{"/multicache/v1/resources/configmaps", 1},         // the resolution's, the list's and the encoder's
+		{"/multicache/v1/resources/configmaps/c1/ns/a", 1}, // the resolution's, the get's and the encoder's
+		{"/multicache/v1/resources/configmaps/summary?by=cluster", 1},
+		{"/multicache/v1/resources/configmaps?watch=true", 3}, // the resolution's; the watch's and its encoder's, each its own
 	} {
-		if resp, body := get(t, srv, path); resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %d: %s", path, resp.StatusCode, body)
+		before := r.reads()
+		if resp, body := get(t, srv, tc.path); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d: %s", tc.path, resp.StatusCode, body)
 		}
+		if n := r.reads() - before; n != tc.reads {
+			t.Errorf("%s: the status was read %d times, want %d", tc.path, n, tc.reads)
+		}
+	}
+	if resp, body := get(t, srv, "/multicache/v1/resources/configmaps/summary?by=cluster&watch=true&timeoutSeconds=1"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("summary stream: %d: %s", resp.StatusCode, body)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

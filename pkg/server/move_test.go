@@ -246,7 +246,7 @@ func ownerOf(t *testing.T, cluster clusterset.ClusterConfig, via func(http.Handl
 	}
 	runRegistry(t, reg.Start)
 	waitUntil(t, "the owner holds "+cluster.Name, 10*time.Second, func() bool {
-		return len(s.local.Info("pods")) == 1 && len(s.local.Unready("pods", nil)) == 0
+		return len(s.local.Info(context.Background(), "pods")) == 1 && len(s.local.Unready("pods", nil)) == 0
 	})
 	h := s.Handler()
 	if via != nil {

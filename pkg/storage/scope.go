@@ -8,11 +8,13 @@ import (
 // A read scope is one request's. The reads made under it share what each would otherwise read
 // again: this replica's status of its clusters is read once, however many times the request
 // reads this replica's part (a page, its count, the second round of a key-ordered page), and
-// every read of the request sees the same clusters in the same states.
+// those reads see the same clusters in the same states.
 //
-// It lives as long as the context it is in. A read that outlives its start (a watch, a
-// summary's stream) is never put under one: what it would share would be held, and stale, for
-// as long as it runs.
+// What a scope shares is as old as the request: a read that takes a new position of the watch
+// cache long after the scope's first read (a fan-out that starts over once its first round
+// failed) takes a new scope (NewReadScope), so that the status it judges clusters by is never
+// much older than its position. A read that outlives its start (a watch, a summary's stream) is
+// never put under one: what it would share would be held, and stale, for as long as it runs.
 type readScope struct {
 	mu   sync.Mutex
 	vals map[any]any
@@ -25,6 +27,11 @@ func WithReadScope(ctx context.Context) context.Context {
 	if _, ok := ctx.Value(scopeKey{}).(*readScope); ok {
 		return ctx
 	}
+	return context.WithValue(ctx, scopeKey{}, &readScope{})
+}
+
+// NewReadScope returns ctx under a new read scope, whatever scope ctx is under.
+func NewReadScope(ctx context.Context) context.Context {
 	return context.WithValue(ctx, scopeKey{}, &readScope{})
 }
 

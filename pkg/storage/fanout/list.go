@@ -112,6 +112,11 @@ func (r *Reader) List(ctx context.Context, opts storage.ListOptions) (*storage.L
 		if answers, mp, keyOrdered, err = r.pageInKeyOrder(ctx, pl, cont, limit, opts.Count, read); err != nil {
 			return nil, err
 		}
+		if !keyOrdered {
+			// Its first round failed: every part is asked again, at positions read now, under
+			// a read scope of their own (what the first round's shares is older than them).
+			ctx = storage.NewReadScope(ctx)
+		}
 	}
 	if !keyOrdered {
 		answers = gather(ctx, r, pl, read(cont, 0, func(p part) ([]string, bool) { return p.clusters, false }))

@@ -30,12 +30,18 @@ type fakePart struct {
 	err   error
 	extra string
 	lists atomic.Int32
+	// statusReads counts the reads of its status a storage/local part would make: one per
+	// read scope.
+	statusReads atomic.Int32
 }
+
+type statusKey struct{ part string }
 
 func (f *fakePart) position() watchcache.Position { return watchcache.Position{Epoch: f.id, Seq: 9} }
 
-func (f *fakePart) List(_ context.Context, o storage.ListOptions) (*storage.List, error) {
+func (f *fakePart) List(ctx context.Context, o storage.ListOptions) (*storage.List, error) {
 	f.lists.Add(1)
+	storage.Scoped(ctx, statusKey{f.id}, func() bool { f.statusReads.Add(1); return true })
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -319,6 +325,40 @@ func TestListRefusesWithoutAPart(t *testing.T) {
 	}
 	if _, err := r.List(context.Background(), storage.ListOptions{Selection: storage.Selection{Resource: "pods"}, Limit: 3, Continue: "not-a-token"}); storage.Code(err) != http.StatusBadRequest {
 		t.Errorf("a bad continue token: %v, want 400", err)
+	}
+}
+
+// TestListReadScopes: a page's reads of this replica's part share the request's read scope (a
+// storage/local part reads its status once), the count and the second round of a key-ordered
+// page included; a page that starts over as a plain fan-out once its first round failed asks
+// under a new scope, read no earlier than its new positions.
+func TestListReadScopes(t *testing.T) {
+	r, parts, _, _ := testFleet(t)
+	// The first page of 8 ends inside c3 (c1's 2, c2's 4, and 2 of c3's 6). The second, of 5,
+	// counted, asks me (c3, c4, c8) for its run (c3 and c4: 4 items), for its count of c8 beside
+	// that, and, the run short of 5, for c8 in a second round with p3 and p2.
+	first, err := r.List(context.Background(), storage.ListOptions{Selection: storage.Selection{Resource: "pods"}, Limit: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := parts["me"].lists.Load()
+	parts["me"].statusReads.Store(0)
+	l, err := r.List(storage.WithReadScope(context.Background()), storage.ListOptions{Selection: storage.Selection{Resource: "pods"}, Limit: 5, Count: true, Continue: first.Continue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked, reads := parts["me"].lists.Load()-before, parts["me"].statusReads.Load(); asked < 3 || reads != 1 {
+		t.Errorf("a counted page over two rounds: me asked %d times, its status read %d times; want at least 3 (the page, the count, the second round: %d items) and 1", asked, reads, len(l.Items))
+	}
+
+	parts["p2"].err = errors.New("dial tcp: connection refused")
+	parts["me"].statusReads.Store(0)
+	before = parts["me"].lists.Load()
+	if _, err := r.List(storage.WithReadScope(context.Background()), storage.ListOptions{Selection: storage.Selection{Resource: "pods"}, Limit: 3}); storage.Code(err) != http.StatusServiceUnavailable {
+		t.Fatalf("p2 unreachable: %v, want 503", err)
+	}
+	if asked, reads := parts["me"].lists.Load()-before, parts["me"].statusReads.Load(); asked != 2 || reads != 2 {
+		t.Errorf("a page that started over: me asked %d times, its status read %d times; want 2 and 2 (a scope for each round)", asked, reads)
 	}
 }
 

@@ -67,6 +67,19 @@ func TestOneStatusReadPerScope(t *testing.T) {
 	if n := reads.Load(); n != 1 {
 		t.Errorf("a second request under its own scope read the status %d times, want 1 (its own)", n)
 	}
+	// A watch under the scope reads the status again: a watch outlives its request.
+	ctx := storage.WithReadScope(context.Background())
+	request(ctx)
+	reads.Store(0)
+	for range 2 { // opened, not run: a watch registers nothing until it runs
+		if _, err := s.Watch(ctx, storage.WatchOptions{Selection: part("c0")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reads.Load(); n != 2 {
+		t.Errorf("two watches under a request's scope read the status %d times, want 2 (each its own)", n)
+	}
+
 	reads.Store(0)
 	request(context.Background())
 	if n := reads.Load(); n != calls {
@@ -104,5 +117,56 @@ func TestClustersShowWhatTheCallerMayRead(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("may read %v, part %v: listed %v, want %v", tc.access, tc.part, got, tc.want)
 		}
+	}
+	// Named: those named, each one the caller may read, else 403; a cluster selector narrows.
+	may := auth.WithAccess(context.Background(), onlyClusters{"c1": true, "c3": true})
+	for _, tc := range []struct {
+		named    []string
+		selector string
+		want     []string
+		code     int
+	}{
+		{[]string{"c3", "c1"}, "", []string{"c1", "c3"}, 0},
+		{[]string{"c1"}, "", []string{"c1"}, 0},
+		{[]string{"c1", "c3"}, "multicache.io/cluster=c3", []string{"c3"}, 0},
+		{nil, "multicache.io/cluster in (c0,c3)", []string{"c3"}, 0},
+		{[]string{"c1", "c0"}, "", nil, 403},
+	} {
+		cl, err := s.Clusters(may, storage.ClusterOptions{Clusters: tc.named, LabelSelector: tc.selector})
+		if tc.code != 0 {
+			if storage.Code(err) != tc.code {
+				t.Errorf("named %v: %v, want %d", tc.named, err, tc.code)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("named %v, selector %q: %v", tc.named, tc.selector, err)
+		}
+		got := []string{}
+		for _, c := range cl {
+			got = append(got, c.Name)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("named %v, selector %q: listed %v, want %v", tc.named, tc.selector, got, tc.want)
+		}
+	}
+}
+
+// TestCatchUpWaitReadsTheStatusAgain: a read that waits for the watch cache to take a synced
+// cluster's list looks at the status again as it waits, not at its read scope's: what the
+// scope holds is what it waits to change.
+func TestCatchUpWaitReadsTheStatusAgain(t *testing.T) {
+	s := fakeFleetStorage(t, map[string][]corev1.Pod{"c0": summaryPods("c0")})
+	status := func(state clusterset.State) func() []clusterset.ClusterStatus {
+		return func() []clusterset.ClusterStatus {
+			return []clusterset.ClusterStatus{{Name: "cx", Resources: []clusterset.ResourceStatus{{Resource: "pods", State: state}}}}
+		}
+	}
+	ctx := storage.WithReadScope(context.Background())
+	s.readStatus = status(clusterset.Synced) // synced, and not in the watch cache: catching up
+	info := s.view(ctx).info("pods")
+	s.readStatus = status(clusterset.NotServed) // now: nothing to wait for
+	if out := s.unreadyAwait(ctx, info, "pods", []string{"cx"}); len(out) != 0 {
+		t.Errorf("waited on the scope's status: %v, want nothing unready once the status says so", out)
 	}
 }

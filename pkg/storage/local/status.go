@@ -198,9 +198,9 @@ func (s *Storage) Resources(ctx context.Context, opts storage.ClusterOptions) ([
 	return out, nil
 }
 
-// Info is, per cluster this replica runs, how it serves resource.
-func (s *Storage) Info(resource string) map[string]clusterset.ResourceStatus {
-	ri := s.view(context.Background()).info(resource)
+// Info is, per cluster this replica runs, how it serves resource, read under ctx's read scope.
+func (s *Storage) Info(ctx context.Context, resource string) map[string]clusterset.ResourceStatus {
+	ri := s.view(ctx).info(resource)
 	out := make(map[string]clusterset.ResourceStatus, len(ri))
 	for c, rs := range ri {
 		out[c] = *rs

@@ -20,7 +20,8 @@ import (
 // complete here (Unready), and again when a cluster complete at that check was no longer whole
 // in the watch cache at the position the watch starts from (a handoff in between).
 func (s *Storage) Watch(ctx context.Context, opts storage.WatchOptions) (storage.Watch, error) {
-	v := s.view(ctx)
+	// Read now, never from a read scope: a watch outlives the request that opens it.
+	v := s.view(context.Background())
 	sel, err := s.selectForWatch(ctx, v, opts.Selection, true)
 	if err != nil {
 		return nil, err
