@@ -200,7 +200,9 @@ func object(it storage.Item, rv string, kr *discovery.Resource, typeMeta bool) (
 		}
 		ann[api.ClusterAnnotation] = cluster
 		if rv != "" {
-			ann[api.ResourceVersionAnnotation] = m.GetResourceVersion()
+			if own := m.GetResourceVersion(); own != "" {
+				ann[api.ResourceVersionAnnotation] = own
+			}
 			m.SetResourceVersion(rv)
 		}
 		m.SetAnnotations(ann)
