@@ -117,9 +117,10 @@ func (a *API) fleet(v *discovery.View) []string {
 	return v.Clusters
 }
 
-// clusterObject is a cluster as an object of clusters.multicache.io. Its JSON is what an
-// unstructured object of the same fields would encode to, keys in order; it is typed so that a
-// list of a thousand clusters encodes structs, not maps (each map a dozen allocations more).
+// clusterObject is a cluster as an object of clusters.multicache.io: the keys and values an
+// unstructured object of the same fields would have (the status's keys in the same order, the
+// top level's and metadata's in their types' order), typed so that a list of a thousand
+// clusters encodes structs, not maps (each map a dozen allocations more).
 type clusterObject struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
