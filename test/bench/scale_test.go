@@ -781,11 +781,13 @@ func (sf *scaleFleet) roll(k int, shardNS string, rs []*scaleProc, r *shardedRun
 	before, beforeDetail := sf.memberReads()
 	start := time.Now()
 	var owners map[string]string
+	procs := slices.Clone(rs) // every replica of the restart, whose logs say why a handover fell back
 	for i := range rs {
 		old := rs[i]
 		step := time.Now()
 		addr := harness.FreePort(b)
 		next := startScaleProc(b, sf.bin, old.id+"-next", addr, sf.replicaArgs(shardNS, old.id+"-next", addr)...)
+		procs = append(procs, next)
 		sf.awaitReady(next, step)
 		var live []*scaleProc
 		for _, p := range rs {
@@ -807,7 +809,40 @@ func (sf *scaleFleet) roll(k int, shardNS string, rs []*scaleProc, r *shardedRun
 	r.rollDetail = fmt.Sprintf("full lists %v; lists %d, pages %d, watch-lists %d, limit=1 probes %d, other watches %d", d.Full, d.Lists, d.ListPages, d.WatchLists, d.Probes, d.Watches)
 	b.Logf("round %d, rolling restart of the three: %s (each step %v), owners %s; the API servers served the replicas %d full lists (%.2f× one fleet list of %d); %s",
 		k, r.rollTook.Round(100*time.Millisecond), r.rollSettles, r.rollOwners, r.rollLists, float64(r.rollLists)/float64(2*sf.clusters), 2*sf.clusters, r.rollDetail)
+	if r.rollLists > 0 {
+		keepLogs(b, fmt.Sprintf("round%d-roll", k), procs)
+	}
 	return owners
+}
+
+// keepLogs copies the logs of procs, which go with the benchmark's temporary directories, to
+// MULTICACHE_BENCH_PROFILE_DIR (or a directory of their own) as <what>-<id>.log: the evidence
+// of a round that missed a goal. Replicas log at warn unless MULTICACHE_BENCH_SCALE_REPLICA_ARGS
+// says otherwise (--log-level info names each handover that fell back to a list).
+func keepLogs(b *testing.B, what string, procs []*scaleProc) {
+	b.Helper()
+	dir := os.Getenv("MULTICACHE_BENCH_PROFILE_DIR")
+	if dir == "" {
+		d, err := os.MkdirTemp("", "multicache-bench-logs-")
+		if err != nil {
+			b.Logf("%s: the replicas' logs cannot be kept: %v", what, err)
+			return
+		}
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Logf("%s: the replicas' logs cannot be kept: %v", what, err)
+		return
+	}
+	for _, p := range procs {
+		data, err := os.ReadFile(p.log)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, what+"-"+p.id+".log"), data, 0o644)
+		}
+		if err != nil {
+			b.Logf("%s: %s's log not kept: %v", what, p.id, err)
+		}
+	}
+	b.Logf("%s: the replicas' logs are kept in %s", what, dir)
 }
 
 // BenchmarkFleetScale (S1): 100 clusters × 20k objects (5 API servers × 20 contexts each),
